@@ -1,0 +1,1 @@
+"""The .tile grammar (tile.lark), shipped inside the wheel as package data."""

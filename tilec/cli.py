@@ -1,0 +1,185 @@
+"""The `tilec` command line: parses arguments, calls the driver, prints diagnostics."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import click
+
+from . import __version__, driver
+from .diagnostics import TilecError
+
+TARGETS = click.Choice(["cpu", "cuda", "hip"])
+
+
+class Failure(Exception):
+    pass
+
+
+def _fail(src, e: TilecError):
+    name = src.display if src else "tilec"
+    click.echo(e.format(name, src.text if src else None), err=True)
+    raise SystemExit(1)
+
+
+def guarded(fn):
+    """Turn TilecErrors into `file:line:col: error:` output and exit 1; never a traceback."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        state = {"src": None}
+        try:
+            return fn(state, *args, **kwargs)
+        except TilecError as e:
+            _fail(state["src"], e)
+        except (KeyboardInterrupt, SystemExit, click.exceptions.Exit, click.ClickException):
+            raise
+        except Exception as e:  # a bug in tilec: say so plainly
+            if os.environ.get("TILEC_DEBUG"):
+                traceback.print_exc()
+            where = state["src"].display if state["src"] else "tilec"
+            click.echo(f"{where}: internal compiler error: {type(e).__name__}: {e}\n"
+                       "  please report this with the input file (TILEC_DEBUG=1 shows the trace)",
+                       err=True)
+            raise SystemExit(2)
+    return wrapper
+
+
+def _load(state, file, kernel=None):
+    state["src"] = driver.read_source(file)
+    return driver.select(driver.frontend(state["src"]), kernel)
+
+
+@click.group()
+@click.version_option(__version__, prog_name="tilec")
+def main():
+    """tilec: compile fused tile kernels (.tile) to C++, CUDA and HIP."""
+
+
+@main.command()
+@click.argument("file")
+@click.option("--target", type=TARGETS, default="cpu", show_default=True)
+@guarded
+def check(state, file, target):
+    """Parse, verify and compile FILE without writing anything."""
+    m = _load(state, file)
+    driver.compile_module(m, target, verify=True)
+    click.echo(f"{state['src'].display}: ok ({len(m.graphs)} kernel(s))")
+
+
+@main.command("dump-ir")
+@click.argument("file")
+@click.option("--stage", type=click.Choice(driver.STAGES), default="graph", show_default=True,
+              help="graph: as parsed; canonical; fused: with the kernel partition; tiled: Tile IR;"
+                   " lowered: after target lowering.")
+@click.option("--print-after", "print_after", multiple=True, type=click.Choice(driver.PASS_NAMES),
+              help="Also print the IR after this pass (repeatable).")
+@click.option("--print-after-all", is_flag=True, help="Print the IR after every pass.")
+@click.option("--target", type=TARGETS, default="cpu", show_default=True)
+@click.option("--kernel", help="Only this kernel.")
+@guarded
+def dump_ir(state, file, stage, print_after, print_after_all, target, kernel):
+    """Print FILE's IR at a pipeline stage."""
+    m = _load(state, file, kernel)
+    after = tuple(driver.PASS_NAMES) if print_after_all else tuple(print_after)
+    if after:
+        driver.compile_module(m, target, print_after=after, log=click.echo)
+        return
+    click.echo(driver.print_stage(driver.stage_module(m, stage, target), stage), nl=False)
+
+
+@main.command()
+@click.argument("file")
+@click.option("--target", type=TARGETS, default="cpu", show_default=True)
+@click.option("--kernel", help="Only this kernel.")
+@click.option("--dims", help="Dimension values for the byte counts, e.g. M=4096,N=4096 "
+                             "(default: 1024 each).")
+@guarded
+def explain(state, file, target, kernel, dims):
+    """Show each kernel's fusion groups and the memory traffic fusion saves."""
+    from .explain import explain as explain_graph
+    from .runner import parse_dims
+
+    m = _load(state, file, kernel)
+    given = parse_dims(dims)
+    m = driver.compile_module(m, target, stop_after="fuse")
+    out = []
+    for g, plan in zip(m.graphs, m.plans):
+        d = {s: given.get(s, 1024) for s in g.symbols}
+        out.append(explain_graph(g, plan, d))
+    click.echo("\n\n".join(out))
+
+
+def _build(state, file, target, out, kernel, emit_only):
+    m0 = _load(state, file, kernel)
+    m = driver.compile_module(m0, target)
+    files = driver.render(state["src"], m, target)
+    out_dir = Path(out)
+    driver.write_files(out_dir, files)
+    if not emit_only:
+        from .build import run_make
+        run_make(out_dir, target)
+    return m0, m, out_dir
+
+
+@main.command()
+@click.argument("file")
+@click.option("--target", type=TARGETS, default="cpu", show_default=True)
+@click.option("-o", "--out", help="Output directory (default: build/<file stem>).")
+@click.option("--kernel", help="Only this kernel.")
+@click.option("--emit-only", is_flag=True, help="Write the sources and Makefile; do not run make.")
+@guarded
+def build(state, file, target, out, kernel, emit_only):
+    """Compile FILE: sources, header, Makefile, then the libraries."""
+    out = out or os.path.join("build", Path(file).stem)
+    m0, m, out_dir = _build(state, file, target, out, kernel, emit_only)
+    what = "sources" if emit_only else "libraries"
+    names = ", ".join(g.name for g in m.graphs)
+    click.echo(f"{state['src'].display}: {what} for {names} in {out_dir}")
+
+
+@main.command()
+@click.argument("file")
+@click.option("--target", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+@click.option("--kernel", help="Kernel to run (default: every kernel in FILE).")
+@click.option("--dims", help="Dimension values, e.g. M=100,N=200 (others get defaults that are "
+                             "not tile multiples and satisfy the assumes).")
+@click.option("--seed", type=int, default=None, help="Random seed (default: fresh).")
+@click.option("-o", "--out", help="Build directory (default: a content-addressed cache).")
+@guarded
+def run(state, file, target, kernel, dims, seed, out):
+    """Build FILE, run it on random inputs, check it against the reference interpreter."""
+    from .build import cache_root, files_digest, run_make
+    from .runner import choose_dims, parse_dims, run_kernel
+
+    m0 = _load(state, file, kernel)
+    m = driver.compile_module(m0, target)
+    files = driver.render(state["src"], m, target)
+    out_dir = Path(out) if out else cache_root() / files_digest(files)
+    driver.write_files(out_dir, files)
+    run_make(out_dir, target)
+    given = parse_dims(dims)
+    if seed is None:
+        seed = int.from_bytes(os.urandom(4), "little")
+    failed = False
+    for g in m0.graphs:
+        d = choose_dims(g, {k: v for k, v in given.items() if k in g.symbols or kernel})
+        r = run_kernel(out_dir / f"lib{g.name}.so", g, d, seed)
+        dim_text = ",".join(f"{k}={v}" for k, v in d.items())
+        for name in r.errors:
+            status = "ok" if r.errors[name] <= r.tolerances[name] else "MISMATCH"
+            click.echo(f"{g.name} [{dim_text}] seed={seed} {name}: max rel error "
+                       f"{r.errors[name]:.2e} (tolerance {r.tolerances[name]:.0e}) {status}")
+        click.echo(f"{g.name}: {r.seconds * 1e3:.3f} ms (median of 5)")
+        failed |= not r.ok
+    if failed:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,48 @@
+"""Source locations and compiler errors, printed as `file:line:col: error: msg` + line + caret."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Loc:
+    """A 1-based line/column position in a source file."""
+
+    line: int
+    col: int
+    end_col: int | None = None
+
+
+class TilecError(Exception):
+    """A user-facing compile error. `loc` is None for errors not tied to a source position."""
+
+    def __init__(self, message: str, loc: Loc | None = None, note: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+        self.note = note
+
+    def format(self, filename: str, source: str | None) -> str:
+        """Render in the `file:line:col: error: ...` form with the source line and a caret."""
+        if self.loc is None:
+            head = f"{filename}: error: {self.message}"
+            return head + (f"\n  note: {self.note}" if self.note else "")
+        lines = (source or "").splitlines()
+        head = f"{filename}:{self.loc.line}:{self.loc.col}: error: {self.message}"
+        out = [head]
+        if 1 <= self.loc.line <= len(lines):
+            text = lines[self.loc.line - 1].expandtabs(8).rstrip()
+            width = 1
+            if self.loc.end_col is not None and self.loc.end_col > self.loc.col:
+                width = self.loc.end_col - self.loc.col
+            caret = " " * (self.loc.col - 1) + "^" + "~" * (width - 1)
+            out += [f"    {text}", f"    {caret}"]
+        if self.note:
+            out.append(f"  note: {self.note}")
+        return "\n".join(out)
+
+
+def error(message: str, loc: Loc | None = None, note: str | None = None) -> TilecError:
+    """Build an error to `raise` (keeps call sites short)."""
+    return TilecError(message, loc, note)

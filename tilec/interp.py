@@ -1,0 +1,245 @@
+"""numpy reference interpreter for the Graph IR: the oracle every test compares against.
+
+Each op is computed in float64 (int64 for integers) and rounded to its declared dtype, i.e. the
+program runs "as if each statement ran on its own and every intermediate were materialized at its
+declared precision" (LANGUAGE.md). Values are held as float64/int64/bool arrays.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .ir.graph import Graph
+from .ir.types import is_float
+
+_INT_RANGE = {"i4": (-8, 7), "u4": (0, 15), "i8": (-128, 127), "u8": (0, 255),
+              "i16": (-2**15, 2**15 - 1), "i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1)}
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(x):
+    return _erf(x).astype(np.float64)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """Round float64 values to bfloat16 (nearest even), returned as float64."""
+    f = np.asarray(x, dtype=np.float64).astype(np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    out = rounded.astype(np.uint32).view(np.float32)
+    out = np.where(np.isnan(f), f, out)
+    return out.astype(np.float64)
+
+
+def quantize(x, dtype: str) -> np.ndarray:
+    """Round/convert values to what `dtype` can hold (floats: nearest even; ints: saturate)."""
+    x = np.asarray(x)
+    if dtype == "bool":
+        return x.astype(bool)
+    if dtype == "f64":
+        return x.astype(np.float64)
+    if dtype == "f32":
+        return x.astype(np.float64).astype(np.float32).astype(np.float64)
+    if dtype == "f16":
+        with np.errstate(over="ignore"):
+            return x.astype(np.float64).astype(np.float16).astype(np.float64)
+    if dtype == "bf16":
+        return round_bf16(x)
+    if dtype.startswith("fp8"):
+        raise NotImplementedError("fp8 is not supported by the reference interpreter yet")
+    lo, hi = _INT_RANGE[dtype]
+    if x.dtype.kind == "f":
+        x = np.where(np.isnan(x), 0, np.rint(np.clip(x, lo, hi)))
+        return x.astype(np.int64)
+    if x.dtype.kind == "b":
+        return x.astype(np.int64)
+    return np.clip(x.astype(np.int64), lo, hi)
+
+
+def _unary(fn: str, x):
+    with np.errstate(all="ignore"):
+        f = {
+            "neg": lambda: -x, "not": lambda: ~x if x.dtype == bool else ~x,
+            "abs": lambda: np.abs(x), "exp": lambda: np.exp(x), "exp2": lambda: np.exp2(x),
+            "log": lambda: np.log(x), "log2": lambda: np.log2(x), "sqrt": lambda: np.sqrt(x),
+            "rsqrt": lambda: 1.0 / np.sqrt(x), "sin": lambda: np.sin(x), "cos": lambda: np.cos(x),
+            "tanh": lambda: np.tanh(x), "erf": lambda: erf(x),
+            "sigmoid": lambda: 1.0 / (1.0 + np.exp(-x)),
+            "relu": lambda: np.maximum(x, 0),
+            "gelu": lambda: 0.5 * x * (1.0 + erf(x / math.sqrt(2.0))),
+            "gelu_tanh": lambda: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) *
+                                                          (x + 0.044715 * x ** 3))),
+            "silu": lambda: x / (1.0 + np.exp(-x)),
+            "softplus": lambda: np.logaddexp(0.0, x),
+            "mish": lambda: x * np.tanh(np.logaddexp(0.0, x)),
+        }[fn]
+        return f()
+
+
+def _binary(fn: str, a, b, dtype: str):
+    with np.errstate(all="ignore"):
+        if fn in ("floordiv", "mod"):
+            b0 = np.where(b == 0, 1, b)  # C-side behaviour on zero divisors is undefined; keep going
+            return np.floor_divide(a, b0) if fn == "floordiv" else np.mod(a, b0)
+        return {
+            "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+            "div": lambda: a / b, "maximum": lambda: np.maximum(a, b),
+            "minimum": lambda: np.minimum(a, b), "and": lambda: a & b, "or": lambda: a | b,
+        }[fn]()
+
+
+def _compare(fn, a, b):
+    return {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+            "eq": np.equal, "ne": np.not_equal}[fn](a, b)
+
+
+def run_graph(g: Graph, inputs: dict, dims: dict) -> dict:
+    """Evaluate `g` on `inputs` (name -> value array) with dimension values `dims`."""
+    vals: dict = {}
+    for op in g.ops:
+        a = [vals[i] for i in op.args]
+        dt = op.type.dtype
+        shape = tuple(d.eval(dims) for d in op.type.shape)
+        k = op.kind
+        if k == "input":
+            v = np.asarray(inputs[op.attr("name")])
+        elif k == "const":
+            v = np.asarray(op.attr("value"))
+        elif k == "dim":
+            v = np.asarray(op.attr("dim").eval(dims))
+        elif k == "index":
+            ax = op.attr("axis")
+            r = np.arange(shape[ax]).reshape([-1 if i == ax else 1 for i in range(len(shape))])
+            v = np.broadcast_to(r, shape)
+        elif k == "cast":
+            v = a[0]
+        elif k == "unary":
+            v = _unary(op.attr("fn"), a[0].astype(np.float64) if is_float(dt) else a[0])
+        elif k == "binary":
+            if op.attr("fn") == "pow":
+                with np.errstate(all="ignore"):
+                    v = a[0] ** op.attr("exponent")
+            else:
+                v = _binary(op.attr("fn"), a[0], a[1], dt)
+        elif k == "compare":
+            v = _compare(op.attr("fn"), a[0], a[1])
+        elif k == "where":
+            v = np.where(a[0], a[1], a[2])
+        elif k == "transpose":
+            v = np.swapaxes(a[0], -1, -2)
+        elif k == "matmul":
+            v = np.matmul(a[0].astype(np.float64 if is_float(dt) else np.int64),
+                          a[1].astype(np.float64 if is_float(dt) else np.int64))
+        elif k == "reduce":
+            f = {"sum": np.sum, "max": np.max, "min": np.min}[op.attr("fn")]
+            v = f(a[0], axis=op.attr("axes"), keepdims=op.attr("keepdims"))
+        elif k == "mean":
+            v = np.mean(a[0], axis=op.attr("axes"), keepdims=op.attr("keepdims"))
+        elif k == "logsumexp":
+            x, ax = a[0], op.attr("axes")
+            m = np.max(x, axis=ax, keepdims=True)
+            m = np.where(np.isfinite(m), m, 0)
+            with np.errstate(divide="ignore"):
+                v = np.log(np.sum(np.exp(x - m), axis=ax, keepdims=True)) + m
+            if not op.attr("keepdims"):
+                v = np.squeeze(v, axis=ax)
+        elif k == "softmax":
+            x, ax = a[0], op.attr("axes")
+            with np.errstate(invalid="ignore"):
+                e = np.exp(x - np.max(x, axis=ax, keepdims=True))
+                v = e / np.sum(e, axis=ax, keepdims=True)
+        elif k == "dequant":
+            q, s = a[0], a[1]
+            zero = a[2] if len(a) > 2 else op.attr("zero")
+            G = op.attr("group")
+            rows = np.arange(q.shape[0]) // G
+            z = zero[rows] if isinstance(zero, np.ndarray) else zero
+            v = (q.astype(np.float64) - z) * s[rows]
+        else:
+            raise NotImplementedError(f"interpreter: op kind {k}")
+        v = quantize(np.broadcast_to(v, shape) if np.shape(v) != shape else v, dt)
+        vals[op.id] = v
+    return {p.name: vals[r] for p, r in zip(g.outputs, g.results)}
+
+
+# ---- inputs and storage ----------------------------------------------------------------
+def random_inputs(g: Graph, dims: dict, seed: int) -> dict:
+    """Fresh random, never-zero-filled inputs: floats in [-1, 1], scalars in [0.1, 1]."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for p in g.params:
+        shape = tuple(d.eval(dims) for d in p.type.shape)
+        dt = p.type.dtype
+        if is_float(dt):
+            lo, hi = (0.1, 1.0) if not shape else (-1.0, 1.0)
+            v = rng.uniform(lo, hi, size=shape)
+        else:
+            lo, hi = _INT_RANGE[dt]
+            lo, hi = max(lo, -8), min(hi, 8) if dt not in ("u4", "i4") else hi
+            v = rng.integers(lo, hi + 1, size=shape)
+        out[p.name] = quantize(v, dt)
+    return out
+
+
+_NP = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "i8": np.int8, "u8": np.uint8,
+       "i16": np.int16, "i32": np.int32, "i64": np.int64, "bf16": np.uint16, "bool": np.uint8}
+
+
+def to_storage(v: np.ndarray, dtype: str) -> np.ndarray:
+    """Values -> the C ABI's memory layout (bf16 as bits; 4-bit packed two per byte, low first)."""
+    v = np.asarray(v)
+    if dtype == "bf16":
+        return (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype in ("u4", "i4"):
+        q = (v.astype(np.int64) & 0xF).astype(np.uint8)
+        if q.shape[-1] % 2:
+            q = np.concatenate([q, np.zeros(q.shape[:-1] + (1,), np.uint8)], axis=-1)
+        return np.ascontiguousarray(q[..., 0::2] | (q[..., 1::2] << 4))
+    return np.ascontiguousarray(v.astype(_NP[dtype]))
+
+
+def from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bf16":
+        return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if is_float(dtype):
+        return a.astype(np.float64)
+    return a.astype(np.int64)
+
+
+def storage_shape(shape: tuple, dtype: str) -> tuple:
+    if dtype in ("u4", "i4"):
+        return shape[:-1] + ((shape[-1] + 1) // 2,)
+    return shape
+
+
+def np_storage_dtype(dtype: str):
+    return np.uint8 if dtype in ("u4", "i4") else _NP[dtype]
+
+
+# Tolerance on max|out - ref| / max(|ref|): what each output dtype can promise after
+# reassociation of reductions/products and f32 evaluation of 16-bit intermediates.
+TOLERANCE = {"f64": 1e-9, "f32": 2e-5, "f16": 1e-2, "bf16": 3e-2}
+
+
+def tolerance(dtype: str) -> float:
+    return TOLERANCE.get(dtype, 0.0)
+
+
+def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        return math.inf
+    if ref.size == 0:
+        return 0.0
+    same_nonfinite = (~np.isfinite(ref)) & ((out == ref) | (np.isnan(out) & np.isnan(ref)))
+    if np.any(~np.isfinite(ref) & ~same_nonfinite) or np.any(~np.isfinite(out) & np.isfinite(ref)):
+        return math.inf
+    fin = np.isfinite(ref)
+    if not fin.any():
+        return 0.0
+    scale = max(float(np.max(np.abs(ref[fin]))), 1e-30)
+    return float(np.max(np.abs(out[fin] - ref[fin]))) / scale
+

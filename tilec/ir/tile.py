@@ -1,0 +1,361 @@
+"""Tile IR: kernels over a grid of blocks, with buffers in memory scopes, tile copies, tile GEMMs,
+reductions and parallel loops. Its printer prints the tile-level .tile syntax (LANGUAGE.md §3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .types import Dim
+
+
+# ---- expressions -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Var:
+    name: str
+    dtype: str = "i64"
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: object
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    buf: str
+    idx: tuple
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unary:
+    fn: str
+    x: object
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Binary:
+    fn: str  # add sub mul div floordiv mod maximum minimum and or pow | idiv imod min (index math)
+    a: object
+    b: object
+    dtype: str
+    exponent: object = None  # pow only
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    fn: str
+    a: object
+    b: object
+    dtype: str = "bool"
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    cond: object
+    a: object
+    b: object
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cast:
+    x: object
+    dtype: str
+
+
+# index-math helpers (i64, non-negative operands)
+def iconst(v: int) -> Const:
+    return Const(int(v), "i64")
+
+
+def iadd(a, b):
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    if isinstance(a, Const) and a.value == 0:
+        return b
+    if isinstance(a, Const) and isinstance(b, Const):
+        return iconst(a.value + b.value)
+    return Binary("add", a, b, "i64")
+
+
+def isub(a, b):
+    if isinstance(b, Const) and b.value == 0:
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        return iconst(a.value - b.value)
+    return Binary("sub", a, b, "i64")
+
+
+def imul(a, b):
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, Const) and x.value == 1:
+            return y
+        if isinstance(x, Const) and x.value == 0:
+            return iconst(0)
+    if isinstance(a, Const) and isinstance(b, Const):
+        return iconst(a.value * b.value)
+    return Binary("mul", a, b, "i64")
+
+
+def idiv(a, b):
+    if isinstance(b, Const) and b.value == 1:
+        return a
+    return Binary("idiv", a, b, "i64")
+
+
+def imod(a, b):
+    if isinstance(b, Const) and b.value == 1:
+        return iconst(0)
+    return Binary("imod", a, b, "i64")
+
+
+def ilt(a, b):
+    return Compare("lt", a, b)
+
+
+def land(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return Binary("and", a, b, "bool")
+
+
+def dim_to_expr(d: Dim):
+    """A shape `Dim` as an i64 Tile IR expression."""
+    if d.op == "sym":
+        return Var(d.args[0])
+    if d.op == "const":
+        return iconst(d.args[0])
+    a, b = (dim_to_expr(x) for x in d.args)
+    return {"add": iadd, "sub": isub, "mul": imul, "floordiv": idiv, "mod": imod,
+            "cdiv": lambda x, y: Binary("cdiv", x, y, "i64")}[d.op](a, b)
+
+
+# ---- statements --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Alloc:
+    name: str
+    scope: str  # shared | fragment | local
+    dtype: str
+    shape: tuple  # expressions (Const for static sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class Fill:
+    buf: str
+    value: object
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    buf: str
+    offsets: tuple | None = None  # a window of a global tensor starting at offsets
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    src: Region
+    dst: Region
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    a: str
+    b: str
+    c: str
+    transpose_a: bool = False
+    transpose_b: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    fn: str  # sum max min
+    src: str
+    dst: str
+    axis: int = 1
+    clear: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Store:
+    buf: str
+    idx: tuple
+    value: object
+
+
+@dataclass(frozen=True, slots=True)
+class For:
+    vars: tuple
+    extents: tuple
+    kind: str  # range | parallel | pipelined
+    body: tuple
+    stages: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class If:
+    cond: object
+    body: tuple
+    orelse: tuple = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TensorDecl:
+    name: str
+    dtype: str
+    shape: tuple  # Dims
+    kind: str  # input | output | workspace | scalar
+
+
+@dataclass(frozen=True, slots=True)
+class TileKernel:
+    name: str
+    params: tuple  # TensorDecl it reads or writes (inputs/scalars first, then outputs/workspaces)
+    grid: tuple  # i64 expressions, x first
+    block_vars: tuple
+    threads: int
+    body: tuple
+    comment: str = ""
+    swizzle: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TileProgram:
+    """All device kernels of one source kernel, in launch order, plus what the launcher needs."""
+
+    name: str
+    kernels: tuple
+    workspaces: tuple  # TensorDecl
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+
+# ---- printer -----------------------------------------------------------------------------
+# Python precedence: comparisons < | < & < + - < * / // %
+_PREC = {"lt": 3, "le": 3, "gt": 3, "ge": 3, "eq": 3, "ne": 3, "or": 4, "and": 5,
+         "add": 7, "sub": 7, "mul": 8, "div": 8, "floordiv": 8, "mod": 8, "idiv": 8, "imod": 8}
+_SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "idiv": "//",
+        "imod": "%", "and": "&", "or": "|", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+        "eq": "==", "ne": "!="}
+
+
+def fmt_const(c: Const) -> str:
+    v = c.value
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, float):
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        if math.isnan(v):
+            return "nan"
+        return repr(v)
+    return str(v)
+
+
+def fmt(e, parent: int = 0) -> str:
+    if isinstance(e, Var):
+        return e.name
+    if isinstance(e, Const):
+        s = fmt_const(e)
+        return f"({s})" if s.startswith("-") and parent >= 7 else s
+    if isinstance(e, Load):
+        return f"{e.buf}[{', '.join(fmt(i) for i in e.idx)}]"
+    if isinstance(e, Cast):
+        return f"{e.dtype}({fmt(e.x)})"
+    if isinstance(e, Unary):
+        if e.fn == "neg":
+            return f"-{fmt(e.x, 9)}"
+        if e.fn == "not":
+            return f"~{fmt(e.x, 9)}"
+        return f"{e.fn}({fmt(e.x)})"
+    if isinstance(e, Select):
+        return f"where({fmt(e.cond)}, {fmt(e.a)}, {fmt(e.b)})"
+    if isinstance(e, (Binary, Compare)):
+        if e.fn == "pow":
+            return f"{fmt(e.a, 10)} ** {e.exponent!r}"
+        if e.fn in ("maximum", "minimum", "min", "cdiv"):
+            return f"{e.fn}({fmt(e.a)}, {fmt(e.b)})"
+        p = _PREC[e.fn]
+        s = f"{fmt(e.a, p)} {_SYM[e.fn]} {fmt(e.b, p + 1)}"
+        return f"({s})" if p < parent else s
+    raise TypeError(f"not a tile expression: {e!r}")
+
+
+def _region(r: Region) -> str:
+    if r.offsets is None:
+        return r.buf
+    return f"{r.buf}[{', '.join(fmt(o) for o in r.offsets)}]"
+
+
+def print_stmts(stmts, indent: int) -> list:
+    pad = "    " * indent
+    out = []
+    for s in stmts:
+        if isinstance(s, Alloc):
+            out.append(f"{pad}{s.name} = {s.scope}({s.dtype}, [{', '.join(fmt(x) for x in s.shape)}])")
+        elif isinstance(s, Fill):
+            if isinstance(s.value, Const) and s.value.value == 0:
+                out.append(f"{pad}clear({s.buf})")
+            else:
+                out.append(f"{pad}fill({s.buf}, {fmt(s.value)})")
+        elif isinstance(s, Copy):
+            out.append(f"{pad}copy({_region(s.src)}, {_region(s.dst)})")
+        elif isinstance(s, Gemm):
+            kw = "".join([", transpose_a=True" if s.transpose_a else "",
+                          ", transpose_b=True" if s.transpose_b else ""])
+            out.append(f"{pad}gemm({s.a}, {s.b}, {s.c}{kw})")
+        elif isinstance(s, Reduce):
+            kw = "" if s.clear else ", clear=False"
+            out.append(f"{pad}reduce({s.fn}, {s.src}, {s.dst}, axis={s.axis}{kw})")
+        elif isinstance(s, Store):
+            out.append(f"{pad}{s.buf}[{', '.join(fmt(i) for i in s.idx)}] = {fmt(s.value)}")
+        elif isinstance(s, For):
+            ext = ", ".join(fmt(x) for x in s.extents)
+            if s.kind == "pipelined":
+                ext += f", stages={s.stages}"
+            out.append(f"{pad}for {', '.join(s.vars)} in {s.kind}({ext}):")
+            out += print_stmts(s.body, indent + 1)
+        elif isinstance(s, If):
+            out.append(f"{pad}if {fmt(s.cond)}:")
+            out += print_stmts(s.body, indent + 1)
+            if s.orelse:
+                out.append(f"{pad}else:")
+                out += print_stmts(s.orelse, indent + 1)
+        else:
+            raise TypeError(f"not a tile statement: {s!r}")
+    return out
+
+
+def _decl(t: TensorDecl) -> str:
+    if not t.shape:
+        return f"{t.name}: {t.dtype}"
+    return f"{t.name}: {t.dtype}[{', '.join(str(d) for d in t.shape)}]"
+
+
+def print_kernel(k: TileKernel) -> str:
+    ins = [p for p in k.params if p.kind in ("input", "scalar")]
+    outs = [p for p in k.params if p.kind not in ("input", "scalar")]
+    lines = []
+    if k.comment:
+        lines += [f"# {c}" for c in k.comment.splitlines()]
+    o = ", ".join(_decl(p) for p in outs)
+    lines.append(f"kernel {k.name}({', '.join(_decl(p) for p in ins)}) -> "
+                 f"{o if len(outs) == 1 else '(' + o + ')'}:")
+    grid = ", ".join(fmt(g) for g in k.grid)
+    lines.append(f"    with grid({grid}, threads={k.threads}) as ({', '.join(k.block_vars)}):")
+    if k.swizzle:
+        lines.append(f"        swizzle({k.swizzle})")
+    lines += print_stmts(k.body, 2)
+    return "\n".join(lines)
+
+
+def print_program(p: TileProgram) -> str:
+    head = [f"# {p.name}: {len(p.kernels)} device kernel(s)"]
+    if p.workspaces:
+        head.append("# workspaces: " + ", ".join(_decl(w) for w in p.workspaces))
+    return "\n".join(head) + "\n" + "\n\n".join(print_kernel(k) for k in p.kernels) + "\n"

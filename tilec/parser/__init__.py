@@ -1,0 +1,3 @@
+"""Front end: Lark grammar -> syntax tree -> Graph IR."""
+
+from .grammar import parse  # noqa: F401

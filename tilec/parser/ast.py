@@ -1,0 +1,115 @@
+"""Syntax tree of a .tile file, as the Lark transformer builds it (no types yet)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..diagnostics import Loc
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    loc: Loc = field(compare=False, repr=False)
+
+
+# ---- expressions -------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Name(Node):
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Number(Node):
+    value: int | float
+    is_float: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Node):
+    func: str
+    args: tuple
+    kwargs: tuple  # ((name, expr, loc), ...)
+
+
+@dataclass(frozen=True, slots=True)
+class BinOp(Node):
+    op: str  # + - * / // % @ ** & |
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Compare(Node):
+    op: str
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Unary(Node):
+    op: str  # - ~
+    operand: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Attr(Node):
+    value: Node
+    attr: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tuple(Node):
+    items: tuple
+
+
+# ---- kernels and schedules ------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Param(Node):
+    name: str
+    dtype: str
+    dtype_loc: Loc = field(compare=False, repr=False)
+    dims: tuple | None  # None: a scalar parameter
+
+
+@dataclass(frozen=True, slots=True)
+class Assign(Node):
+    name: str
+    value: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Assume(Node):
+    cond: Node
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel(Node):
+    name: str
+    params: tuple
+    outputs: tuple
+    doc: str | None
+    body: tuple  # Assign | Assume, in source order
+
+
+@dataclass(frozen=True, slots=True)
+class SchedItem(Node):
+    key: str
+    args: tuple  # ((name or None, value, loc), ...)
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSchedule(Node):
+    target: str
+    items: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule(Node):
+    kernel: str
+    targets: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Module(Node):
+    kernels: tuple
+    schedules: tuple

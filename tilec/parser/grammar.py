@@ -1,0 +1,139 @@
+"""Loads grammar/tile.lark (LALR, strict, positions) and turns Lark errors into TilecErrors."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+
+from lark import Lark, Token
+from lark.exceptions import (
+    UnexpectedCharacters,
+    UnexpectedEOF,
+    UnexpectedInput,
+    UnexpectedToken,
+    VisitError,
+)
+from lark.indenter import DedentError, Indenter
+
+from ..diagnostics import Loc, TilecError, error
+from . import ast
+from .transform import ToAst
+
+
+class TileIndenter(Indenter):
+    """Python-style INDENT/DEDENT; newlines inside brackets are ignored."""
+
+    NL_type = "_NL"
+    OPEN_PAREN_types = ["LPAR", "LSQB"]
+    CLOSE_PAREN_types = ["RPAR", "RSQB"]
+    INDENT_type = "_INDENT"
+    DEDENT_type = "_DEDENT"
+    tab_len = 8
+
+
+def grammar_text() -> str:
+    """The grammar as shipped in the wheel (package tilec.grammar), or from the source tree."""
+    try:
+        return resources.files("tilec.grammar").joinpath("tile.lark").read_text()
+    except (ModuleNotFoundError, FileNotFoundError):
+        return (Path(__file__).resolve().parents[2] / "grammar" / "tile.lark").read_text()
+
+
+@functools.lru_cache(maxsize=1)
+def _parser() -> Lark:
+    return Lark(
+        grammar_text(),
+        parser="lalr",
+        strict=True,
+        propagate_positions=True,
+        postlex=TileIndenter(),
+        maybe_placeholders=True,
+    )
+
+
+# Readable names for terminals in "expected ..." messages.
+_TERMINAL_NAMES = {
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "STRING": "a string",
+    "_NL": "end of line",
+    "_INDENT": "an indented block",
+    "_DEDENT": "end of block",
+    "$END": "end of file",
+    "COMP_OP": "a comparison",
+    "ADD_OP": "'+' or '-'",
+    "MUL_OP": "an operator",
+}
+
+
+def _describe_terminal(name: str) -> str:
+    if name in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[name]
+    for t in _parser().terminals:
+        if t.name == name and t.pattern.type == "str":
+            return f"'{t.pattern.value}'"
+    return name.lower()
+
+
+def _describe_token(tok: Token) -> str:
+    if tok.type in ("_NL", "$END", "_INDENT", "_DEDENT"):
+        return {"_NL": "end of line", "$END": "end of file", "_INDENT": "indentation",
+                "_DEDENT": "end of block"}[tok.type]
+    return f"'{tok.value}'"
+
+
+def _expected(names) -> str:
+    descs = sorted({_describe_terminal(n) for n in names})
+    if len(descs) == 1:
+        return descs[0]
+    if len(descs) <= 6:
+        return "one of " + ", ".join(descs)
+    return "something else"
+
+
+def _eof_loc(source: str) -> Loc:
+    lines = source.splitlines() or [""]
+    return Loc(len(lines), len(lines[-1]) + 1)
+
+
+def _syntax_error(e: UnexpectedInput, source: str) -> TilecError:
+    if isinstance(e, UnexpectedCharacters):
+        ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else "?"
+        return error(f"unexpected character '{ch}'", Loc(e.line, e.column))
+    if isinstance(e, UnexpectedEOF):
+        return error(f"unexpected end of file; expected {_expected(e.expected)}", _eof_loc(source))
+    if isinstance(e, UnexpectedToken):
+        tok = e.token
+        if tok.type == "$END" or tok.line is None:
+            loc = _eof_loc(source)
+        else:
+            loc = Loc(tok.line, tok.column, tok.column + len(tok.value) if tok.type not in (
+                "_NL", "_INDENT", "_DEDENT") else None)
+        if tok.type == "_INDENT":
+            return error("unexpected indent", loc)
+        if tok.type == "_NL" and tok.value and tok.end_line:
+            # Point at the end of the line that is incomplete, not at the next line.
+            line = tok.line
+            loc = Loc(line, tok.column)
+        return error(f"unexpected {_describe_token(tok)}; expected {_expected(e.accepts or e.expected)}",
+                     loc)
+    return error(str(e).splitlines()[0], Loc(getattr(e, "line", 1), getattr(e, "column", 1)))
+
+
+def parse(source: str) -> ast.Module:
+    """Parse .tile source text into an ast.Module; raises TilecError with a location."""
+    if not source.endswith("\n"):
+        source += "\n"
+    try:
+        tree = _parser().parse(source)
+    except UnexpectedInput as e:
+        raise _syntax_error(e, source) from None
+    except DedentError as e:
+        raise error(f"inconsistent indentation ({e})", None) from None
+    try:
+        return ToAst().transform(tree)
+    except VisitError as e:
+        if isinstance(e.orig_exc, TilecError):
+            raise e.orig_exc from None
+        raise

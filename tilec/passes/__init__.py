@@ -1,0 +1,18 @@
+"""The pass pipeline: one list, run in order, each stage printable (`tilec dump-ir`)."""
+
+from __future__ import annotations
+
+from . import canonicalize, fuse, pipeline, tile
+
+PIPELINE = [
+    # softmax/mean/logsumexp -> max/exp/sum/div, CSE, DCE: fusion then sees few op kinds
+    ("canonicalize", canonicalize.run),
+    # partition into device kernels; needs canonical ops to recognise GEMM/row/attention chains
+    ("fuse", fuse.run),
+    # each group -> a Tile IR kernel for the target's tile sizes; needs the partition
+    ("tile", tile.run),
+    # target lowering: pipelined K loops, guard hoisting; needs concrete tiles
+    ("pipeline", pipeline.run),
+]
+
+PASS_NAMES = [name for name, _ in PIPELINE]

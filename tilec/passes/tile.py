@@ -1,0 +1,413 @@
+"""Turns each fusion group into a Tile IR kernel: grid, buffers, tile copies, GEMMs, reductions,
+parallel loops. Elementwise producers are inlined as expressions at the point of use.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..diagnostics import error
+from ..ir import tile as T
+from ..ir.fused import Group, Plan
+from ..ir.graph import Graph, Module
+from ..ir.tile import (Alloc, Copy, Fill, For, Gemm, If, Reduce, Region, Store, TensorDecl,
+                       TileKernel, TileProgram, dim_to_expr, iadd, iconst, idiv, ilt, imod, imul,
+                       land)
+from ..ir.types import Dim, is_float, numel
+from .. import targets
+
+NEG_INF = T.Const(-math.inf, "f32")
+
+
+def widened(dtype: str) -> str:
+    """Dtype a value has in registers: 16-bit and 8-bit floats compute in f32."""
+    return "f32" if dtype in ("f16", "bf16", "fp8e4m3", "fp8e5m2") else dtype
+
+
+def decompose(x, dims) -> list:
+    """Row-major multi-index of flat index `x` over `dims`."""
+    if not dims:
+        return []
+    out, stride = [], iconst(1)
+    strides = []
+    for d in reversed(dims):
+        strides.append(stride)
+        stride = T.imul(stride, dim_to_expr(d))
+    strides.reverse()
+    for k, d in enumerate(dims):
+        v = idiv(x, strides[k])
+        out.append(v if k == 0 else imod(v, dim_to_expr(d)))
+    return out
+
+
+def bcast_index(shape, out_shape, idx) -> tuple:
+    """Index into a tensor of `shape` broadcast to `out_shape` at `idx` (NumPy right-alignment)."""
+    off = len(out_shape) - len(shape)
+    res = []
+    for k, d in enumerate(shape):
+        res.append(iconst(0) if d == Dim.const(1) and out_shape[off + k] != Dim.const(1)
+                   else idx[off + k])
+    return tuple(res)
+
+
+class Names:
+    def __init__(self, taken):
+        self.taken = set(taken)
+
+    def fresh(self, base: str) -> str:
+        name, n = base, 1
+        while name in self.taken:
+            name, n = f"{base}{n}", n + 1
+        self.taken.add(name)
+        return name
+
+
+class GroupLowering:
+    def __init__(self, g: Graph, plan: Plan, grp: Group, target, sched, names: Names):
+        self.g, self.plan, self.grp = g, plan, grp
+        self.ops = g.op_map()
+        self.bufs = dict(plan.buffers)
+        self.members = set(grp.members)
+        self.target, self.sched, self.names = target, sched, names
+        self.special: dict = {}  # op id -> callable(idx) -> expr, for values held in tile buffers
+        self.used: set = set()  # global buffers touched
+
+    # ---- expressions
+    def value(self, oid: int, idx: tuple):
+        if oid in self.special:
+            return self.special[oid](idx)
+        op = self.ops[oid]
+        if oid not in self.members and oid in self.bufs:
+            return self.load(oid, idx)
+        k, a = op.kind, op.args
+        dt = op.type.dtype
+        if k == "const":
+            return T.Const(op.attr("value"), dt)
+        if k == "dim":
+            return dim_to_expr(op.attr("dim"))
+        if k == "index":
+            return idx[op.attr("axis")]
+        if k == "transpose":
+            return self.value(a[0], idx[:-2] + (idx[-1], idx[-2]))
+        if k == "reduce":  # over size-1 axes only (fusion keeps real reductions as anchors)
+            axes, keep = op.attr("axes"), op.attr("keepdims")
+            it = iter(idx)
+            src = tuple(iconst(0) if n in axes else next(it)
+                        for n in range(self.ops[a[0]].type.rank)) if not keep else \
+                tuple(iconst(0) if n in axes else x for n, x in enumerate(idx))
+            return self.value(a[0], src)
+        if k == "dequant":
+            kk, nn = idx
+            q = self.value(a[0], (kk, nn))
+            s = self.value(a[1], (idiv(kk, iconst(op.attr("group"))), nn))
+            z = (self.value(a[2], (idiv(kk, iconst(op.attr("group"))), nn)) if len(a) > 2
+                 else T.Const(op.attr("zero"), "f32"))
+            return T.Binary("mul", T.Binary("sub", T.Cast(q, "f32"), self.cast(z, "f32"), "f32"),
+                            self.cast(s, "f32"), "f32")
+        args = [self.value(x, bcast_index(self.ops[x].type.shape, op.type.shape, idx)) for x in a]
+        if k == "cast":
+            return self.cast(args[0], dt)
+        if k == "unary":
+            return T.Unary(op.attr("fn"), args[0], dt)
+        if k == "binary":
+            if op.attr("fn") == "pow":
+                return T.Binary("pow", args[0], None, dt, op.attr("exponent"))
+            return T.Binary(op.attr("fn"), args[0], args[1], dt)
+        if k == "compare":
+            return T.Compare(op.attr("fn"), args[0], args[1])
+        if k == "where":
+            return T.Select(args[0], args[1], args[2], dt)
+        raise AssertionError(f"op %{oid} ({k}) reached expression lowering unmaterialized")
+
+    @staticmethod
+    def cast(e, dtype):
+        if getattr(e, "dtype", None) == dtype:
+            return e
+        return T.Cast(e, dtype)
+
+    def load(self, oid: int, idx: tuple):
+        b = self.bufs[oid]
+        self.used.add(oid)
+        if not b.type.shape:
+            return T.Var(b.name, b.type.dtype)
+        return T.Load(b.name, tuple(idx), b.type.dtype)
+
+    def store_outputs(self, outs, idx, guard) -> list:
+        body = []
+        for o in outs:
+            self.used.add(o)
+            b = self.bufs[o]
+            body.append(Store(b.name, tuple(idx), self.value_for_store(o, idx)))
+        return [If(guard, tuple(body))] if guard is not None else body
+
+    def value_for_store(self, o, idx):
+        v = self.value(o, idx)
+        return self.cast(v, self.bufs[o].type.dtype)
+
+    # ---- operand tiles for GEMMs
+    def operand(self, oid: int, dst: str, rows, cols, nrows, ncols, batch_idx, batch_shape):
+        """Fill tile `dst` ([nrows, ncols]) with operand `oid` at (rows, cols): a tile copy when
+        the operand sits in memory (possibly transposed), else a parallel loop computing it.
+        Returns (statements, transposed)."""
+        op = self.ops[oid]
+        shape = op.type.shape
+        full = bcast_index(shape, batch_shape + shape[-2:], tuple(batch_idx) + (rows, cols))
+        src, trans = oid, False
+        if op.kind == "transpose" and oid not in self.bufs and op.args[0] in self.bufs and \
+           op.args[0] not in self.members:
+            src, trans = op.args[0], True
+        if src in self.bufs and src not in self.members and self.bufs[src].type.dtype not in ("u4", "i4"):
+            self.used.add(src)
+            offs = full[:-2] + ((full[-1], full[-2]) if trans else full[-2:])
+            return [Copy(Region(self.bufs[src].name, offs), Region(dst))], trans
+        i, j = self.names.fresh("i"), self.names.fresh("j")
+        r, c = iadd(rows, T.Var(i)), iadd(cols, T.Var(j))
+        at = bcast_index(shape, batch_shape + shape[-2:], tuple(batch_idx) + (r, c))
+        guard = land(ilt(r, dim_to_expr(shape[-2])), ilt(c, dim_to_expr(shape[-1])))
+        val = self.value(oid, at)
+        zero = T.Const(0.0 if is_float(op.type.dtype) else 0, op.type.dtype)
+        body = If(guard, (Store(dst, (T.Var(i), T.Var(j)), val),),
+                  (Store(dst, (T.Var(i), T.Var(j)), zero),))
+        return [For((i, j), (nrows, ncols), "parallel", (body,))], False
+
+    # ---- group kinds
+    def lower(self) -> TileKernel:
+        return getattr(self, "lower_" + self.grp.kind)()
+
+    def kernel(self, grid, bvars, threads, body, comment, swizzle=0) -> TileKernel:
+        params = []
+        written = set(self.grp.outputs)
+        for oid in sorted(self.used, key=lambda o: (o in written, o)):
+            b = self.bufs[oid]
+            kind = "scalar" if not b.type.shape else (b.kind if oid in written else "input")
+            if all(p.name != b.name for p in params):
+                params.append(TensorDecl(b.name, b.type.dtype, b.type.shape, kind))
+        return TileKernel("", tuple(params), tuple(grid), tuple(bvars), threads, tuple(body),
+                          comment, swizzle)
+
+    def lower_gemm(self) -> TileKernel:
+        mm = self.ops[self.grp.members[0]]
+        a_id, b_id = mm.args
+        shape = mm.type.shape
+        batch, M, N = shape[:-2], shape[-2], shape[-1]
+        K = self.ops[a_id].type.shape[-1]
+        bm, bn, bk, stages, threads = self.target.gemm_config(self.sched)
+        bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
+        grid = [dim_to_expr(N.cdiv(bn)), dim_to_expr(M.cdiv(bm))]
+        bvars = [bx, by]
+        if batch:
+            grid.append(dim_to_expr(numel(batch)))
+            bvars.append(bz)
+        bidx = decompose(T.Var(bz), batch)
+        row0, col0 = imul(T.Var(by), iconst(bm)), imul(T.Var(bx), iconst(bn))
+        a_dt, b_dt = self.ops[a_id].type.dtype, self.ops[b_id].type.dtype
+        As, Bs, acc = (self.names.fresh(n) for n in ("A_s", "B_s", "acc"))
+        k = self.names.fresh("k")
+        k0 = imul(T.Var(k), iconst(bk))
+        load_a, ta = self.operand(a_id, As, row0, k0, iconst(bm), iconst(bk), bidx, batch)
+        load_b, tb = self.operand(b_id, Bs, k0, col0, iconst(bk), iconst(bn), bidx, batch)
+        body = [Alloc(As, "shared", a_dt, (iconst(bk), iconst(bm)) if ta else (iconst(bm), iconst(bk))),
+                Alloc(Bs, "shared", b_dt, (iconst(bn), iconst(bk)) if tb else (iconst(bk), iconst(bn))),
+                Alloc(acc, "fragment", mm.type.dtype, (iconst(bm), iconst(bn))),
+                Fill(acc, T.Const(0, mm.type.dtype)),
+                For((k,), (dim_to_expr(K.cdiv(bk)),), "pipelined",
+                    tuple(load_a + load_b + [Gemm(As, Bs, acc, ta, tb)]), stages)]
+        i, j = self.names.fresh("i"), self.names.fresh("j")
+        self.special[mm.id] = lambda idx: T.Load(acc, (T.Var(i), T.Var(j)), mm.type.dtype)
+        r, c = iadd(row0, T.Var(i)), iadd(col0, T.Var(j))
+        guard = land(ilt(r, dim_to_expr(M)), ilt(c, dim_to_expr(N)))
+        body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel",
+                        tuple(self.store_outputs(self.grp.outputs, tuple(bidx) + (r, c), guard))))
+        return self.kernel(grid, bvars, threads, body, "GEMM with fused prologue/epilogue",
+                           self.sched.swizzle or 0)
+
+    def lower_elementwise(self) -> TileKernel:
+        S = self.grp.domain
+        br, bc = self.target.ew_tile
+        rows, cols = numel(S[:-1]), (S[-1] if S else Dim.const(1))
+        bx, by = self.names.fresh("bx"), self.names.fresh("by")
+        i, j = self.names.fresh("i"), self.names.fresh("j")
+        r, c = iadd(imul(T.Var(by), iconst(br)), T.Var(i)), iadd(imul(T.Var(bx), iconst(bc)), T.Var(j))
+        idx = tuple(decompose(r, S[:-1])) + ((c,) if S else ())
+        guard = land(ilt(r, dim_to_expr(rows)), ilt(c, dim_to_expr(cols)))
+        body = [For((i, j), (iconst(br), iconst(bc)), "parallel",
+                    tuple(self.store_outputs(self.grp.outputs, idx, guard)))]
+        return self.kernel([dim_to_expr(cols.cdiv(bc)), dim_to_expr(rows.cdiv(br))], [bx, by], 1,
+                           body, "elementwise")
+
+    def lower_reduce(self) -> TileKernel:
+        S, axes = self.grp.domain, self.grp.axes
+        kept = [d for a, d in enumerate(S) if a not in axes]
+        red = [d for a, d in enumerate(S) if a in axes]
+        rows, cols = numel(kept), numel(red)
+        br = self.sched.tile_size("M", self.target.row_block)
+        bx = self.names.fresh("bx")
+        i, j = self.names.fresh("i"), self.names.fresh("j")
+        vi, vj = T.Var(i), T.Var(j)
+        r = iadd(imul(T.Var(bx), iconst(br)), vi)
+        kidx, ridx = decompose(r, kept), decompose(vj, red)
+        full, ki, ri = [], iter(kidx), iter(ridx)
+        for a in range(len(S)):
+            full.append(next(ri) if a in axes else next(ki))
+        full = tuple(full)
+        keep_idx = tuple(iconst(0) if a in axes else x for a, x in enumerate(full))
+        drop_idx = tuple(kidx)
+        keep_shape = tuple(Dim.const(1) if a in axes else d for a, d in enumerate(S))
+        row_ok = ilt(r, dim_to_expr(rows))
+        BR, COLS = iconst(br), dim_to_expr(cols)
+        body = []
+        # read each row of the inputs once: cache them in local memory
+        for rd in self.grp.reads:
+            op = self.ops[rd]
+            if op.type.shape == S and any(S[a] != Dim.const(1) for a in axes) and op.type.shape:
+                cache = self.names.fresh(self.bufs[rd].name + "_row")
+                dt = widened(op.type.dtype)
+                body.append(Alloc(cache, "local", dt, (BR, COLS)))
+                body.append(For((i, j), (BR, COLS), "parallel",
+                                (If(row_ok, (Store(cache, (vi, vj), self.cast(self.load(rd, full), dt)),)),)))
+                self.special[rd] = (lambda c, d: lambda idx: T.Load(c, (vi, vj), d))(cache, dt)
+        users = self.g.users()
+        outs = set(self.grp.outputs)
+        for m in self.grp.members:
+            op = self.ops[m]
+            if op.kind == "reduce":
+                src = self.value(op.args[0], full)
+                if not (isinstance(src, T.Load) and src.idx == (vi, vj)):
+                    tmp = self.names.fresh("t")
+                    body.append(Alloc(tmp, "local", widened(src.dtype), (BR, COLS)))
+                    body.append(For((i, j), (BR, COLS), "parallel",
+                                    (If(row_ok, (Store(tmp, (vi, vj), src),)),)))
+                    src = T.Load(tmp, (vi, vj), widened(src.dtype))
+                dst = self.names.fresh(op.attr("fn"))
+                dt = widened(op.type.dtype)
+                body.append(Alloc(dst, "local", dt, (BR,)))
+                body.append(Reduce(op.attr("fn"), src.buf, dst, 1))
+                # accumulate wide, then round to the declared dtype (e.g. an f16 sum)
+                self.special[m] = (lambda b, d, od: lambda idx: self.cast(T.Load(b, (vi,), d), od))(
+                    dst, dt, op.type.dtype)
+            elif op.type.shape != S and (m in outs or any(u in self.members and
+                                                          self.ops[u].type.shape == S for u in users[m])):
+                buf = self.names.fresh("v")
+                dt = widened(op.type.dtype)
+                at = keep_idx if op.type.shape == keep_shape else drop_idx
+                body.append(Alloc(buf, "local", dt, (BR,)))
+                body.append(For((i,), (BR,), "parallel",
+                                (If(row_ok, (Store(buf, (vi,), self.cast(self.value(m, at), dt)),)),)))
+                self.special[m] = (lambda b, d: lambda idx: T.Load(b, (vi,), d))(buf, dt)
+        row_outs = [o for o in self.grp.outputs if self.ops[o].type.shape == S]
+        red_outs = [o for o in self.grp.outputs if self.ops[o].type.shape != S]
+        if row_outs:
+            body.append(For((i, j), (BR, COLS), "parallel", tuple(self.store_outputs(row_outs, full, row_ok))))
+        for o in red_outs:
+            at = keep_idx if self.ops[o].type.shape == keep_shape else drop_idx
+            body.append(For((i,), (BR,), "parallel", tuple(self.store_outputs([o], at, row_ok))))
+        return self.kernel([dim_to_expr(rows.cdiv(br))], [bx], 1, body,
+                           f"row reduction over axes {tuple(axes)}")
+
+    def lower_attention(self) -> TileKernel:
+        role = dict(self.grp.roles)
+        qk, pv = self.ops[role["qk"]], self.ops[role["pv"]]
+        q_id, k_id = qk.args
+        p_id, v_id = pv.args
+        shape = pv.type.shape
+        batch, L, Dv = shape[:-2], shape[-2], shape[-1]
+        S, Dk = qk.type.shape[-1], self.ops[q_id].type.shape[-1]
+        bm, bn = self.target.attn_tile
+        bm, bn = self.sched.tile_size("M", bm), self.sched.tile_size("N", bn)
+        stages = self.sched.stages or 1
+        bx, bz = self.names.fresh("bx"), self.names.fresh("bz")
+        bidx = decompose(T.Var(bz), batch)
+        row0 = imul(T.Var(bx), iconst(bm))
+        Qs, Ks, Vs = (self.names.fresh(n) for n in ("Q_s", "K_s", "V_s"))
+        Sc, Pt, O = (self.names.fresh(n) for n in ("S", "P", "O"))
+        mx, mc, l, al, rs = (self.names.fresh(n) for n in ("m", "m_new", "l", "alpha", "rowsum"))
+        k = self.names.fresh("k")
+        i, j = self.names.fresh("i"), self.names.fresh("j")
+        vi, vj = T.Var(i), T.Var(j)
+        BM, BN, DK, DV = iconst(bm), iconst(bn), dim_to_expr(Dk), dim_to_expr(Dv)
+        k0 = imul(T.Var(k), BN)
+        load_q, tq = self.operand(q_id, Qs, row0, iconst(0), BM, DK, bidx, batch)
+        load_k, tk = self.operand(k_id, Ks, iconst(0), k0, DK, BN, bidx, batch)
+        load_v, tv = self.operand(v_id, Vs, k0, iconst(0), BN, DV, bidx, batch)
+        p_dt = self.ops[p_id].type.dtype
+        f32 = "f32"
+
+        def L1(n):
+            return T.Load(n, (vi,), f32)
+
+        def L2(n, dt=f32):
+            return T.Load(n, (vi, vj), dt)
+        self.special[qk.id] = lambda idx: L2(Sc)
+        score = self.value(role["x"], tuple(bidx) + (iadd(row0, vi), iadd(k0, vj)))
+        col_ok = ilt(iadd(k0, vj), dim_to_expr(S))
+        is_ninf = T.Compare("eq", L1(mc), NEG_INF)
+        loop = load_k + [
+            Fill(Sc, T.Const(0.0, f32)),
+            Gemm(Qs, Ks, Sc, tq, tk),
+            For((i, j), (BM, BN), "parallel", (Store(Sc, (vi, vj), T.Select(col_ok, score, NEG_INF, f32)),)),
+            Reduce("max", Sc, mc, 1),
+            For((i,), (BM,), "parallel", (
+                Store(mc, (vi,), T.Binary("maximum", L1(mx), L1(mc), f32)),
+                Store(al, (vi,), T.Select(is_ninf, T.Const(1.0, f32),
+                                          T.Unary("exp", T.Binary("sub", L1(mx), L1(mc), f32), f32), f32)),
+                Store(mx, (vi,), L1(mc)))),
+            For((i, j), (BM, BN), "parallel", (Store(Sc, (vi, vj), T.Select(
+                T.Compare("eq", L1(mx), NEG_INF), T.Const(0.0, f32),
+                T.Unary("exp", T.Binary("sub", L2(Sc), L1(mx), f32), f32), f32)),)),
+            Reduce("sum", Sc, rs, 1),
+            For((i,), (BM,), "parallel", (Store(l, (vi,), T.Binary(
+                "add", T.Binary("mul", L1(l), L1(al), f32), L1(rs), f32)),)),
+            For((i, j), (BM, DV), "parallel", (Store(O, (vi, vj), T.Binary(
+                "mul", L2(O), L1(al), f32)),)),
+        ]
+        if p_dt != f32:
+            loop.append(For((i, j), (BM, BN), "parallel", (Store(Pt, (vi, vj), T.Cast(L2(Sc), p_dt)),)))
+        loop += load_v + [Gemm(Pt if p_dt != f32 else Sc, Vs, O, False, tv)]
+        body = [Alloc(Qs, "shared", self.ops[q_id].type.dtype, (DK, BM) if tq else (BM, DK)),
+                Alloc(Ks, "shared", self.ops[k_id].type.dtype, (BN, DK) if tk else (DK, BN)),
+                Alloc(Vs, "shared", self.ops[v_id].type.dtype, (DV, BN) if tv else (BN, DV)),
+                Alloc(Sc, "fragment", f32, (BM, BN))]
+        if p_dt != f32:
+            body.append(Alloc(Pt, "fragment", p_dt, (BM, BN)))
+        body += [Alloc(O, "fragment", f32, (BM, DV))]
+        body += [Alloc(n, "fragment", f32, (BM,)) for n in (mx, mc, l, al, rs)]
+        body += load_q + [Fill(mx, NEG_INF), Fill(l, T.Const(0.0, f32)), Fill(O, T.Const(0.0, f32)),
+                          For((k,), (dim_to_expr(S.cdiv(bn)),), "pipelined", tuple(loop), stages)]
+        self.special[pv.id] = lambda idx: T.Binary("div", L2(O), L1(l), f32)
+        guard = land(ilt(iadd(row0, vi), dim_to_expr(L)), None)
+        body.append(For((i, j), (BM, DV), "parallel", tuple(self.store_outputs(
+            self.grp.outputs, tuple(bidx) + (iadd(row0, vi), vj), guard))))
+        grid = [dim_to_expr(L.cdiv(bm))]
+        bvars = [bx]
+        if batch:
+            grid.append(dim_to_expr(numel(batch)))
+            bvars.append(bz)
+        return self.kernel(grid, bvars, 1 if self.target.name == "cpu" else 128, body,
+                           "attention with online softmax (the L x S scores never leave the block)")
+
+
+def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
+    taken = {p.name for p in g.params + g.outputs} | set(g.symbols)
+    taken |= {b.name for _, b in plan.buffers}
+    kernels = []
+    for grp in plan.groups:
+        names = Names(taken)
+        k = GroupLowering(g, plan, grp, target, sched, names).lower()
+        kernels.append(replace(k, name=f"{g.name}_k{grp.id}"))
+    ws = tuple(TensorDecl(b.name, b.type.dtype, b.type.shape, "workspace")
+               for _, b in plan.buffers if b.kind == "workspace")
+    return TileProgram(g.name, tuple(kernels), ws)
+
+
+def run(m: Module, opts=None) -> Module:
+    tname = (opts or {}).get("target", "cpu")
+    target = targets.get(tname)
+    progs = []
+    for g, plan in zip(m.graphs, m.plans):
+        sched = m.schedule_for(g.name, tname)
+        for p in g.params + g.outputs:
+            if p.type.dtype not in target.dtypes:
+                raise error(f"{p.type.dtype} is not supported on target {tname}", p.loc)
+        progs.append(tile_graph(g, plan, target, sched))
+    return replace(m, programs=tuple(progs))

@@ -1,0 +1,137 @@
+"""`tilec run`: build, call the kernel through ctypes on fresh random inputs, compare with the
+numpy reference interpreter, and time it."""
+
+from __future__ import annotations
+
+import ctypes
+import statistics
+import time
+from dataclasses import dataclass
+
+from .diagnostics import TilecError, error
+from .ir.graph import Graph
+from .ir.types import Dim
+
+DEFAULT_DIM = 100  # not a multiple of any default tile
+BATCH_DIM = 3
+
+
+def parse_dims(text: str | None) -> dict:
+    out = {}
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, val = part.partition("=")
+        if not val.strip().lstrip("-").isdigit():
+            raise error(f"--dims expects NAME=INT pairs separated by commas, got '{part}'")
+        out[name.strip()] = int(val)
+    return out
+
+
+def _relations(g: Graph) -> list:
+    """Conditions on dims the launcher checks: shape expressions >= 1, dequant groups, assumes."""
+    conds = [a.cond for a in g.assumes]
+    for p in g.params + g.outputs:
+        for d in p.type.shape:
+            if d.op not in ("sym", "const"):
+                conds.append(Dim.bin("ge", d, 1))
+    ops = g.op_map()
+    for o in g.ops:
+        if o.kind == "dequant":
+            K, R = ops[o.args[0]].type.shape[0], ops[o.args[1]].type.shape[0]
+            conds.append(Dim.bin("ge", R * o.attr("group"), K))
+    return conds
+
+
+def choose_dims(g: Graph, given: dict) -> dict:
+    """Given dims, plus defaults for the others that satisfy the kernel's assumes."""
+    for name in given:
+        if name not in g.symbols:
+            raise error(f"kernel {g.name} has no dimension '{name}' (it has: "
+                        f"{', '.join(g.symbols) or 'none'})")
+    dims = dict(given)
+    conds = _relations(g)
+    # symbols that only size leading (batch) axes default small: the work grows with their product
+    inner = {s for p in g.params for d in p.type.shape[-2:] for s in d.symbols()}
+    for s in g.symbols:
+        if s in dims:
+            continue
+        start = DEFAULT_DIM if s in inner else BATCH_DIM
+        for v in list(range(start, 4 * DEFAULT_DIM)) + [2 ** k for k in range(9, 14)]:
+            trial = dict(dims, **{s: v})
+            if all(c.eval(trial) for c in conds if set(c.symbols()) <= set(trial)):
+                dims[s] = v
+                break
+        else:
+            raise error(f"cannot pick a value for dimension '{s}' that satisfies the kernel's "
+                        f"assumes; pass --dims {s}=...")
+    for c in conds:
+        if not c.eval(dims):
+            raise error(f"the dimensions {dims} break a condition of kernel {g.name}: {c}")
+    return dims
+
+
+@dataclass
+class RunResult:
+    name: str
+    dims: dict
+    errors: dict  # output -> max relative error
+    tolerances: dict
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(self.errors[k] <= self.tolerances[k] for k in self.errors)
+
+
+def _ctype(dtype: str):
+    return {"f32": ctypes.c_float, "f64": ctypes.c_double, "f16": ctypes.c_uint16,
+            "bf16": ctypes.c_uint16, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
+            "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64}[dtype]
+
+
+def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5) -> RunResult:
+    try:
+        import numpy as np
+    except ImportError:
+        raise error("tilec run needs numpy for its reference interpreter: pip install numpy") from None
+    from . import interp
+    from .targets.cpu import STATUSES
+
+    inputs = interp.random_inputs(g, dims, seed)
+    ref = interp.run_graph(g, inputs, dims)
+    lib = ctypes.CDLL(str(lib_path))
+    fn = getattr(lib, g.name)
+    fn.restype = ctypes.c_int
+    args, keep, outs = [], [], {}
+    for p in g.params:
+        if p.is_scalar:
+            v = interp.to_storage(inputs[p.name], p.type.dtype)
+            args.append(_ctype(p.type.dtype)(v.item()))
+        else:
+            a = interp.to_storage(inputs[p.name], p.type.dtype)
+            keep.append(a)
+            args.append(ctypes.c_void_p(a.ctypes.data))
+    for p in g.outputs:
+        shape = interp.storage_shape(tuple(d.eval(dims) for d in p.type.shape), p.type.dtype)
+        a = np.empty(shape, dtype=interp.np_storage_dtype(p.type.dtype))
+        a.fill(0x7E if a.dtype.itemsize == 1 else (np.nan if a.dtype.kind == "f" else 0x7E7E))
+        outs[p.name] = a
+        args.append(ctypes.c_void_p(a.ctypes.data))
+    args += [ctypes.c_int64(dims[s]) for s in g.symbols]
+    status = fn(*args)
+    if status != 0:
+        text = dict((v, t) for _, v, t in STATUSES).get(status, "unknown status")
+        raise TilecError(f"{g.name} returned status {status}: {text}")
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    errors, tols = {}, {}
+    for p in g.outputs:
+        got = interp.from_storage(outs[p.name], p.type.dtype)
+        errors[p.name] = interp.rel_error(got, ref[p.name])
+        tols[p.name] = interp.tolerance(p.type.dtype)
+    return RunResult(g.name, dims, errors, tols, statistics.median(times))
