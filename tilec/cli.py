@@ -166,9 +166,14 @@ def run(state, file, target, kernel, dims, seed, out):
     given = parse_dims(dims)
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
+    known = {s for g in m0.graphs for s in g.symbols}
+    for name in given:
+        if name not in known:
+            raise TilecError(f"no kernel in {state['src'].display} has a dimension '{name}' "
+                             f"(dimensions: {', '.join(sorted(known)) or 'none'})")
     failed = False
     for g in m0.graphs:
-        d = choose_dims(g, {k: v for k, v in given.items() if k in g.symbols or kernel})
+        d = choose_dims(g, {k: v for k, v in given.items() if k in g.symbols})
         r = run_kernel(out_dir / f"lib{g.name}.so", g, d, seed)
         dim_text = ",".join(f"{k}={v}" for k, v in d.items())
         for name in r.errors:

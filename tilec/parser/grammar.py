@@ -14,7 +14,7 @@ from lark.exceptions import (
     UnexpectedToken,
     VisitError,
 )
-from lark.indenter import DedentError, Indenter
+from lark.indenter import Indenter
 
 from ..diagnostics import Loc, TilecError, error
 from . import ast
@@ -30,6 +30,24 @@ class TileIndenter(Indenter):
     INDENT_type = "_INDENT"
     DEDENT_type = "_DEDENT"
     tab_len = 8
+
+    def handle_NL(self, token):
+        """Lark's rule, but a bad dedent is reported at the line that has it."""
+        if self.paren_level > 0:
+            return
+        yield token
+        indent_str = token.rsplit("\n", 1)[1]
+        indent = indent_str.count(" ") + indent_str.count("\t") * self.tab_len
+        if indent > self.indent_level[-1]:
+            self.indent_level.append(indent)
+            yield Token.new_borrow_pos(self.INDENT_type, indent_str, token)
+            return
+        while indent < self.indent_level[-1]:
+            self.indent_level.pop()
+            yield Token.new_borrow_pos(self.DEDENT_type, indent_str, token)
+        if indent != self.indent_level[-1]:
+            raise error("unindent does not match any outer indentation level",
+                        Loc(token.end_line, max(token.end_column, 1)))
 
 
 def grammar_text() -> str:
@@ -111,7 +129,7 @@ def _syntax_error(e: UnexpectedInput, source: str) -> TilecError:
             loc = Loc(tok.line, tok.column, tok.column + len(tok.value) if tok.type not in (
                 "_NL", "_INDENT", "_DEDENT") else None)
         if tok.type == "_INDENT":
-            return error("unexpected indent", loc)
+            return error("unexpected indent", Loc(tok.end_line, tok.end_column))
         if tok.type == "_NL" and tok.value and tok.end_line:
             # Point at the end of the line that is incomplete, not at the next line.
             line = tok.line
@@ -129,8 +147,6 @@ def parse(source: str) -> ast.Module:
         tree = _parser().parse(source)
     except UnexpectedInput as e:
         raise _syntax_error(e, source) from None
-    except DedentError as e:
-        raise error(f"inconsistent indentation ({e})", None) from None
     try:
         return ToAst().transform(tree)
     except VisitError as e:

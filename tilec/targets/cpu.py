@@ -412,6 +412,9 @@ def render_program(g, prog: T.TileProgram, sched, env, banner: str) -> dict:
     if g.symbols:
         checks.append(dict(fail=" || ".join(f"{cname(s)} < 1" for s in g.symbols),
                            code="TILEC_ERR_BAD_DIM", why="dimensions are at least 1"))
+    for a in g.assumes:
+        checks.append(dict(fail=f"!({a.cond.c(cname)})", code="TILEC_ERR_ASSUME",
+                           why=f"assume {a.text}"))
     seen = set()
     for p, _ in tensors:
         for d in p.type.shape:
@@ -426,11 +429,7 @@ def render_program(g, prog: T.TileProgram, sched, env, banner: str) -> dict:
             G = op.attr("group")
             checks.append(dict(fail=f"({cdim(R)}) * {G} < ({cdim(K)})", code="TILEC_ERR_SHAPE",
                                why=f"dequant group={G} needs {R} * {G} >= {K}"))
-    for a in g.assumes:
-        checks.append(dict(fail=f"!({a.cond.c(cname)})", code="TILEC_ERR_ASSUME",
-                           why=f"assume {a.text}"))
-    outs = [p for p in g.outputs]
-    for o in outs:
+    for o in g.outputs:
         for p, _ in tensors:
             if p is o or p.is_scalar:
                 continue

@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""CPU benchmark: tilec's generated C++ kernels against numpy, in one process, on the same inputs.
+
+Cases (kernels in bench/cpu.tile):
+  gemm      C = A @ B, f32, 1024^3                     goal: tilec >= 0.5x numpy (OpenBLAS) speed
+  softmax   softmax(X, axis=-1), f32 4096x4096          goal: >= 2x numpy
+  rmsnorm   X * rsqrt(mean(X*X, -1) + eps) * w          goal: >= 2x numpy
+  ewchain   Z = silu(X * s + Y) * X  (4 ops)             goal: >= 2x numpy
+plus two ceilings: tilec copy (Y = X * 1.0, OpenMP threads) and np.copyto, both 64 MiB.
+
+Every tilec result is checked against numpy on fresh uniform[-1, 1] inputs (max |tilec - numpy| /
+max |numpy|, the metric of `tilec run`); the run fails if any error is above the tolerance.
+Timing: warm-up, then numpy and tilec in alternating blocks on the same inputs; each block starts
+with one untimed call (so neither side pays for the other's thread pool going to sleep); the
+reported time is the median of all timed calls.
+
+Run (numpy at its best: unset the OpenBLAS overrides that may be set on the dev machine):
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/cpu.py [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+TILE = ROOT / "bench" / "cpu.tile"
+TOL_F32 = 1e-4
+F32 = ctypes.c_float
+P = ctypes.c_void_p
+I64 = ctypes.c_int64
+
+
+# ----------------------------------------------------------------------------- environment
+
+def cpu_model() -> str:
+    name, fam, model = "unknown", None, None
+    try:
+        for line in open("/proc/cpuinfo"):
+            k, _, v = line.partition(":")
+            k, v = k.strip(), v.strip()
+            if k == "model name" and name == "unknown":
+                name = v
+            elif k == "cpu family" and fam is None:
+                fam = int(v)
+            elif k == "model" and model is None:
+                model = int(v)
+    except OSError:
+        return platform.processor() or "unknown"
+    if "AMD" in name and fam == 25 and model is not None and model >= 0x10:
+        name += " (family 25 model %d: Zen 4)" % model
+    flags = open("/proc/cpuinfo").read()
+    if " avx512f" in flags:
+        name += ", AVX-512"
+    return name
+
+
+def blas_info() -> str:
+    try:
+        from threadpoolctl import threadpool_info  # optional
+        parts = [f"{d.get('internal_api')} {d.get('version')} {d.get('architecture')} "
+                 f"threads={d.get('num_threads')}" for d in threadpool_info()
+                 if d.get("user_api") == "blas"]
+        if parts:
+            return "; ".join(parts)
+    except ImportError:
+        pass
+    try:
+        cfg = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        text = f"{cfg.get('name')} {cfg.get('version')}"
+    except Exception:  # numpy < 1.25
+        text = "unknown BLAS"
+    # ask the bundled OpenBLAS which kernel set it picked at run time, and its thread count
+    libdir = Path(np.__file__).resolve().parent.parent / "numpy.libs"
+    for lib in sorted(libdir.glob("*openblas*")):
+        try:
+            so = ctypes.CDLL(str(lib))
+        except OSError:
+            continue
+        for pre in ("scipy_openblas_", "openblas_", ""):
+            for suf in ("64_", ""):
+                core = getattr(so, f"{pre}get_corename{suf}", None)
+                nthr = getattr(so, f"{pre}get_num_threads{suf}", None)
+                if core is not None:
+                    core.restype = ctypes.c_char_p
+                    text += f", core={core().decode()}"
+                    if nthr is not None:
+                        nthr.restype = ctypes.c_int
+                        text += f", threads={nthr()}"
+                    return text
+    return text
+
+
+def git_commit() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                             capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               text=True, capture_output=True).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def environment() -> dict:
+    return {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "blas": blas_info(),
+        "commit": git_commit(),
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+        "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE"),
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),
+    }
+
+
+# ----------------------------------------------------------------------------- build & load
+
+def build(out_dir: Path) -> dict:
+    cmd = [sys.executable, "-m", "tilec.cli", "build", str(TILE), "--target", "cpu", "-o", str(out_dir)]
+    if not (ROOT / "tilec" / "cli.py").exists():
+        cmd = ["tilec", "build", str(TILE), "--target", "cpu", "-o", str(out_dir)]
+    r = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True)
+    if r.returncode != 0:
+        sys.exit(f"tilec build failed ({' '.join(cmd)}):\n{r.stdout}\n{r.stderr}")
+    sigs = {  # C ABI: inputs (pointers, scalars) in order, outputs, int64 dims in first-use order
+        "gemm_f32": [P, P, P, I64, I64, I64],            # A, B, C, M, K, N
+        "softmax_rows": [P, P, I64, I64],                # X, Y, R, C
+        "rmsnorm_f32": [P, P, F32, P, I64, I64],         # X, w, eps, Y, R, C
+        "elementwise_chain": [P, P, F32, P, I64, I64],   # X, Y, s, Z, R, C
+        "copy_f32": [P, P, I64, I64],                    # X, Y, R, C
+    }
+    fns = {}
+    for name, argtypes in sigs.items():
+        lib = ctypes.CDLL(str(out_dir / f"lib{name}.so"))
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int
+        fns[name] = fn
+    return fns
+
+
+def checked(fn, *args):
+    def call():
+        st = fn(*args)
+        if st != 0:
+            raise RuntimeError(f"{fn.__name__} returned status {st}")
+    return call
+
+
+def ptr(a: np.ndarray) -> int:
+    assert a.flags.c_contiguous
+    return a.ctypes.data
+
+
+# ----------------------------------------------------------------------------- measurement
+
+def rel_error(got: np.ndarray, ref: np.ndarray) -> float:
+    got, ref = got.astype(np.float64), ref.astype(np.float64)
+    if not np.all(np.isfinite(got)):
+        return float("inf")
+    return float(np.max(np.abs(got - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
+
+
+def time_pair(f_np, f_tc, budget_s: float, block: int = 5) -> tuple:
+    """Median seconds of f_np and f_tc, timed in alternating blocks until budget_s is spent."""
+    for _ in range(2):  # warm-up
+        f_np(); f_tc()
+    t_np, t_tc = [], []
+    t_end = time.perf_counter() + budget_s
+    while True:
+        for f, ts in ((f_np, t_np), (f_tc, t_tc)):
+            f()  # untimed: wakes this side's threads, refills its caches
+            for _ in range(block):
+                t0 = time.perf_counter()
+                f()
+                ts.append(time.perf_counter() - t0)
+        if (time.perf_counter() > t_end and len(t_np) >= 3 * block) or len(t_np) >= 200:
+            break
+    spread = lambda ts: (min(ts), statistics.quantiles(ts, n=10)[-1])  # best, p90
+    return statistics.median(t_np), statistics.median(t_tc), spread(t_np), spread(t_tc), len(t_np)
+
+
+def time_one(f, budget_s: float) -> float:
+    f(); f()
+    ts, t_end = [], time.perf_counter() + budget_s
+    while time.perf_counter() < t_end or len(ts) < 10:
+        t0 = time.perf_counter()
+        f()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+# ----------------------------------------------------------------------------- main
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    ap.add_argument("--budget", type=float, default=6.0, help="seconds of timing per case")
+    ap.add_argument("--build-dir", help="build here instead of a temporary directory")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    env = environment()
+    print(f"# tilec CPU benchmark  {env['date']}  commit {env['commit']}")
+    print(f"env: {env['cpu']}, {env['cores']} cores | python {env['python']} | numpy {env['numpy']} "
+          f"| BLAS {env['blas']}")
+    print(f"env: OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']} OPENBLAS_L2_SIZE={env['OPENBLAS_L2_SIZE']} "
+          f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
+    if env["OPENBLAS_CORETYPE"] or env["OPENBLAS_L2_SIZE"]:
+        print("WARNING: OpenBLAS overrides are set and may slow numpy; the documented run is\n"
+              "         env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/cpu.py")
+
+    tmp = None
+    if args.build_dir:
+        out_dir = Path(args.build_dir)
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="tilec_bench_")
+        out_dir = Path(tmp.name)
+    t0 = time.perf_counter()
+    fns = build(out_dir)
+    print(f"built {TILE.relative_to(ROOT)} -> {out_dir} in {time.perf_counter() - t0:.1f} s\n")
+
+    rng = np.random.default_rng(args.seed)
+    U = lambda *shape: rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+    results, failures = [], []
+    MiB = 1 << 20
+
+    # ---- ceilings: copy bandwidth (read 64 MiB + write 64 MiB)
+    R = Cc = 4096
+    X = U(R, Cc)
+    Y = np.empty_like(X)
+    copy_tc = checked(fns["copy_f32"], ptr(X), ptr(Y), R, Cc)
+    copy_tc()
+    if not np.array_equal(Y, X):
+        failures.append("copy_f32 result differs from its input")
+    t_copy_tc = time_one(copy_tc, 2.0)
+    t_copy_np = time_one(lambda: np.copyto(Y, X), 2.0)
+    nbytes = 2 * X.nbytes
+    ceil = {"tilec_copy_GBps": nbytes / t_copy_tc / 1e9, "numpy_copyto_GBps": nbytes / t_copy_np / 1e9}
+    print(f"copy-bandwidth ceiling (64 MiB -> 64 MiB, counted 128 MiB): tilec copy_f32 "
+          f"{ceil['tilec_copy_GBps']:.1f} GB/s ({t_copy_tc * 1e3:.2f} ms), np.copyto "
+          f"{ceil['numpy_copyto_GBps']:.1f} GB/s ({t_copy_np * 1e3:.2f} ms)\n")
+    del Y
+
+    def case(name, desc, f_np, f_tc, got, tol, goal, flops=None, nbytes=None):
+        ref = f_np()
+        checked_tc = f_tc
+        checked_tc()
+        err = rel_error(got(), ref)
+        ok = err <= tol
+        print(f"{name:8s} max rel error {err:.2e} (tol {tol:.0e}) {'ok' if ok else 'FAILED'}", flush=True)
+        if not ok:
+            failures.append(f"{name}: max relative error {err:.3e} > {tol:.0e}")
+        t_np, t_tc, s_np, s_tc, n = time_pair(f_np, f_tc, args.budget)
+        ratio = t_np / t_tc  # > 1: tilec faster
+        r = {"case": name, "desc": desc, "tilec_ms": t_tc * 1e3, "numpy_ms": t_np * 1e3,
+             "speedup": ratio, "goal": goal, "met": ratio >= goal, "max_rel_error": err,
+             "tol": tol, "runs": n,
+             "tilec_ms_best_p90": [s_tc[0] * 1e3, s_tc[1] * 1e3],
+             "numpy_ms_best_p90": [s_np[0] * 1e3, s_np[1] * 1e3]}
+        if flops:
+            r.update(flops=flops, tilec_GFLOPs=flops / t_tc / 1e9, numpy_GFLOPs=flops / t_np / 1e9)
+        if nbytes:
+            r.update(bytes=nbytes, tilec_GBps=nbytes / t_tc / 1e9, numpy_GBps=nbytes / t_np / 1e9,
+                     tilec_frac_of_copy=nbytes / t_tc / 1e9 / ceil["tilec_copy_GBps"])
+        rate = (f"{r['tilec_GFLOPs']:.0f} vs {r['numpy_GFLOPs']:.0f} GFLOP/s" if flops else
+                f"{r['tilec_GBps']:.1f} vs {r['numpy_GBps']:.1f} GB/s")
+        print(f"{'':8s} tilec {t_tc * 1e3:.2f} ms, numpy {t_np * 1e3:.2f} ms ({rate}), "
+              f"{ratio:.2f}x, goal {goal}x {'MET' if r['met'] else 'MISSED'}  [{n} runs each]",
+              flush=True)
+        results.append(r)
+
+    # ---- 1. GEMM
+    M = N = K = 1024
+    A, B = U(M, K), U(K, N)
+    Cm = np.empty((M, N), np.float32)
+    case("gemm", "f32 C = A @ B, 1024^3",
+         lambda: A @ B, checked(fns["gemm_f32"], ptr(A), ptr(B), ptr(Cm), M, K, N),
+         lambda: Cm, TOL_F32, 0.5, flops=2 * M * N * K)
+    del A, B, Cm
+
+    # ---- 2. softmax (reads X, writes Y)
+    Ys = np.empty_like(X)
+
+    def softmax_np():
+        e = np.exp(X - X.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    case("softmax", "softmax(X, axis=-1), 4096x4096 f32", softmax_np,
+         checked(fns["softmax_rows"], ptr(X), ptr(Ys), R, Cc), lambda: Ys, TOL_F32, 2.0,
+         nbytes=2 * X.nbytes)
+    del Ys
+
+    # ---- 3. RMSNorm (reads X and w, writes Y)
+    w = U(Cc)
+    eps = 1e-6
+    Yr = np.empty_like(X)
+    case("rmsnorm", "X * rsqrt(mean(X*X,-1)+eps) * w, 4096x4096 f32",
+         lambda: X * (1 / np.sqrt(np.mean(X * X, -1, keepdims=True) + eps)) * w,
+         checked(fns["rmsnorm_f32"], ptr(X), ptr(w), F32(eps), ptr(Yr), R, Cc), lambda: Yr,
+         TOL_F32, 2.0, nbytes=2 * X.nbytes + w.nbytes)
+    del Yr
+
+    # ---- 4. elementwise chain (reads X and Y, writes Z)
+    Y2 = U(R, Cc)
+    s = np.float32(0.75)
+    Z = np.empty_like(X)
+
+    def chain_np():
+        T = X * s + Y2
+        return T / (1 + np.exp(-T)) * X  # silu(T) * X
+    case("ewchain", "Z = silu(X*s + Y) * X, 4096x4096 f32", chain_np,
+         checked(fns["elementwise_chain"], ptr(X), ptr(Y2), F32(s), ptr(Z), R, Cc), lambda: Z,
+         TOL_F32, 2.0, nbytes=3 * X.nbytes)
+
+    # ---- table
+    print(f"\n| case | tilec | numpy | tilec rate | numpy rate | tilec/numpy speed | goal | met | max rel err |")
+    print("|---|---:|---:|---:|---:|---:|---:|:-:|---:|")
+    for r in results:
+        if "flops" in r:
+            rt, rn = f"{r['tilec_GFLOPs']:.0f} GFLOP/s", f"{r['numpy_GFLOPs']:.0f} GFLOP/s"
+        else:
+            rt = f"{r['tilec_GBps']:.1f} GB/s ({100 * r['tilec_frac_of_copy']:.0f}% of copy)"
+            rn = f"{r['numpy_GBps']:.1f} GB/s"
+        print(f"| {r['case']}: {r['desc']} | {r['tilec_ms']:.2f} ms | {r['numpy_ms']:.2f} ms | {rt} | {rn} "
+              f"| {r['speedup']:.2f}x | >= {r['goal']}x | {'yes' if r['met'] else '**no**'} "
+              f"| {r['max_rel_error']:.1e} |")
+    print(f"\ncopy ceiling: tilec copy_f32 {ceil['tilec_copy_GBps']:.1f} GB/s, np.copyto "
+          f"{ceil['numpy_copyto_GBps']:.1f} GB/s (bytes counted: inputs read once + outputs written once)")
+    met = sum(r["met"] for r in results)
+    print(f"goals met: {met}/{len(results)}")
+
+    if args.json:
+        Path(args.json).write_text(json.dumps({"env": env, "ceilings": ceil, "results": results,
+                                               "failures": failures}, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if tmp:
+        tmp.cleanup()
+    if failures:
+        print("\nCORRECTNESS FAILURES:\n  " + "\n  ".join(failures), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Shared helpers: compile .tile text for the CPU, build it (cached), run it against the oracle."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tilec import driver
+from tilec.build import cache_root, files_digest, run_make
+from tilec.runner import choose_dims, run_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden/* from the current compiler output")
+
+
+@pytest.fixture
+def update_golden(request):
+    return request.config.getoption("--update-golden")
+
+
+def compile_text(text: str, name: str = "test.tile", target: str = "cpu", verify: bool = True):
+    """(source, parsed module, compiled module) for .tile source text."""
+    src = driver.Source(name, text)
+    m0 = driver.frontend(src)
+    m = driver.compile_module(m0, target, verify=verify)
+    return src, m0, m
+
+
+def build_text(text: str, name: str = "test.tile") -> tuple:
+    """Build all kernels of `text` into the compile cache; returns (parsed module, build dir)."""
+    src, m0, m = compile_text(text, name)
+    files = driver.render(src, m, "cpu")
+    out = cache_root() / files_digest(files)
+    driver.write_files(out, files)
+    run_make(out)
+    return m0, out
+
+
+def check_text(text: str, dims: dict | None = None, seed: int | None = None, name="test.tile"):
+    """Build and run every kernel of `text` on fresh random inputs; assert each output is within
+    its dtype's tolerance of the reference interpreter. Returns {kernel: RunResult}."""
+    m0, out = build_text(text, name)
+    seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
+    results = {}
+    for g in m0.graphs:
+        d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols})
+        r = run_kernel(out / f"lib{g.name}.so", g, d, seed, repeat=1)
+        for o in r.errors:
+            assert r.errors[o] <= r.tolerances[o], (
+                f"{g.name}.{o} dims={d} seed={seed}: max rel error {r.errors[o]:.3e} > "
+                f"tolerance {r.tolerances[o]:.0e}")
+        results[g.name] = r
+    return results

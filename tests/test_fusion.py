@@ -1,0 +1,143 @@
+"""Fusion is real: the partition and the Tile IR of each pattern, asserted structurally."""
+
+from __future__ import annotations
+
+from tilec.ir import tile as T
+
+from conftest import SAMPLES, check_text, compile_text
+
+
+def plan_of(text, kernel=None):
+    _, _, m = compile_text(text)
+    i = 0 if kernel is None else [g.name for g in m.graphs].index(kernel)
+    return m.graphs[i], m.plans[i], m.programs[i]
+
+
+def walk(stmts):
+    for s in stmts:
+        yield s
+        if isinstance(s, T.For):
+            yield from walk(s.body)
+        elif isinstance(s, T.If):
+            yield from walk(s.body)
+            yield from walk(s.orelse)
+
+
+def exprs(e):
+    yield e
+    for f in ("x", "a", "b", "cond"):
+        sub = getattr(e, f, None)
+        if sub is not None and not isinstance(sub, (str, int, float)):
+            yield from exprs(sub)
+    if isinstance(e, T.Load):
+        for i in e.idx:
+            yield from exprs(i)
+
+
+def global_loads(kernel, name):
+    """(statement, load) pairs reading global tensor `name` (tile copies count as loads)."""
+    out = []
+    for s in walk(kernel.body):
+        if isinstance(s, T.Copy) and s.src.buf == name:
+            out.append((s, s.src))
+        for v in [getattr(s, "value", None), getattr(s, "cond", None)]:
+            if v is not None and not isinstance(v, (str,)):
+                out += [(s, e) for e in exprs(v) if isinstance(e, T.Load) and e.buf == name]
+    return out
+
+
+def sample(name):
+    return (SAMPLES / f"{name}.tile").read_text()
+
+
+def test_gemm_epilogue_runs_on_the_accumulator():
+    g, plan, prog = plan_of(sample("gemm_bias_relu"))
+    assert [grp.kind for grp in plan.groups] == ["gemm"]
+    assert prog.workspaces == ()
+    (k,) = prog.kernels
+    stores = [s for s in walk(k.body) if isinstance(s, T.Store) and s.buf == "C"]
+    assert len(stores) == 1
+    loads = {e.buf for e in exprs(stores[0].value) if isinstance(e, T.Load)}
+    assert loads == {"acc", "bias"}
+    assert any(isinstance(e, T.Unary) and e.fn == "relu" for e in exprs(stores[0].value))
+
+
+def test_row_kernels_read_their_input_once():
+    for name, kernel in [("softmax", None), ("rmsnorm", "rmsnorm"), ("layernorm", None)]:
+        g, plan, prog = plan_of(sample(name), kernel)
+        assert [grp.kind for grp in plan.groups] == ["reduce"], name
+        (k,) = prog.kernels
+        assert len(global_loads(k, "X")) == 1, name
+        assert prog.workspaces == ()
+
+
+def test_elementwise_chain_is_one_kernel():
+    g, plan, prog = plan_of(sample("elementwise_chain"))
+    assert [grp.kind for grp in plan.groups] == ["elementwise"]
+    assert len(prog.kernels) == 1 and prog.workspaces == ()
+
+
+def test_dequant_happens_in_the_b_tile_load():
+    g, plan, prog = plan_of(sample("w4a16"))
+    assert [grp.kind for grp in plan.groups] == ["gemm"]
+    (k,) = prog.kernels
+    (kloop,) = [s for s in k.body if isinstance(s, T.For) and s.kind in ("pipelined", "range")]
+    inner = list(walk(kloop.body))
+    assert any(isinstance(s, T.Gemm) for s in inner)
+    wq = [s for s in inner if isinstance(s, T.Store) and
+          any(isinstance(e, T.Load) and e.buf == "Wq" for e in exprs(s.value))]
+    assert wq and all(s.buf == "B_s" for s in wq), "Wq must be dequantized into the B tile"
+    assert prog.workspaces == ()
+
+
+def test_attention_is_one_online_softmax_kernel():
+    for name in ("attention", "causal_attention"):
+        g, plan, prog = plan_of(sample(name))
+        assert [grp.kind for grp in plan.groups] == ["attention"], name
+        assert prog.workspaces == (), "the L x S matrix must not be materialized"
+        (k,) = prog.kernels
+        allocs = [s for s in walk(k.body) if isinstance(s, T.Alloc)]
+        assert all(len(a.shape) <= 2 for a in allocs)
+        gemms = [s for s in walk(k.body) if isinstance(s, T.Gemm)]
+        assert len(gemms) == 2
+
+
+def test_unfusable_intermediate_goes_to_a_workspace():
+    g, plan, prog = plan_of(sample("gemm_gelu_softmax"))
+    assert [grp.kind for grp in plan.groups] == ["gemm", "reduce"]
+    assert [w.name for w in prog.workspaces] == ["ws0"]
+
+
+def test_multi_output_rows_share_one_kernel():
+    g, plan, prog = plan_of(sample("multi_output"))
+    assert len(plan.groups) == 1 and len(plan.groups[0].outputs) == 3
+
+
+FUSE_OFF = """
+kernel k(X: f32[R, C], w: f32[C]) -> Y: f32[R, C]:
+    A = X * w
+    B = exp(A)
+    Y = B / sum(B, axis=-1, keepdims=True)
+
+schedule k:
+    target cpu:
+        fuse off
+"""
+
+
+def test_fuse_off_gives_one_kernel_per_statement_and_same_results():
+    g, plan, prog = plan_of(FUSE_OFF)
+    assert len(prog.kernels) == 3
+    assert {op_stmt for grp in plan.groups for op_stmt in
+            [{g.ops[m].stmt for m in grp.members}.pop()]} == {0, 1, 2}
+    on = FUSE_OFF.replace("fuse off", "fuse on")
+    g2, plan2, prog2 = plan_of(on)
+    assert len(prog2.kernels) == 1
+    check_text(FUSE_OFF, {"R": 33, "C": 70})
+
+
+def test_attention_with_fuse_off_materializes_the_scores():
+    text = sample("attention") + "\nschedule attention:\n    target cpu:\n        fuse off\n"
+    g, plan, prog = plan_of(text)
+    assert len(prog.kernels) >= 2 and prog.workspaces
+    check_text(text, {"B": 1, "H": 2, "L": 33, "S": 70, "D": 16})

@@ -1,0 +1,40 @@
+"""Golden dumps of every pipeline stage and of generated C++ for a few samples.
+
+Regenerate with `pytest tests/test_golden.py --update-golden` and review the diff; never edit
+the files by hand.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tilec import driver
+
+from conftest import ROOT, SAMPLES
+
+GOLDEN = ROOT / "tests" / "golden"
+CASES = ["gemm_bias_relu", "rmsnorm", "attention", "w4a16"]
+STAGES = ["graph", "canonical", "fused", "tiled", "lowered"]
+
+
+def _check(path, text, update):
+    if update:
+        path.write_text(text)
+    assert path.exists(), f"{path.name} missing: run pytest --update-golden and review it"
+    assert text == path.read_text(), f"{path.name} changed: review, then --update-golden"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("name", CASES)
+def test_stage_dump(name, stage, update_golden):
+    src = driver.read_source(str(SAMPLES / f"{name}.tile"))
+    m = driver.stage_module(driver.frontend(src), stage, "cpu", verify=True)
+    _check(GOLDEN / f"{name}.{stage}.txt", driver.print_stage(m, stage), update_golden)
+
+
+def test_generated_cpp(update_golden):
+    src = driver.read_source(str(SAMPLES / "gemm_bias_relu.tile"))
+    m = driver.compile_module(driver.frontend(src), "cpu")
+    files = driver.render(src, m, "cpu")
+    for name in ("gemm_bias_relu.cpp", "gemm_bias_relu.h", "Makefile"):
+        _check(GOLDEN / name, files[name], update_golden)
