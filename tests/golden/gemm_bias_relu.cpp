@@ -30,13 +30,13 @@ static inline int64_t tilec_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b;
 //           for i, j in parallel(min(64, M - by * 64), min(256, N - bx * 256)):
 //               C[by * 64 + i, bx * 256 + j] = f16(relu(acc[i, j] + f32(bias[bx * 256 + j])))
 static int gemm_bias_relu_k0(const tilec_f16* __restrict A, const tilec_f16* __restrict B, const tilec_f16* __restrict bias, tilec_f16* __restrict C, int64_t M, int64_t K, int64_t N) {
-    const int64_t tilec_grid[3] = { tilec_cdiv(N, INT64_C(256)), tilec_cdiv(M, INT64_C(64)), 1 };
+    const int64_t tilec_grid[3] = { tilec_cdiv(N, 256), tilec_cdiv(M, 64), 1 };
     const int64_t tilec_blocks = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];
     // each thread owns one block's tile buffers
-    const size_t tilec_off_A_s = 0;  // shared float[(INT64_C(64)) * (INT64_C(256))]
-    const size_t tilec_off_B_s = tilec_off_A_s + tilec::align64((size_t)((INT64_C(64)) * (INT64_C(256))) * sizeof(float));  // shared float[(INT64_C(256)) * (INT64_C(256))]
-    const size_t tilec_off_acc = tilec_off_B_s + tilec::align64((size_t)((INT64_C(256)) * (INT64_C(256))) * sizeof(float));  // fragment float[(INT64_C(64)) * (INT64_C(256))]
-    const size_t tilec_per_thread = tilec_off_acc + tilec::align64((size_t)((INT64_C(64)) * (INT64_C(256))) * sizeof(float));
+    const size_t tilec_off_A_s = 0;  // shared float[(64) * (256)]
+    const size_t tilec_off_B_s = tilec_off_A_s + tilec::align64((size_t)((64) * (256)) * sizeof(float));  // shared float[(256) * (256)]
+    const size_t tilec_off_acc = tilec_off_B_s + tilec::align64((size_t)((256) * (256)) * sizeof(float));  // fragment float[(64) * (256)]
+    const size_t tilec_per_thread = tilec_off_acc + tilec::align64((size_t)((64) * (256)) * sizeof(float));
     const int tilec_threads = omp_get_max_threads();
     tilec::Scratch tilec_scratch(tilec_per_thread * (size_t)tilec_threads);
     if (tilec_per_thread && !tilec_scratch.data) return TILEC_ERR_OUT_OF_MEMORY;
@@ -51,44 +51,44 @@ static int gemm_bias_relu_k0(const tilec_f16* __restrict A, const tilec_f16* __r
         for (int64_t tilec_b = 0; tilec_b < tilec_blocks; ++tilec_b) {
             const int64_t bx = (tilec_b) % tilec_grid[0];
             const int64_t by = tilec_b / (tilec_grid[0]);
-            std::fill_n(acc, (INT64_C(64)) * (INT64_C(256)), (float)0.0f);
-            for (int64_t k = 0; k < tilec_cdiv(K, INT64_C(256)); ++k) {
+            std::fill_n(acc, (64) * (256), (float)0.0f);
+            for (int64_t k = 0; k < tilec_cdiv(K, 256); ++k) {
                 {  // copy A[by * 64, k * 256] -> A_s (zero outside the tensor)
-                    const int64_t r0 = (by * INT64_C(64)), c0 = (k * INT64_C(256));
-                    const int64_t nr = std::max<int64_t>(0, std::min<int64_t>(INT64_C(64), (M) - r0));
-                    const int64_t nc = std::max<int64_t>(0, std::min<int64_t>(INT64_C(256), (K) - c0));
-                    for (int64_t r = 0; r < INT64_C(64); ++r) {
-                        float* __restrict out = A_s + r * INT64_C(256);
+                    const int64_t r0 = by * 64, c0 = k * 256;
+                    const int64_t nr = std::max<int64_t>(0, std::min<int64_t>(64, M - r0));
+                    const int64_t nc = std::max<int64_t>(0, std::min<int64_t>(256, K - c0));
+                    for (int64_t r = 0; r < 64; ++r) {
+                        float* __restrict out = A_s + r * 256;
                         int64_t c = 0;
                         if (r < nr) {
-                            const tilec_f16* __restrict src = A + ((0) * (M) + r0 + r) * (K) + c0;
+                            const tilec_f16* __restrict src = A + (r0 + r) * K + c0;
                             #pragma omp simd
                             for (c = 0; c < nc; ++c) out[c] = tilec::f16_to_f32(src[c]);
                         }
-                        for (; c < INT64_C(256); ++c) out[c] = 0;
+                        for (; c < 256; ++c) out[c] = 0;
                     }
                 }
                 {  // copy B[k * 256, bx * 256] -> B_s (zero outside the tensor)
-                    const int64_t r0 = (k * INT64_C(256)), c0 = (bx * INT64_C(256));
-                    const int64_t nr = std::max<int64_t>(0, std::min<int64_t>(INT64_C(256), (K) - r0));
-                    const int64_t nc = std::max<int64_t>(0, std::min<int64_t>(INT64_C(256), (N) - c0));
-                    for (int64_t r = 0; r < INT64_C(256); ++r) {
-                        float* __restrict out = B_s + r * INT64_C(256);
+                    const int64_t r0 = k * 256, c0 = bx * 256;
+                    const int64_t nr = std::max<int64_t>(0, std::min<int64_t>(256, K - r0));
+                    const int64_t nc = std::max<int64_t>(0, std::min<int64_t>(256, N - c0));
+                    for (int64_t r = 0; r < 256; ++r) {
+                        float* __restrict out = B_s + r * 256;
                         int64_t c = 0;
                         if (r < nr) {
-                            const tilec_f16* __restrict src = B + ((0) * (K) + r0 + r) * (N) + c0;
+                            const tilec_f16* __restrict src = B + (r0 + r) * N + c0;
                             #pragma omp simd
                             for (c = 0; c < nc; ++c) out[c] = tilec::f16_to_f32(src[c]);
                         }
-                        for (; c < INT64_C(256); ++c) out[c] = 0;
+                        for (; c < 256; ++c) out[c] = 0;
                     }
                 }
-                tilec::gemm_tile<false, false, float>(INT64_C(64), INT64_C(256), INT64_C(256), A_s, INT64_C(256), B_s, INT64_C(256), acc, INT64_C(256));
+                tilec::gemm_tile<false, false, float>(64, 256, 256, A_s, 256, B_s, 256, acc, 256);
             }
-            for (int64_t i = 0; i < std::min<int64_t>(INT64_C(64), (M - (by * INT64_C(64)))); ++i)
+            for (int64_t i = 0; i < std::min<int64_t>(64, M - by * 64); ++i)
                 #pragma omp simd
-                for (int64_t j = 0; j < std::min<int64_t>(INT64_C(256), (N - (bx * INT64_C(256)))); ++j) {
-                    C[(((by * INT64_C(64)) + i)) * (N) + ((bx * INT64_C(256)) + j)] = tilec::f32_to_f16(tilec::round_f16(((float)(tilec::relu((acc[(i) * INT64_C(256) + j] + ((float)(tilec::f16_to_f32(bias[((bx * INT64_C(256)) + j)])))))))));
+                for (int64_t j = 0; j < std::min<int64_t>(256, N - bx * 256); ++j) {
+                    C[(by * 64 + i) * N + (bx * 256 + j)] = tilec::f32_to_f16(tilec::relu(acc[i * 256 + j] + tilec::f16_to_f32(bias[bx * 256 + j])));
                 }
         }
     }

@@ -39,6 +39,12 @@ def cdim(d: Dim) -> str:
     return d.c(cname)
 
 
+def pdim(d: Dim) -> str:
+    """A dimension as a C operand: parenthesized unless it is a name or a number."""
+    text = cdim(d)
+    return text if d.op in ("sym", "const") else f"({text})"
+
+
 def _float_lit(v: float, dtype: str) -> str:
     if math.isinf(v):
         s = "INFINITY" if dtype != "f64" else "HUGE_VAL"
@@ -62,6 +68,14 @@ _UNARY = {
 }
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "idiv": "/", "imod": "%",
           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+# C precedence of the infix operators we print (higher binds tighter)
+_CPREC = {"mul": 13, "div": 13, "idiv": 13, "imod": 13, "add": 12, "sub": 12, "lt": 10, "le": 10,
+          "gt": 10, "ge": 10, "eq": 9, "ne": 9}
+
+
+def _infix(op: str, a: str, b: str) -> str:
+    """`a op b` with operands already parenthesized as needed (see Emitter.operand)."""
+    return f"{a} {_INFIX[op]} {b}"
 
 
 class Emitter:
@@ -84,7 +98,9 @@ class Emitter:
             if is_float(e.dtype):
                 return _float_lit(float(e.value), e.dtype)
             v = int(e.value)
-            return f"INT64_C({v})" if e.dtype == "i64" else f"({CTYPE[e.dtype]}){v}"
+            if e.dtype == "i64":  # index arithmetic: int64_t operands keep it 64-bit
+                return str(v) if -2**31 < v < 2**31 else f"INT64_C({v})"
+            return f"({CTYPE[e.dtype]}){v}"
         if isinstance(e, T.Load):
             return self.load(e)
         if isinstance(e, T.Cast):
@@ -101,7 +117,7 @@ class Emitter:
         if isinstance(e, T.Binary):
             return self.rounded(self.binary(e), e.dtype)
         if isinstance(e, T.Compare):
-            return f"({self.expr(e.a)} {_INFIX[e.fn]} {self.expr(e.b)})"
+            return self.infix(e)
         if isinstance(e, T.Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
         raise TypeError(f"cannot render {e!r}")
@@ -118,9 +134,9 @@ class Emitter:
                 body = f"({prod})" if n > 0 else f"({_float_lit(1.0, e.dtype)} / ({prod}))"
                 return f"([&]{{ const auto tilec_x = {x}; return {body}; }}())"
             return f"std::pow({x}, {_float_lit(float(n), e.dtype)})"
-        a, b = self.expr(e.a), self.expr(e.b)
         if f in _INFIX:
-            return f"({a} {_INFIX[f]} {b})"
+            return self.infix(e)
+        a, b = self.expr(e.a), self.expr(e.b)
         if f == "floordiv":
             return f"tilec::floordiv({a}, {b})"
         if f == "mod":
@@ -137,6 +153,19 @@ class Emitter:
             return f"({a} {'&' if f == 'and' else '|'} {b})"
         raise TypeError(f"cannot render binary {f}")
 
+    def infix(self, e) -> str:
+        """Infix operators print without parentheses; `operand` adds them where C needs them."""
+        p = _CPREC[e.fn]
+        return f"{self.operand(e.a, p, False)} {_INFIX[e.fn]} {self.operand(e.b, p, True)}"
+
+    def operand(self, e, parent: int, right: bool) -> str:
+        text = self.expr(e)
+        mine = _CPREC.get(getattr(e, "fn", None)) if isinstance(e, (T.Binary, T.Compare)) else None
+        if mine is not None and e.dtype not in ("f16", "bf16") and \
+           (mine < parent or right and mine == parent):
+            return f"({text})"
+        return text
+
     @staticmethod
     def rounded(s: str, dtype: str) -> str:
         if dtype == "f16":
@@ -146,8 +175,8 @@ class Emitter:
         return s
 
     def cast(self, x: str, src: str, dst: str) -> str:
-        if src == dst:
-            return x
+        if src == dst or CTYPE.get(src) == CTYPE[dst] == "float" and dst == "f32":
+            return x  # 16-bit floats are already held as (exactly representable) floats
         if dst == "bool":
             return f"({x} != 0)"
         if is_float(dst):
@@ -160,18 +189,23 @@ class Emitter:
 
     def linear(self, shape_c: list, idx) -> str:
         """Row-major linear offset of `idx` in a buffer whose dims render as `shape_c`."""
-        terms = None
-        for d, i in zip(shape_c, idx):
-            ie = self.expr(i)
-            terms = ie if terms is None else f"({terms}) * {d} + {ie}"
-        return terms or "0"
+        n = len(idx)
+        acc = None
+        for k, (d, i) in enumerate(zip(shape_c, idx)):
+            if acc is None:
+                acc = self.operand(i, 13 if n > 1 else 0, False)
+            else:
+                acc = f"{acc} * {d} + {self.operand(i, 12, True)}"
+                if k < n - 1:
+                    acc = f"({acc})"
+        return acc or "0"
 
     def load(self, e: T.Load) -> str:
         if e.buf in self.allocs:
             a = self.allocs[e.buf]
             return f"{cname(e.buf)}[{self.linear([self.expr(s) for s in a.shape], e.idx)}]"
         p = self.globals[e.buf]
-        dims = [f"({cdim(d)})" for d in p.shape]
+        dims = [pdim(d) for d in p.shape]
         if p.dtype in ("u4", "i4"):
             row = self.linear(dims[:-1], e.idx[:-1]) if len(dims) > 1 else "0"
             return (f"tilec::load_{p.dtype}({cname(p.name)}, {row}, {self.expr(e.idx[-1])}, "
@@ -183,12 +217,19 @@ class Emitter:
             return f"tilec::bf16_to_f32({ref})"
         return ref
 
+    def store_expr(self, buf: str, value) -> str:
+        """A stored value; a final cast to the buffer's dtype is the store's own conversion."""
+        if buf in self.globals and isinstance(value, T.Cast) and hasattr(value.x, "dtype") and \
+           value.dtype == self.globals[buf].dtype:
+            value = value.x
+        vd = value.dtype if hasattr(value, "dtype") else "i64"
+        return self.store_value(buf, self.expr(value), vd)
+
     def store_value(self, buf: str, value: str, vdtype: str) -> str:
-        if buf in self.allocs:
-            a = self.allocs[buf]
-            return self.cast(value, vdtype, _stored(a.dtype))
+        if buf in self.allocs:  # 16-bit tiles hold rounded values in float storage
+            return self.cast(value, vdtype, self.allocs[buf].dtype)
         p = self.globals[buf]
-        v = self.cast(value, vdtype, p.dtype)
+        v = self.cast(value, vdtype, "f32" if p.dtype in ("f16", "bf16") else p.dtype)
         if p.dtype == "f16":
             return f"tilec::f32_to_f16({v})"
         if p.dtype == "bf16":
@@ -216,11 +257,12 @@ class Emitter:
         dst = self.allocs[s.dst.buf]
         src = self.globals[s.src.buf]
         rows, cols = (self.expr(x) for x in dst.shape)
-        dims = [f"({cdim(d)})" for d in src.shape]
+        dims = [pdim(d) for d in src.shape]
         offs = [self.expr(o) for o in s.src.offsets]
-        base = "0"
+        base = None  # linear offset of the leading (batch) window indices
         for d, o in zip(dims[:-2], offs[:-2]):
-            base = f"({base}) * {d} + {o}" if base != "0" else o
+            base = o if base is None else f"({base}) * {d} + {o}"
+        row = "r0 + r" if base is None else f"({base}) * {dims[-2]} + r0 + r"
         conv = {"f16": "tilec::f16_to_f32(src[c])", "bf16": "tilec::bf16_to_f32(src[c])"}.get(
             src.dtype, f"({CTYPE[_stored(dst.dtype)]})src[c]")
         self.emit(f"{{  // copy {T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> "
@@ -234,7 +276,7 @@ class Emitter:
         self.emit("int64_t c = 0;", d + 1)
         self.emit("if (r < nr) {", d + 1)
         self.emit(f"const {ABI_TYPE[src.dtype]}* __restrict src = {cname(src.name)} + "
-                  f"(({base}) * {dims[-2]} + r0 + r) * {dims[-1]} + c0;", d + 2)
+                  f"({row}) * {dims[-1]} + c0;", d + 2)
         self.emit("#pragma omp simd", d + 2)
         self.emit(f"for (c = 0; c < nc; ++c) out[c] = {conv};", d + 2)
         self.emit("}", d + 1)
@@ -290,9 +332,8 @@ class Emitter:
             ref = f"{cname(s.buf)}[{self.linear([self.expr(x) for x in a.shape], s.idx)}]"
         else:
             p = self.globals[s.buf]
-            ref = f"{cname(s.buf)}[{self.linear([f'({cdim(d)})' for d in p.shape], s.idx)}]"
-        vd = s.value.dtype if hasattr(s.value, "dtype") else "i64"
-        self.emit(f"{ref} = {self.store_value(s.buf, self.expr(s.value), vd)};", depth)
+            ref = f"{cname(s.buf)}[{self.linear([pdim(d) for d in p.shape], s.idx)}]"
+        self.emit(f"{ref} = {self.store_expr(s.buf, s.value)};", depth)
 
     def s_For(self, s: T.For, depth):
         simd = s.kind == "parallel" and _simd_ok(s.body)
