@@ -25,6 +25,14 @@ def is_squeeze(o: Op, ops) -> bool:
     return o.kind == "reduce" and all(src.type.shape[a] == Dim.const(1) for a in o.attr("axes"))
 
 
+def _same_position(arg: Op, user: Op) -> bool:
+    """Broadcasting `arg` into `user` keeps each element's position (no rank change)."""
+    a, u = arg.type.shape, user.type.shape
+    if user.kind == "reduce" and not user.attr("keepdims"):  # a squeeze drops size-1 axes
+        a = tuple(d for n, d in enumerate(a) if n not in user.attr("axes"))
+    return len(a) == len(u) and all(x == y or x == Dim.const(1) for x, y in zip(a, u)) or not a
+
+
 def _reduced_shapes(shape, axes):
     keep = tuple(Dim.const(1) if i in axes else d for i, d in enumerate(shape))
     drop = tuple(d for i, d in enumerate(shape) if i not in axes)
@@ -59,12 +67,41 @@ class Fuser:
 
     def fits(self, gi: int, op: Op) -> bool:
         grp = self.groups[gi]
-        if not self.fuse and op.stmt != grp["stmt"]:
+        if not self.fuse and op.stmt != grp["stmt"] or op.kind == "transpose":
             return False
         shape = op.type.shape
         if grp["kind"] == "reduce":
-            return shape == grp["domain"] or shape in _reduced_shapes(grp["domain"], grp["axes"])
-        return shape == grp["domain"]
+            ok = shape == grp["domain"] or shape in _reduced_shapes(grp["domain"], grp["axes"])
+        else:
+            ok = shape == grp["domain"]
+        return ok and all(self._inline_ok(a, gi, op, True) for a in op.args)
+
+    def _inline_ok(self, oid: int, gi: int, user: Op, other_groups: bool) -> bool:
+        """Can `user`, computed in group gi, evaluate operand `oid` there? Group values live in
+        tile buffers indexed by the block's own position, so every path from `user` to them
+        must keep the index (same rank; broadcasting only over size-1 axes)."""
+        o = self.ops[oid]
+        if self.home.get(oid) == gi:
+            return oid in self.groups[gi]["open"] and _same_position(o, user)
+        if oid in self.home or oid in self.mat and o.kind != "input":
+            return other_groups
+        if o.kind in LEAVES:
+            return True
+        if o.kind in ("transpose", "dequant", "reduce") or not _same_position(o, user):
+            return not self._touches(oid, gi, set())
+        return all(self._inline_ok(a, gi, o, other_groups) for a in o.args)
+
+    def _touches(self, oid: int, gi: int, seen: set) -> bool:
+        """Does the inlined expression of `oid` read a value that group gi keeps on chip?"""
+        if oid in seen:
+            return False
+        seen.add(oid)
+        if self.home.get(oid) == gi:
+            return True
+        o = self.ops[oid]
+        if oid in self.home or oid in self.mat or o.kind in LEAVES:
+            return False
+        return any(self._touches(a, gi, seen) for a in o.args)
 
     def reduce_group_for(self, o: Op):
         """An existing reduction group over the same rows that can also compute `o`: its input
@@ -75,22 +112,9 @@ class Fuser:
             if grp["kind"] != "reduce" or grp["domain"] != src.type.shape or \
                grp["axes"] != o.attr("axes") or not self.fuse and grp["stmt"] != o.stmt:
                 continue
-            if self._computable_in(src.id, gi, set()):
+            if self._inline_ok(src.id, gi, src, False):
                 return gi
         return None
-
-    def _computable_in(self, oid: int, gi: int, seen: set) -> bool:
-        if oid in seen:
-            return True
-        seen.add(oid)
-        o = self.ops[oid]
-        if self.home.get(oid) == gi and oid in self.groups[gi]["open"]:
-            return True
-        if oid in self.home or oid in self.mat and o.kind != "input":
-            return False
-        if o.kind in LEAVES:
-            return True
-        return all(self._computable_in(a, gi, seen) for a in o.args)
 
     # ---- attention: matmul(P, V) where P = [cast] softmax(score(matmul(Q, K)))
     def match_attention(self, pv: Op) -> dict | None:

@@ -16,6 +16,7 @@ from ..ir.tile import (Alloc, Copy, Fill, For, Gemm, If, Reduce, Region, Store, 
                        land)
 from ..ir.types import Dim, is_float, numel
 from .. import targets
+from .fuse import is_squeeze
 
 NEG_INF = T.Const(-math.inf, "f32")
 
@@ -72,6 +73,18 @@ class GroupLowering:
         self.target, self.sched, self.names = target, sched, names
         self.special: dict = {}  # op id -> callable(idx) -> expr, for values held in tile buffers
         self.used: set = set()  # global buffers touched
+
+    def on_chip(self, oid: int, at, expr):
+        """Op `oid` is held in a tile buffer: `expr` is its value at the block's own positions
+        `at` (a tuple, or a list of accepted tuples). Any other index is a fusion bug, reported
+        as an internal error rather than compiled into wrong code."""
+        accepted = at if isinstance(at, list) else [at]
+
+        def get(idx):
+            if tuple(idx) not in accepted:
+                raise AssertionError(f"%{oid} is on chip but used at another position: {idx} not in {accepted}")
+            return expr
+        self.special[oid] = get
 
     # ---- expressions
     def value(self, oid: int, idx: tuple):
@@ -214,8 +227,8 @@ class GroupLowering:
                 For((k,), (dim_to_expr(K.cdiv(bk)),), "pipelined",
                     tuple(load_a + load_b + [Gemm(As, Bs, acc, ta, tb)]), stages)]
         i, j = self.names.fresh("i"), self.names.fresh("j")
-        self.special[mm.id] = lambda idx: T.Load(acc, (T.Var(i), T.Var(j)), mm.type.dtype)
         r, c = iadd(row0, T.Var(i)), iadd(col0, T.Var(j))
+        self.on_chip(mm.id, tuple(bidx) + (r, c), T.Load(acc, (T.Var(i), T.Var(j)), mm.type.dtype))
         guard = land(ilt(r, dim_to_expr(M)), ilt(c, dim_to_expr(N)))
         body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel",
                         tuple(self.store_outputs(self.grp.outputs, tuple(bidx) + (r, c), guard))))
@@ -266,12 +279,12 @@ class GroupLowering:
                 body.append(Alloc(cache, "local", dt, (BR, COLS)))
                 body.append(For((i, j), (BR, COLS), "parallel",
                                 (If(row_ok, (Store(cache, (vi, vj), self.cast(self.load(rd, full), dt)),)),)))
-                self.special[rd] = (lambda c, d: lambda idx: T.Load(c, (vi, vj), d))(cache, dt)
+                self.on_chip(rd, full, T.Load(cache, (vi, vj), dt))
         users = self.g.users()
         outs = set(self.grp.outputs)
         for m in self.grp.members:
             op = self.ops[m]
-            if op.kind == "reduce":
+            if op.kind == "reduce" and not is_squeeze(op, self.ops):
                 src = self.value(op.args[0], full)
                 if not (isinstance(src, T.Load) and src.idx == (vi, vj)):
                     tmp = self.names.fresh("t")
@@ -279,13 +292,15 @@ class GroupLowering:
                     body.append(For((i, j), (BR, COLS), "parallel",
                                     (If(row_ok, (Store(tmp, (vi, vj), src),)),)))
                     src = T.Load(tmp, (vi, vj), widened(src.dtype))
-                dst = self.names.fresh(op.attr("fn"))
+                    # later uses of the same row-shaped value read it back instead of recomputing
+                    if op.args[0] not in self.special:
+                        self.on_chip(op.args[0], full, src)
+                dst = self.names.fresh("row_" + op.attr("fn"))
                 dt = widened(op.type.dtype)
                 body.append(Alloc(dst, "local", dt, (BR,)))
                 body.append(Reduce(op.attr("fn"), src.buf, dst, 1))
                 # accumulate wide, then round to the declared dtype (e.g. an f16 sum)
-                self.special[m] = (lambda b, d, od: lambda idx: self.cast(T.Load(b, (vi,), d), od))(
-                    dst, dt, op.type.dtype)
+                self.on_chip(m, [keep_idx, drop_idx], self.cast(T.Load(dst, (vi,), dt), op.type.dtype))
             elif op.type.shape != S and (m in outs or any(u in self.members and
                                                           self.ops[u].type.shape == S for u in users[m])):
                 buf = self.names.fresh("v")
@@ -294,7 +309,7 @@ class GroupLowering:
                 body.append(Alloc(buf, "local", dt, (BR,)))
                 body.append(For((i,), (BR,), "parallel",
                                 (If(row_ok, (Store(buf, (vi,), self.cast(self.value(m, at), dt)),)),)))
-                self.special[m] = (lambda b, d: lambda idx: T.Load(b, (vi,), d))(buf, dt)
+                self.on_chip(m, [keep_idx, drop_idx], T.Load(buf, (vi,), dt))
         row_outs = [o for o in self.grp.outputs if self.ops[o].type.shape == S]
         red_outs = [o for o in self.grp.outputs if self.ops[o].type.shape != S]
         if row_outs:
@@ -338,8 +353,9 @@ class GroupLowering:
 
         def L2(n, dt=f32):
             return T.Load(n, (vi, vj), dt)
-        self.special[qk.id] = lambda idx: L2(Sc)
-        score = self.value(role["x"], tuple(bidx) + (iadd(row0, vi), iadd(k0, vj)))
+        qk_at = tuple(bidx) + (iadd(row0, vi), iadd(k0, vj))
+        self.on_chip(qk.id, qk_at, L2(Sc))
+        score = self.value(role["x"], qk_at)
         col_ok = ilt(iadd(k0, vj), dim_to_expr(S))
         is_ninf = T.Compare("eq", L1(mc), NEG_INF)
         loop = load_k + [
@@ -374,10 +390,11 @@ class GroupLowering:
         body += [Alloc(n, "fragment", f32, (BM,)) for n in (mx, mc, l, al, rs)]
         body += load_q + [Fill(mx, NEG_INF), Fill(l, T.Const(0.0, f32)), Fill(O, T.Const(0.0, f32)),
                           For((k,), (dim_to_expr(S.cdiv(bn)),), "pipelined", tuple(loop), stages)]
-        self.special[pv.id] = lambda idx: T.Binary("div", L2(O), L1(l), f32)
-        guard = land(ilt(iadd(row0, vi), dim_to_expr(L)), None)
+        out_at = tuple(bidx) + (iadd(row0, vi), vj)
+        self.on_chip(pv.id, out_at, T.Binary("div", L2(O), L1(l), f32))
+        guard = ilt(iadd(row0, vi), dim_to_expr(L))
         body.append(For((i, j), (BM, DV), "parallel", tuple(self.store_outputs(
-            self.grp.outputs, tuple(bidx) + (iadd(row0, vi), vj), guard))))
+            self.grp.outputs, out_at, guard))))
         grid = [dim_to_expr(L.cdiv(bm))]
         bvars = [bx]
         if batch:
