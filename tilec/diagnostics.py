@@ -32,11 +32,13 @@ class TilecError(Exception):
         head = f"{filename}:{self.loc.line}:{self.loc.col}: error: {self.message}"
         out = [head]
         if 1 <= self.loc.line <= len(lines):
-            text = lines[self.loc.line - 1].expandtabs(8).rstrip()
+            raw = lines[self.loc.line - 1]
+            text = raw.expandtabs(8).rstrip()
+            start = len(raw[: self.loc.col - 1].expandtabs(8))  # caret column after tab expansion
             width = 1
             if self.loc.end_col is not None and self.loc.end_col > self.loc.col:
-                width = self.loc.end_col - self.loc.col
-            caret = " " * (self.loc.col - 1) + "^" + "~" * (width - 1)
+                width = len(raw[: self.loc.end_col - 1].expandtabs(8)) - start
+            caret = " " * start + "^" + "~" * (width - 1)
             out += [f"    {text}", f"    {caret}"]
         if self.note:
             out.append(f"  note: {self.note}")

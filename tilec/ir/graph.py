@@ -99,7 +99,8 @@ class Schedule:
         return dict(self.tile).get(axis, default)
 
     def loc_of(self, key: str) -> Loc | None:
-        return dict(self.locs).get(key, self.loc)
+        locs = dict(self.locs)
+        return locs.get(key) or locs.get(key.split(".")[0]) or self.loc
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,7 @@ def _parser() -> Lark:
         propagate_positions=True,
         postlex=TileIndenter(),
         maybe_placeholders=True,
+        cache=True,  # the LALR tables (and strict checks) are built once per grammar version
     )
 
 
@@ -101,13 +102,51 @@ def _describe_token(tok: Token) -> str:
     return f"'{tok.value}'"
 
 
+# Operators that may continue a complete expression: listed only when nothing else is expected.
+_CONTINUATIONS = {"ADD_OP", "MUL_OP", "COMP_OP", "POW", "VBAR", "AMPERSAND", "DOT", "LPAR"}
+
+
 def _expected(names) -> str:
+    names = set(names)
+    structural = names - _CONTINUATIONS
+    # after a complete operand (an operator could follow), '(' is a call, not structure
+    if structural and names & (_CONTINUATIONS - {"LPAR"}):
+        names = structural
     descs = sorted({_describe_terminal(n) for n in names})
     if len(descs) == 1:
         return descs[0]
-    if len(descs) <= 6:
-        return "one of " + ", ".join(descs)
-    return "something else"
+    if len(descs) == 2:
+        return f"{descs[0]} or {descs[1]}"
+    return "one of " + ", ".join(descs)
+
+
+_CLOSE = {"(": ")", "[": "]"}
+
+
+def _unclosed_bracket(source: str, upto: int) -> Loc | None:
+    """Position of the innermost bracket still open at offset `upto` (strings, comments skipped)."""
+    stack, i, line, col = [], 0, 1, 1
+    while i < min(upto, len(source)):
+        ch = source[i]
+        if ch == "#":
+            while i < len(source) and source[i] != "\n":
+                i += 1
+            continue
+        if ch in "\"'":
+            quote = source[i:i + 3] if source[i:i + 3] in ('"""', "'''") else ch
+            j = source.find(quote, i + len(quote))
+            j = len(source) if j < 0 else j + len(quote)
+            for c in source[i:j]:
+                line, col = (line + 1, 1) if c == "\n" else (line, col + 1)
+            i = j
+            continue
+        if ch in _CLOSE:
+            stack.append((ch, Loc(line, col)))
+        elif ch in ")]" and stack:
+            stack.pop()
+        line, col = (line + 1, 1) if ch == "\n" else (line, col + 1)
+        i += 1
+    return stack[-1] if stack else None
 
 
 def _eof_loc(source: str) -> Loc:
@@ -123,6 +162,12 @@ def _syntax_error(e: UnexpectedInput, source: str) -> TilecError:
         return error(f"unexpected end of file; expected {_expected(e.expected)}", _eof_loc(source))
     if isinstance(e, UnexpectedToken):
         tok = e.token
+        if tok.type in ("$END", "_DEDENT", "_INDENT"):
+            # newlines inside brackets are not tokens: an unclosed bracket surfaces at the end
+            pos = len(source) if tok.type == "$END" or tok.start_pos is None else tok.start_pos
+            open_ = _unclosed_bracket(source, pos)
+            if open_ is not None:
+                return error(f"'{open_[0]}' was never closed", open_[1])
         if tok.type == "$END" or tok.line is None:
             loc = _eof_loc(source)
         else:

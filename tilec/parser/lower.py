@@ -22,6 +22,9 @@ REDUCTIONS = ("sum", "max", "min", "mean", "logsumexp", "softmax")
 OTHER_FNS = ("maximum", "minimum", "where", "clamp", "leaky_relu", "index", "dequant", "transpose")
 KNOWN_FUNCTIONS = UNARY_FNS + REDUCTIONS + OTHER_FNS + PARAM_DTYPES
 CONSTANTS = {"inf": math.inf, "pi": math.pi}
+INT_MIN = {"i4": -8, "u4": 0, "i8": -128, "u8": 0, "i16": -2**15, "i32": -2**31, "i64": -2**63}
+INT_MAX = {"i4": 7, "u4": 15, "i8": 127, "u8": 255, "i16": 2**15 - 1, "i32": 2**31 - 1,
+           "i64": 2**63 - 1}
 _BIN = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "mod", "**": "pow",
         "&": "and", "|": "or"}
 _CMP = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
@@ -36,6 +39,7 @@ class Val:
     weak: bool = False
     const: int | float | None = None  # Python value of literal constants
     dim: Dim | None = None  # the dimension expression of dim-valued scalars
+    loc: Loc | None = None  # where a literal was written
 
 
 class KernelBuilder:
@@ -54,8 +58,9 @@ class KernelBuilder:
         return Val(op.id, type_)
 
     def const(self, value, dtype: str, loc) -> Val:
-        if is_int(dtype) and isinstance(value, float):
-            if math.isinf(value) or math.isnan(value):
+        if is_int(dtype):
+            if isinstance(value, float) and (math.isinf(value) or math.isnan(value)) or \
+               not isinstance(value, float) and not INT_MIN[dtype] <= value <= INT_MAX[dtype]:
                 raise error(f"{value} cannot be represented in {dtype}", loc)
         if dtype == "bool":
             value = bool(value)
@@ -72,7 +77,7 @@ class KernelBuilder:
         if dtype is None:
             dtype = "f32" if is_float(v.type.dtype) else "i64"
         if v.const is not None:
-            return self.const(v.const, dtype, loc)
+            return self.const(v.const, dtype, v.loc or loc)
         return self.cast(v, dtype, loc)
 
     def cast(self, v: Val, dtype: str, loc) -> Val:
@@ -184,9 +189,9 @@ class KernelBuilder:
                 raise error("a dimension must be at least 1", e.loc)
             return Dim.const(e.value)
         if isinstance(e, ast.BinOp) and e.op in ("+", "-", "*", "//", "%"):
-            a, b = self.dim_expr(e.left, False), self.dim_expr(e.right, False)
-            if e.op in ("//", "%") and b == Dim.const(0):
+            if e.op in ("//", "%") and isinstance(e.right, ast.Number) and e.right.value == 0:
                 raise error("division by zero in a dimension", e.right.loc)
+            a, b = self.dim_expr(e.left, False), self.dim_expr(e.right, False)
             return Dim.bin(_BIN[e.op], a, b)
         raise error("a dimension must be a name, an integer, or + - * // % of those", e.loc)
 
@@ -220,7 +225,7 @@ class KernelBuilder:
 
     def ex_Number(self, e: ast.Number) -> Val:
         dt = "f32" if e.is_float else "i64"
-        return Val(self.const(e.value, dt, e.loc).id, TensorType(dt, ()), True, e.value)
+        return Val(self.const(e.value, dt, e.loc).id, TensorType(dt, ()), True, e.value, loc=e.loc)
 
     def ex_Name(self, e: ast.Name) -> Val:
         if e.id in self.env:
@@ -598,7 +603,8 @@ def build_schedule(t: ast.TargetSchedule) -> Schedule:
                         f"did you mean '{near[0]}'?" if near else "keys are " + ", ".join(SCHEDULE_KEYS))
         if it.key in fields:
             raise error(f"schedule key '{it.key}' is given twice", it.loc)
-        locs.append((it.key, it.loc))
+        # errors about a value point at the value (tile sizes: at their `M=`)
+        locs.append((it.key, it.loc if it.key == "tile" or not it.args else it.args[0][2]))
         if it.key == "tile":
             tile = []
             for name, val, loc in it.args:
@@ -609,6 +615,7 @@ def build_schedule(t: ast.TargetSchedule) -> Schedule:
                 if name in dict(tile):
                     raise error(f"tile size {name} is given twice", loc)
                 tile.append((name, val))
+                locs.append((f"tile.{name}", loc))
             fields["tile"] = tuple(tile)
             continue
         if len(it.args) != 1 or it.args[0][0] is not None:

@@ -50,7 +50,7 @@ class ToAst(Transformer):
         return ast.BinOp(_span(c[0].loc, c[1].loc), "&", c[0], c[1])
 
     def pow(self, meta, c):
-        return ast.BinOp(_span(c[0].loc, c[1].loc), "**", c[0], c[1])
+        return ast.BinOp(_span(c[0].loc, c[2].loc), "**", c[0], c[2])
 
     def neg(self, meta, c):
         return ast.Unary(loc_of(meta), "-", c[0])

@@ -41,7 +41,7 @@ class Target:
         for axis, size, gran in zip("MNK", (bm, bn, bk), self.mma):
             if size % gran:
                 raise error(f"tile {axis}={size} is not a multiple of the {self.name} matrix-unit "
-                            f"shape ({axis}={gran})", s.loc_of("tile"))
+                            f"shape ({axis}={gran})", s.loc_of(f"tile.{axis}"))
         need = self.tile_bytes(bm, bn, bk, stages, operand_bytes)
         if need > self.tile_memory:
             raise error(f"schedule needs {_kib(need)} of tile memory per block on {self.name}; "
