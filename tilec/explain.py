@@ -38,6 +38,21 @@ def group_bytes(g: Graph, plan: Plan, grp, dims: dict) -> tuple:
     return r, w
 
 
+def _computed(g: Graph, plan: Plan, grp) -> list:
+    """Ops a kernel evaluates: its members and the producers it inlines (recomputes)."""
+    ops, bufs, out = g.op_map(), dict(plan.buffers), set()
+
+    def visit(i, top):
+        if i in out or (not top and (i in bufs or i in grp.members)) or ops[i].kind in LEAVES:
+            return
+        out.add(i)
+        for a in ops[i].args:
+            visit(a, False)
+    for m in grp.members:
+        visit(m, True)
+    return sorted(out)
+
+
 def _mb(n: int) -> str:
     return f"{n / 1e6:.2f} MB"
 
@@ -52,7 +67,7 @@ def explain(g: Graph, plan: Plan, dims: dict) -> str:
         r, w = group_bytes(g, plan, grp, dims)
         fused += r + w
         kinds = []
-        for m in grp.members:
+        for m in _computed(g, plan, grp):
             o = ops[m]
             k = o.attr("fn") if o.kind in ("unary", "binary", "compare") else \
                 f"{o.kind}.{o.attr('fn')}" if o.kind == "reduce" else o.kind

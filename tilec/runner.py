@@ -44,8 +44,11 @@ def _relations(g: Graph) -> list:
     return conds
 
 
-def choose_dims(g: Graph, given: dict) -> dict:
-    """Given dims, plus defaults for the others that satisfy the kernel's assumes."""
+def choose_dims(g: Graph, given: dict, inner: int = None, batch: int = None) -> dict:
+    """Given dims, plus defaults for the others that satisfy the kernel's assumes: `inner` for
+    symbols that size one of a tensor's last two axes, `batch` for the others."""
+    inner = DEFAULT_DIM if inner is None else inner
+    batch = BATCH_DIM if batch is None else batch
     for name in given:
         if name not in g.symbols:
             raise error(f"kernel {g.name} has no dimension '{name}' (it has: "
@@ -53,12 +56,12 @@ def choose_dims(g: Graph, given: dict) -> dict:
     dims = dict(given)
     conds = _relations(g)
     # symbols that only size leading (batch) axes default small: the work grows with their product
-    inner = {s for p in g.params for d in p.type.shape[-2:] for s in d.symbols()}
+    inner_syms = {s for p in g.params for d in p.type.shape[-2:] for s in d.symbols()}
     for s in g.symbols:
         if s in dims:
             continue
-        start = DEFAULT_DIM if s in inner else BATCH_DIM
-        for v in list(range(start, 4 * DEFAULT_DIM)) + [2 ** k for k in range(9, 14)]:
+        start = inner if s in inner_syms else batch
+        for v in list(range(start, start + 4 * DEFAULT_DIM)) + [2 ** k for k in range(9, 14)]:
             trial = dict(dims, **{s: v})
             if all(c.eval(trial) for c in conds if set(c.symbols()) <= set(trial)):
                 dims[s] = v
