@@ -7,11 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, SAMPLES, build_text
 
 TILEC = shutil.which("tilec")

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tilec.ir import tile as T
-
 from conftest import SAMPLES, check_text, compile_text
+
+from tilec.ir import tile as T
 
 
 def plan_of(text, kernel=None):

@@ -7,10 +7,9 @@ the files by hand.
 from __future__ import annotations
 
 import pytest
+from conftest import ROOT, SAMPLES
 
 from tilec import driver
-
-from conftest import ROOT, SAMPLES
 
 GOLDEN = ROOT / "tests" / "golden"
 CASES = ["gemm_bias_relu", "rmsnorm", "attention", "w4a16"]

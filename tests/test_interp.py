@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import SAMPLES
 
 from tilec import driver, interp
 from tilec.passes import canonicalize
 from tilec.runner import choose_dims
-
-from conftest import SAMPLES
 
 
 def test_bf16_rounding_is_nearest_even():

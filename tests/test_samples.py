@@ -4,7 +4,6 @@ interpreter, at sizes that are and are not multiples of its tiles (and at the sm
 from __future__ import annotations
 
 import pytest
-
 from conftest import SAMPLES, check_text
 
 SAMPLE_FILES = sorted(SAMPLES.glob("*.tile"))

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
-import tempfile
 import traceback
 from pathlib import Path
 
@@ -46,7 +44,7 @@ def guarded(fn):
             click.echo(f"{where}: internal compiler error: {type(e).__name__}: {e}\n"
                        "  please report this with the input file (TILEC_DEBUG=1 shows the trace)",
                        err=True)
-            raise SystemExit(2)
+            raise SystemExit(2) from None
     return wrapper
 
 
@@ -137,7 +135,7 @@ def _build(state, file, target, out, kernel, emit_only):
 def build(state, file, target, out, kernel, emit_only):
     """Compile FILE: sources, header, Makefile, then the libraries."""
     out = out or os.path.join("build", Path(file).stem)
-    m0, m, out_dir = _build(state, file, target, out, kernel, emit_only)
+    _, m, out_dir = _build(state, file, target, out, kernel, emit_only)
     what = "sources" if emit_only else "libraries"
     names = ", ".join(g.name for g in m.graphs)
     click.echo(f"{state['src'].display}: {what} for {names} in {out_dir}")

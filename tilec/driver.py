@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__
+from . import __version__, targets
 from .diagnostics import TilecError, error
 from .ir.fused import print_plan
 from .ir.graph import Module, print_module
@@ -18,7 +18,6 @@ from .ir.verify import verify_module
 from .parser import parse
 from .parser.lower import lower_module
 from .passes import PASS_NAMES, PIPELINE
-from . import targets
 
 STAGES = ("graph", "canonical", "fused", "tiled", "lowered")
 _STAGE_AFTER = {"canonical": "canonicalize", "fused": "fuse", "tiled": "tile", "lowered": "pipeline"}
@@ -157,5 +156,16 @@ def write_files(out_dir: Path, files: dict) -> list:
     return written
 
 
-__all__ = ["STAGES", "PASS_NAMES", "TilecError", "read_source", "frontend", "compile_module",
-           "render", "write_files", "select", "stage_module", "print_stage"]
+__all__ = [
+    "PASS_NAMES",
+    "STAGES",
+    "TilecError",
+    "compile_module",
+    "frontend",
+    "print_stage",
+    "read_source",
+    "render",
+    "select",
+    "stage_module",
+    "write_files",
+]

@@ -61,7 +61,7 @@ def quantize(x, dtype: str) -> np.ndarray:
 def _unary(fn: str, x):
     with np.errstate(all="ignore"):
         f = {
-            "neg": lambda: -x, "not": lambda: ~x if x.dtype == bool else ~x,
+            "neg": lambda: -x, "not": lambda: ~x,
             "abs": lambda: np.abs(x), "exp": lambda: np.exp(x), "exp2": lambda: np.exp2(x),
             "log": lambda: np.log(x), "log2": lambda: np.log2(x), "sqrt": lambda: np.sqrt(x),
             "rsqrt": lambda: 1.0 / np.sqrt(x), "sin": lambda: np.sin(x), "cos": lambda: np.cos(x),

@@ -44,7 +44,7 @@ def _relations(g: Graph) -> list:
     return conds
 
 
-def choose_dims(g: Graph, given: dict, inner: int = None, batch: int = None) -> dict:
+def choose_dims(g: Graph, given: dict, inner: int | None = None, batch: int | None = None) -> dict:
     """Given dims, plus defaults for the others that satisfy the kernel's assumes: `inner` for
     symbols that size one of a tensor's last two axes, `batch` for the others."""
     inner = DEFAULT_DIM if inner is None else inner

@@ -45,7 +45,7 @@ def promote(a: str, b: str) -> str:
     if ka in "iu" and kb in "iu":
         if ka == kb:
             return a if ba >= bb else b
-        (s, sb), (u, ub) = ((a, ba), (b, bb)) if ka == "i" else ((b, bb), (a, ba))
+        (s, sb), (_, ub) = ((a, ba), (b, bb)) if ka == "i" else ((b, bb), (a, ba))
         if sb > ub:
             return s
         return {4: "i8", 8: "i16", 16: "i32", 32: "i64", 64: "f64"}[ub]
@@ -75,23 +75,23 @@ class Dim:
 
     # -- construction
     @staticmethod
-    def sym(name: str) -> "Dim":
+    def sym(name: str) -> Dim:
         return Dim("sym", (name,))
 
     @staticmethod
-    def const(v: int) -> "Dim":
+    def const(v: int) -> Dim:
         return Dim("const", (int(v),))
 
     @staticmethod
-    def of(x) -> "Dim":
+    def of(x) -> Dim:
         return x if isinstance(x, Dim) else Dim.const(x)
 
     @staticmethod
-    def bin(op: str, a, b) -> "Dim":
+    def bin(op: str, a, b) -> Dim:
         a, b = Dim.of(a), Dim.of(b)
         if a.op == "const" and b.op == "const":
             return Dim.const(_fold(op, a.args[0], b.args[0]))
-        if op == "add" and b == Dim.const(0) or op == "sub" and b == Dim.const(0):
+        if (op == "add" and b == Dim.const(0)) or (op == "sub" and b == Dim.const(0)):
             return a
         if op == "add" and a == Dim.const(0):
             return b
@@ -127,7 +127,7 @@ class Dim:
     def __mod__(self, o):
         return Dim.bin("mod", self, o)
 
-    def cdiv(self, o) -> "Dim":
+    def cdiv(self, o) -> Dim:
         o = Dim.of(o)
         if o == Dim.const(1):
             return self
@@ -219,7 +219,7 @@ class TensorType:
             return self.dtype
         return f"{self.dtype}[{', '.join(str(d) for d in self.shape)}]"
 
-    def with_dtype(self, dtype: str) -> "TensorType":
+    def with_dtype(self, dtype: str) -> TensorType:
         return TensorType(dtype, self.shape)
 
 

@@ -11,8 +11,17 @@ from dataclasses import dataclass
 
 from ..diagnostics import Loc, error
 from ..ir.graph import AssumeDecl, Graph, Module, Op, ParamDecl, Schedule, attrs
-from ..ir.types import (DTYPES, PACKED, PARAM_DTYPES, Dim, TensorType, broadcast_shapes, is_float,
-                        is_int, promote)
+from ..ir.types import (
+    DTYPES,
+    PACKED,
+    PARAM_DTYPES,
+    Dim,
+    TensorType,
+    broadcast_shapes,
+    is_float,
+    is_int,
+    promote,
+)
 from . import ast
 
 UNARY_FNS = ("abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf",
@@ -58,10 +67,10 @@ class KernelBuilder:
         return Val(op.id, type_)
 
     def const(self, value, dtype: str, loc) -> Val:
-        if is_int(dtype):
-            if isinstance(value, float) and (math.isinf(value) or math.isnan(value)) or \
-               not isinstance(value, float) and not INT_MIN[dtype] <= value <= INT_MAX[dtype]:
-                raise error(f"{value} cannot be represented in {dtype}", loc)
+        if is_int(dtype) and (
+                (isinstance(value, float) and (math.isinf(value) or math.isnan(value))) or
+                (not isinstance(value, float) and not INT_MIN[dtype] <= value <= INT_MAX[dtype])):
+            raise error(f"{value} cannot be represented in {dtype}", loc)
         if dtype == "bool":
             value = bool(value)
         elif is_int(dtype):
@@ -305,15 +314,15 @@ class KernelBuilder:
         if e.op == "@":
             return self.matmul(a, b, e)
         # dimension arithmetic stays symbolic (e.g. `D * 2`)
-        if a.dim is not None or b.dim is not None:
-            if (a.dim is not None or (a.const is not None and isinstance(a.const, int))) and \
-               (b.dim is not None or (b.const is not None and isinstance(b.const, int))) and \
-               e.op in ("+", "-", "*", "//", "%"):
-                da = a.dim if a.dim is not None else Dim.const(a.const)
-                db = b.dim if b.dim is not None else Dim.const(b.const)
-                if e.op in ("//", "%") and db == Dim.const(0):
-                    raise error("division by zero", e.right.loc)
-                return self.dim_val(Dim.bin(_BIN[e.op], da, db), e.loc)
+        def int_like(v):
+            return v.dim is not None or isinstance(v.const, int)
+        if (a.dim is not None or b.dim is not None) and int_like(a) and int_like(b) and \
+           e.op in ("+", "-", "*", "//", "%"):
+            da = a.dim if a.dim is not None else Dim.const(a.const)
+            db = b.dim if b.dim is not None else Dim.const(b.const)
+            if e.op in ("//", "%") and db == Dim.const(0):
+                raise error("division by zero", e.right.loc)
+            return self.dim_val(Dim.bin(_BIN[e.op], da, db), e.loc)
         if a.const is not None and b.const is not None and e.op not in ("&", "|"):
             return self.fold(e, a, b)
         if e.op == "**":

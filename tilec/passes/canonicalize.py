@@ -22,7 +22,7 @@ def canonicalize_graph(g):
         a = [ed.map[x] for x in op.args]
         t, loc, st = op.type, op.loc, op.stmt
 
-        def E(kind, args, type_, **kw):
+        def E(kind, args, type_, loc=loc, st=st, **kw):
             return ed.emit(kind, args, type_, attrs(**kw), loc, st)
 
         if op.kind == "cast" and ed.ops[a[0]].type == t:

@@ -30,7 +30,7 @@ def _same_position(arg: Op, user: Op) -> bool:
     a, u = arg.type.shape, user.type.shape
     if user.kind == "reduce" and not user.attr("keepdims"):  # a squeeze drops size-1 axes
         a = tuple(d for n, d in enumerate(a) if n not in user.attr("axes"))
-    return len(a) == len(u) and all(x == y or x == Dim.const(1) for x, y in zip(a, u)) or not a
+    return (len(a) == len(u) and all(x == y or x == Dim.const(1) for x, y in zip(a, u))) or not a
 
 
 def _reduced_shapes(shape, axes):
@@ -67,7 +67,7 @@ class Fuser:
 
     def fits(self, gi: int, op: Op) -> bool:
         grp = self.groups[gi]
-        if not self.fuse and op.stmt != grp["stmt"] or op.kind == "transpose":
+        if (not self.fuse and op.stmt != grp["stmt"]) or op.kind == "transpose":
             return False
         shape = op.type.shape
         if grp["kind"] == "reduce":
@@ -83,7 +83,7 @@ class Fuser:
         o = self.ops[oid]
         if self.home.get(oid) == gi:
             return oid in self.groups[gi]["open"] and _same_position(o, user)
-        if oid in self.home or oid in self.mat and o.kind != "input":
+        if oid in self.home or (oid in self.mat and o.kind != "input"):
             return other_groups
         if o.kind in LEAVES:
             return True
@@ -110,7 +110,7 @@ class Fuser:
         for gi in reversed(range(len(self.groups))):
             grp = self.groups[gi]
             if grp["kind"] != "reduce" or grp["domain"] != src.type.shape or \
-               grp["axes"] != o.attr("axes") or not self.fuse and grp["stmt"] != o.stmt:
+               grp["axes"] != o.attr("axes") or (not self.fuse and grp["stmt"] != o.stmt):
                 continue
             if self._inline_ok(src.id, gi, src, False):
                 return gi
@@ -153,11 +153,11 @@ class Fuser:
                 qk = o.id
                 continue
             if o.kind not in ("cast", "unary", "binary", "compare", "where") or \
-               o.type.shape != x.type.shape and self._depends_on_anchor(o):
+               (o.type.shape != x.type.shape and self._depends_on_anchor(o)):
                 return None
             score.append(o.id)
             stack.extend(o.args)
-        if qk is None or self.ops[qk].type.dtype != "f32" and self.ops[qk].type.dtype != "f64":
+        if qk is None or (self.ops[qk].type.dtype != "f32" and self.ops[qk].type.dtype != "f64"):
             return None
         inner = set(score) | {qk, m.id, d.id, e.id, s.id} | set(chain)
         for o in inner:

@@ -7,15 +7,34 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from .. import targets
 from ..diagnostics import error
 from ..ir import tile as T
 from ..ir.fused import Group, Plan
 from ..ir.graph import Graph, Module
-from ..ir.tile import (Alloc, Copy, Fill, For, Gemm, If, Reduce, Region, Store, TensorDecl,
-                       TileKernel, TileProgram, dim_to_expr, iadd, iconst, idiv, ilt, imod, imul,
-                       land)
+from ..ir.tile import (
+    Alloc,
+    Copy,
+    Fill,
+    For,
+    Gemm,
+    If,
+    Reduce,
+    Region,
+    Store,
+    TensorDecl,
+    TileKernel,
+    TileProgram,
+    dim_to_expr,
+    iadd,
+    iconst,
+    idiv,
+    ilt,
+    imod,
+    imul,
+    land,
+)
 from ..ir.types import Dim, is_float, numel
-from .. import targets
 from .fuse import is_squeeze
 
 NEG_INF = T.Const(-math.inf, "f32")
@@ -82,7 +101,8 @@ class GroupLowering:
 
         def get(idx):
             if tuple(idx) not in accepted:
-                raise AssertionError(f"%{oid} is on chip but used at another position: {idx} not in {accepted}")
+                raise AssertionError(f"%{oid} is on chip but used at another position: "
+                                     f"{idx} not in {accepted}")
             return expr
         self.special[oid] = get
 
@@ -313,7 +333,8 @@ class GroupLowering:
         row_outs = [o for o in self.grp.outputs if self.ops[o].type.shape == S]
         red_outs = [o for o in self.grp.outputs if self.ops[o].type.shape != S]
         if row_outs:
-            body.append(For((i, j), (BR, COLS), "parallel", tuple(self.store_outputs(row_outs, full, row_ok))))
+            body.append(For((i, j), (BR, COLS), "parallel",
+                            tuple(self.store_outputs(row_outs, full, row_ok))))
         for o in red_outs:
             at = keep_idx if self.ops[o].type.shape == keep_shape else drop_idx
             body.append(For((i,), (BR,), "parallel", tuple(self.store_outputs([o], at, row_ok))))

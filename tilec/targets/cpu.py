@@ -126,11 +126,11 @@ class Emitter:
         f = e.fn
         if f == "pow":
             x, n = self.expr(e.a), e.exponent
-            if isinstance(n, int) or float(n).is_integer() and abs(n) <= 4:
+            if isinstance(n, int) or (float(n).is_integer() and abs(n) <= 4):
                 n = int(n)
                 if n == 0:
                     return "1" if is_int(e.dtype) else _float_lit(1.0, e.dtype)
-                prod = " * ".join([f"tilec_x"] * abs(n))
+                prod = " * ".join(["tilec_x"] * abs(n))
                 body = f"({prod})" if n > 0 else f"({_float_lit(1.0, e.dtype)} / ({prod}))"
                 return f"([&]{{ const auto tilec_x = {x}; return {body}; }}())"
             return f"std::pow({x}, {_float_lit(float(n), e.dtype)})"
@@ -162,7 +162,7 @@ class Emitter:
         text = self.expr(e)
         mine = _CPREC.get(getattr(e, "fn", None)) if isinstance(e, (T.Binary, T.Compare)) else None
         if mine is not None and e.dtype not in ("f16", "bf16") and \
-           (mine < parent or right and mine == parent):
+           (mine < parent or (right and mine == parent)):
             return f"({text})"
         return text
 
@@ -175,7 +175,7 @@ class Emitter:
         return s
 
     def cast(self, x: str, src: str, dst: str) -> str:
-        if src == dst or CTYPE.get(src) == CTYPE[dst] == "float" and dst == "f32":
+        if src == dst or (CTYPE.get(src) == CTYPE[dst] == "float" and dst == "f32"):
             return x  # 16-bit floats are already held as (exactly representable) floats
         if dst == "bool":
             return f"({x} != 0)"
