@@ -85,11 +85,12 @@ static int gemm_bias_relu_k0(const tilec_f16* __restrict A, const tilec_f16* __r
                 }
                 tilec::gemm_tile<false, false, float>(64, 256, 256, A_s, 256, B_s, 256, acc, 256);
             }
-            for (int64_t i = 0; i < std::min<int64_t>(64, M - by * 64); ++i)
+            for (int64_t i = 0; i < std::min<int64_t>(64, M - by * 64); ++i) {
                 #pragma omp simd
                 for (int64_t j = 0; j < std::min<int64_t>(256, N - bx * 256); ++j) {
                     C[(by * 64 + i) * N + (bx * 256 + j)] = tilec::f32_to_f16(tilec::relu(acc[i * 256 + j] + tilec::f16_to_f32(bias[bx * 256 + j])));
                 }
+            }
         }
     }
     return TILEC_OK;

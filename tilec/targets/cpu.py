@@ -87,6 +87,7 @@ class Emitter:
         self.allocs = allocs  # name -> Alloc
         self.lines: list[str] = []
         self.tmp = 0
+        self.hoisted: dict = {}  # Load -> name of a local holding it
 
     # ---- expressions
     def expr(self, e) -> str:
@@ -201,6 +202,8 @@ class Emitter:
         return acc or "0"
 
     def load(self, e: T.Load) -> str:
+        if e in self.hoisted:
+            return self.hoisted[e]
         if e.buf in self.allocs:
             a = self.allocs[e.buf]
             return f"{cname(e.buf)}[{self.linear([self.expr(s) for s in a.shape], e.idx)}]"
@@ -337,13 +340,29 @@ class Emitter:
 
     def s_For(self, s: T.For, depth):
         simd = s.kind == "parallel" and _simd_ok(s.body)
+        last = len(s.vars) - 1
+        scoped = []
         for n, (v, ext) in enumerate(zip(s.vars, s.extents)):
-            if simd and n == len(s.vars) - 1:
-                self.emit("#pragma omp simd", depth + n)
-            self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)})"
-                      + (" {" if n == len(s.vars) - 1 else ""), depth + n)
+            d = depth + n
+            if n == last and last > 0 and s.kind == "parallel":
+                # tile-buffer values that do not vary along the innermost loop are read once per
+                # outer iteration: g++ does not vectorize the inner loop when it must reload them
+                for load in _invariant_loads(s.body, s.vars[-1], set(self.allocs)):
+                    name = f"tilec_h{self.tmp}"
+                    self.tmp += 1
+                    ct = CTYPE[_stored(self.allocs[load.buf].dtype)]
+                    self.emit(f"const {ct} {name} = {self.load(load)};", d)
+                    self.hoisted[load] = name
+                    scoped.append(load)
+            if simd and n == last:
+                self.emit("#pragma omp simd", d)
+            self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)}) {{",
+                      d)
         self.stmts(s.body, depth + len(s.vars))
-        self.emit("}", depth + len(s.vars) - 1)
+        for n in reversed(range(len(s.vars))):
+            self.emit("}", depth + n)
+        for load in scoped:  # the locals go out of scope with the loop
+            del self.hoisted[load]
 
     def s_If(self, s: T.If, depth):
         self.emit(f"if ({self.expr(s.cond)}) {{", depth)
@@ -357,6 +376,43 @@ class Emitter:
 def _stored(dtype: str) -> str:
     """Dtype of tile-buffer elements on the CPU: 16-bit floats are kept as f32."""
     return "f32" if dtype in ("f16", "bf16") else ("i32" if dtype in ("u4", "i4") else dtype)
+
+
+def _walk_exprs(e):
+    yield e
+    for f in ("x", "a", "b", "cond"):
+        sub = getattr(e, f, None)
+        if sub is not None and not isinstance(sub, (str, int, float)):
+            yield from _walk_exprs(sub)
+    if isinstance(e, T.Load):
+        for i in e.idx:
+            yield from _walk_exprs(i)
+
+
+def _invariant_loads(body, var: str, allocs: set) -> list:
+    """Loads of tile buffers in `body` whose index does not use `var` and whose buffer `body`
+    does not write (so reading them once before the loop is exact), in first-use order."""
+    written, exprs = set(), []
+
+    def visit(stmts):
+        for st in stmts:
+            if isinstance(st, T.Store):
+                written.add(st.buf)
+                exprs.extend(st.idx)
+                exprs.append(st.value)
+            elif isinstance(st, T.If):
+                exprs.append(st.cond)
+                visit(st.body)
+                visit(st.orelse)
+    visit(body)
+    out = []
+    for e in exprs:
+        for x in _walk_exprs(e):
+            if isinstance(x, T.Load) and x.buf in allocs and x.buf not in written and x not in out \
+               and not any(isinstance(y, T.Var) and y.name == var for i in x.idx
+                           for y in _walk_exprs(i)):
+                out.append(x)
+    return out
 
 
 def _simd_ok(body) -> bool:
