@@ -141,3 +141,24 @@ def test_attention_with_fuse_off_materializes_the_scores():
     g, plan, prog = plan_of(text)
     assert len(prog.kernels) >= 2 and prog.workspaces
     check_text(text, {"B": 1, "H": 2, "L": 33, "S": 70, "D": 16})
+
+
+ATTENTION_VARIANTS = """
+kernel att_mask(Q: f32[H, L, D], K: f32[H, S, D], V: f16[H, S, E], mask: f32[L, S]) -> O: f32[H, L, E]:
+    P = softmax(Q @ K.T * 0.125 + mask, axis=-1)
+    O = P @ V
+
+kernel att_bf16(Q: bf16[B, L, D], K: bf16[B, S, D], V: bf16[B, S, D], scale: f32) -> O: bf16[B, L, D]:
+    T = Q @ transpose(K) * scale
+    T = where(index(T, -1) >= index(T, -2) + 3, -inf, T)
+    O = bf16(softmax(T, axis=-1)) @ V
+"""
+
+
+def test_attention_variants_fuse_and_match():
+    """An additive mask tensor, f32 probabilities with f16 values, a value head dim that differs
+    from the key's, a shifted causal mask, bf16 data, a scalar scale parameter."""
+    _, _, m = compile_text(ATTENTION_VARIANTS)
+    assert [[grp.kind for grp in p.groups] for p in m.plans] == [["attention"], ["attention"]]
+    for dims in (dict(H=2, L=64, S=128, D=32, E=48, B=2), dict(H=2, L=70, S=33, D=5, E=7, B=1)):
+        check_text(ATTENTION_VARIANTS, dims)
