@@ -43,7 +43,10 @@ def read_source(path: str) -> Source:
 
 
 def frontend(src: Source) -> Module:
-    return lower_module(parse(src.text))
+    m = lower_module(parse(src.text))
+    if not m.graphs:
+        raise error("the file defines no kernel")
+    return m
 
 
 def select(m: Module, kernel: str | None) -> Module:

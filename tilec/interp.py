@@ -80,9 +80,10 @@ def _unary(fn: str, x):
 
 def _binary(fn: str, a, b, dtype: str):
     with np.errstate(all="ignore"):
-        if fn in ("floordiv", "mod"):
-            b0 = np.where(b == 0, 1, b)  # C-side behaviour on zero divisors is undefined; keep going
-            return np.floor_divide(a, b0) if fn == "floordiv" else np.mod(a, b0)
+        if fn in ("floordiv", "mod"):  # integers only; a zero divisor gives 0, as in NumPy
+            b0 = np.where(b == 0, 1, b)
+            r = np.floor_divide(a, b0) if fn == "floordiv" else np.mod(a, b0)
+            return np.where(b == 0, 0, r)
         return {
             "add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
             "div": lambda: a / b, "maximum": lambda: np.maximum(a, b),

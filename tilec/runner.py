@@ -111,6 +111,8 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5) -> Ru
     for p in g.params:
         if p.is_scalar:
             v = interp.to_storage(inputs[p.name], p.type.dtype)
+            if p.type.dtype == "f16":  # passed as its bits (tilec_f16)
+                v = v.view(np.uint16)
             args.append(_ctype(p.type.dtype)(v.item()))
         else:
             a = interp.to_storage(inputs[p.name], p.type.dtype)

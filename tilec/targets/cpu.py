@@ -127,7 +127,7 @@ class Emitter:
         f = e.fn
         if f == "pow":
             x, n = self.expr(e.a), e.exponent
-            if isinstance(n, int) or (float(n).is_integer() and abs(n) <= 4):
+            if float(n).is_integer() and abs(n) <= 4:  # small powers: multiplications
                 n = int(n)
                 if n == 0:
                     return "1" if is_int(e.dtype) else _float_lit(1.0, e.dtype)

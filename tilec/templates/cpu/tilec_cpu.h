@@ -132,8 +132,9 @@ static inline I sat_cast(double x) {
 
 // ---------------------------------------------------------------------------
 // Python floor division / modulo.  For integers: C++ truncates toward zero,
-// so adjust when the remainder is nonzero and the signs differ (b != 0 is
-// assumed, as is the absence of MIN / -1).  Floats follow CPython's float_divmod.
+// so adjust when the remainder is nonzero and the signs differ.  Integer
+// division by zero gives 0 (NumPy's result) instead of trapping, and MIN / -1
+// wraps to MIN as in NumPy.  Floats follow CPython's float_divmod.
 template <typename T>
 static inline T floordiv(T a, T b) {
     if constexpr (std::is_floating_point<T>::value) {
@@ -147,10 +148,12 @@ static inline T floordiv(T a, T b) {
         }
         return std::copysign((T)0, a / b);
     } else if constexpr (std::is_signed<T>::value) {
+        if (b == 0) return (T)0;
+        if (b == -1) return (T)(0u - (typename std::make_unsigned<T>::type)a);
         const T q = (T)(a / b);
         return (T)(q - (T)(((a % b) != 0) & ((a < 0) != (b < 0))));
     } else {
-        return (T)(a / b);
+        return b == 0 ? (T)0 : (T)(a / b);
     }
 }
 template <typename T>
@@ -164,10 +167,11 @@ static inline T floormod(T a, T b) {
         }
         return mod;
     } else if constexpr (std::is_signed<T>::value) {
+        if (b == 0 || b == -1) return (T)0;
         const T r = (T)(a % b);
         return (T)((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);
     } else {
-        return (T)(a % b);
+        return b == 0 ? (T)0 : (T)(a % b);
     }
 }
 

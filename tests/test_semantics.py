@@ -1,0 +1,79 @@
+"""Small programs for language corners the samples do not reach, each built for the CPU and
+checked against the reference interpreter."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import check_text
+
+PROGRAMS = {
+    "integer_division_by_zero_is_zero": """
+kernel k(X: i32[N], Y: i32[N]) -> (Q: i32[N], R: i32[N]):
+    Q = X // (Y - 3)
+    R = X % (Y - 3)
+""",
+    "powers": """
+kernel k(X: f32[N]) -> Y: f32[N]:
+    Y = X ** 2 + (X * X + 1.0) ** -1 + (X * X) ** 0.5 + X ** 100000
+""",
+    "saturating_integer_outputs": """
+kernel k(X: f32[N]) -> (A: i8[N], B: u8[N], C: i16[N]):
+    A = X * 1000.0
+    B = X * 300.0
+    C = X * 1e6
+""",
+    "bool_and_comparisons": """
+kernel k(X: f32[R, C], t: f32) -> (M: u8[R, C], Y: f32[R, C]):
+    big = (X > t) | (X < -t)
+    M = big & ~(X == 0.0)
+    Y = where(big, X, 0.0)
+""",
+    "f64_and_int_promotion": """
+kernel k(X: f64[R, C], I: i32[C]) -> Y: f64[R, C]:
+    Y = X * I + I / 3
+""",
+    "integer_matmul": """
+kernel k(A: i8[M, K], B: i8[K, N]) -> C: i32[M, N]:
+    C = A @ B
+""",
+    "f16_scalar_and_dims_as_values": """
+kernel k(X: f16[R, C], s: f16) -> Y: f32[R, C]:
+    Y = f32(X) * s / f32(C) + f32(R * 2)
+""",
+    "dequant_with_zero_tensor_i4": """
+kernel k(A: f32[M, K], W: i4[K, N], s: f32[K // 32, N], z: f32[K // 32, N]) -> C: f32[M, N]:
+    assume K % 32 == 0
+    C = A @ dequant(W, s, zero=z, group=32)
+""",
+    "reductions_over_other_axes": """
+kernel k(X: f32[B, R, C]) -> (S0: f32[R, C], S1: f32[B, 1, C], M: f32[B], L: f32[B, C]):
+    S0 = sum(X, axis=0)
+    S1 = max(X, axis=1, keepdims=True)
+    M = mean(X, axis=(1, 2))
+    L = logsumexp(X, axis=-2)
+""",
+    "softmax_not_last_axis_and_transpose": """
+kernel k(X: f32[R, C]) -> (P: f32[R, C], T: f32[C, R]):
+    P = softmax(X, axis=0)
+    T = X.T * 2.0
+""",
+    "batched_matmul_broadcast_both_sides": """
+kernel k(A: f32[B, 1, M, K], W: f32[H, K, N]) -> C: f32[B, H, M, N]:
+    C = relu(A @ W)
+""",
+    "all_the_functions": """
+kernel k(X: f32[R, C]) -> Y: f32[R, C]:
+    a = abs(X) + exp(X) + exp2(X) + log(X * X + 1.0) + log2(X * X + 2.0) + sqrt(X * X)
+    b = rsqrt(X * X + 1.0) + sin(X) + cos(X) + tanh(X) + erf(X) + sigmoid(X) + relu(X)
+    c = gelu(X) + gelu_tanh(X) + silu(X) + softplus(X) + mish(X) + leaky_relu(X, 0.1)
+    Y = a + b + c + clamp(X, -0.5, 0.5) + maximum(X, 0.25) + minimum(X, pi) - X * inf * 0.0
+""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_program(name):
+    text = PROGRAMS[name]
+    check_text(text)
+    check_text(text, {"N": 1, "R": 1, "C": 1, "M": 1, "K": 32, "B": 1, "H": 1})
