@@ -13,25 +13,8 @@ def plan_of(text, kernel=None):
     return m.graphs[i], m.plans[i], m.programs[i]
 
 
-def walk(stmts):
-    for s in stmts:
-        yield s
-        if isinstance(s, T.For):
-            yield from walk(s.body)
-        elif isinstance(s, T.If):
-            yield from walk(s.body)
-            yield from walk(s.orelse)
-
-
-def exprs(e):
-    yield e
-    for f in ("x", "a", "b", "cond"):
-        sub = getattr(e, f, None)
-        if sub is not None and not isinstance(sub, (str, int, float)):
-            yield from exprs(sub)
-    if isinstance(e, T.Load):
-        for i in e.idx:
-            yield from exprs(i)
+walk = T.walk_stmts
+exprs = T.walk_exprs
 
 
 def global_loads(kernel, name):

@@ -4,7 +4,6 @@ checked against the reference interpreter."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import check_text
 
 PROGRAMS = {

@@ -235,6 +235,30 @@ class TileProgram:
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
 
+# ---- traversal ---------------------------------------------------------------------------
+def walk_exprs(e):
+    """`e` and every sub-expression, index expressions of loads included."""
+    yield e
+    for f in ("x", "a", "b", "cond"):
+        sub = getattr(e, f, None)
+        if sub is not None:
+            yield from walk_exprs(sub)
+    if isinstance(e, Load):
+        for i in e.idx:
+            yield from walk_exprs(i)
+
+
+def walk_stmts(stmts):
+    """Every statement, nested loop and branch bodies included, in program order."""
+    for s in stmts:
+        yield s
+        if isinstance(s, For):
+            yield from walk_stmts(s.body)
+        elif isinstance(s, If):
+            yield from walk_stmts(s.body)
+            yield from walk_stmts(s.orelse)
+
+
 # ---- printer -----------------------------------------------------------------------------
 # Python precedence: comparisons < | < & < + - < * / // %
 _PREC = {"lt": 3, "le": 3, "gt": 3, "ge": 3, "eq": 3, "ne": 3, "or": 4, "and": 5,

@@ -378,17 +378,6 @@ def _stored(dtype: str) -> str:
     return "f32" if dtype in ("f16", "bf16") else ("i32" if dtype in ("u4", "i4") else dtype)
 
 
-def _walk_exprs(e):
-    yield e
-    for f in ("x", "a", "b", "cond"):
-        sub = getattr(e, f, None)
-        if sub is not None and not isinstance(sub, (str, int, float)):
-            yield from _walk_exprs(sub)
-    if isinstance(e, T.Load):
-        for i in e.idx:
-            yield from _walk_exprs(i)
-
-
 def _invariant_loads(body, var: str, allocs: set) -> list:
     """Loads of tile buffers in `body` whose index does not use `var` and whose buffer `body`
     does not write (so reading them once before the loop is exact), in first-use order."""
@@ -407,10 +396,10 @@ def _invariant_loads(body, var: str, allocs: set) -> list:
     visit(body)
     out = []
     for e in exprs:
-        for x in _walk_exprs(e):
+        for x in T.walk_exprs(e):
             if isinstance(x, T.Load) and x.buf in allocs and x.buf not in written and x not in out \
                and not any(isinstance(y, T.Var) and y.name == var for i in x.idx
-                           for y in _walk_exprs(i)):
+                           for y in T.walk_exprs(i)):
                 out.append(x)
     return out
 
@@ -420,14 +409,7 @@ def _simd_ok(body) -> bool:
 
 
 def collect_allocs(stmts, out: dict):
-    for s in stmts:
-        if isinstance(s, T.Alloc):
-            out[s.name] = s
-        elif isinstance(s, T.For):
-            collect_allocs(s.body, out)
-        elif isinstance(s, T.If):
-            collect_allocs(s.body, out)
-            collect_allocs(s.orelse, out)
+    out.update((a.name, a) for a in T.walk_stmts(stmts) if isinstance(a, T.Alloc))
     return out
 
 
