@@ -76,3 +76,13 @@ def test_program(name):
     text = PROGRAMS[name]
     check_text(text)
     check_text(text, {"N": 1, "R": 1, "C": 1, "M": 1, "K": 32, "B": 1, "H": 1})
+
+
+def test_output_that_is_an_input_is_copied():
+    """`Y = X` (and an output assigned another output) still writes the output."""
+    check_text("""
+kernel k(X: f32[R, C], Y: f16[C]) -> (A: f32[R, C], B: f32[R, C], Z: f16[C]):
+    A = X
+    B = A
+    Z = Y
+""")

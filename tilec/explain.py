@@ -5,10 +5,8 @@ fused (what tilec emits) against unfused (every op its own kernel, every interme
 from __future__ import annotations
 
 from .ir.fused import Plan
-from .ir.graph import Graph
+from .ir.graph import LEAVES, Graph
 from .ir.types import itemsize_bits, numel
-
-LEAVES = ("input", "const", "dim", "index")
 
 
 def tensor_bytes(t, dims: dict) -> int:

@@ -114,7 +114,7 @@ def run_graph(g: Graph, inputs: dict, dims: dict) -> dict:
             ax = op.attr("axis")
             r = np.arange(shape[ax]).reshape([-1 if i == ax else 1 for i in range(len(shape))])
             v = np.broadcast_to(r, shape)
-        elif k == "cast":
+        elif k in ("cast", "copy"):
             v = a[0]
         elif k == "unary":
             v = _unary(op.attr("fn"), a[0].astype(np.float64) if is_float(dt) else a[0])

@@ -1,7 +1,7 @@
 """Graph IR: typed tensor ops in SSA form, one `Graph` per kernel, and its printer.
 
 Op kinds (attrs in brackets):
-  input[name]  const[value]  dim[dim]  index[axis]  cast  unary[fn]  binary[fn]  compare[fn]
+  input[name]  const[value]  dim[dim]  index[axis]  copy  cast  unary[fn]  binary[fn]  compare[fn]
   where  matmul  transpose  reduce[fn, axes, keepdims]  dequant[group, zero]
   softmax[axes]  mean[axes, keepdims]  logsumexp[axes, keepdims]   (removed by canonicalize)
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from ..diagnostics import Loc
 from .types import Dim, TensorType
 
-ELEMENTWISE = ("const", "dim", "index", "cast", "unary", "binary", "compare", "where", "dequant",
-               "transpose")
+LEAVES = ("input", "const", "dim", "index")  # no operands: recomputed wherever used
+ELEMENTWISE = ("copy", "cast", "unary", "binary", "compare", "where", "transpose", "dequant")
 HIGH_LEVEL = ("softmax", "mean", "logsumexp")
 
 

@@ -10,7 +10,7 @@ class VerifyError(AssertionError):
     pass
 
 
-_ARITY = {"input": 0, "const": 0, "dim": 0, "index": 0, "cast": 1, "unary": 1, "compare": 2,
+_ARITY = {"input": 0, "const": 0, "dim": 0, "index": 0, "copy": 1, "cast": 1, "unary": 1, "compare": 2,
           "where": 3, "matmul": 2, "transpose": 1, "reduce": 1, "softmax": 1, "mean": 1,
           "logsumexp": 1}
 

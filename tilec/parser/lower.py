@@ -141,6 +141,9 @@ class KernelBuilder:
                     v = self.cast(v, "i8", st.value.loc)
                 v = self.cast(self.strong(v, decl.type.dtype, st.value.loc), decl.type.dtype,
                               st.value.loc)
+                if self.ops[v.id].kind == "input" or v.id in results.values():
+                    # an output must own its value: `Y = X` copies
+                    v = self.emit("copy", (v,), v.type, st.value.loc)
                 results[st.name] = v.id
             self.env[st.name] = Val(v.id, v.type, v.weak, v.const, v.dim)
         for p in outs:

@@ -12,11 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.fused import Buffer, Group, Plan
-from ..ir.graph import Module, Op
+from ..ir.graph import LEAVES, Module, Op
 from ..ir.types import Dim
-
-LEAVES = ("input", "const", "dim", "index")
-ELEMENTWISE = ("cast", "unary", "binary", "compare", "where", "transpose", "dequant")
 
 
 def is_squeeze(o: Op, ops) -> bool:

@@ -141,6 +141,8 @@ class GroupLowering:
         args = [self.value(x, bcast_index(self.ops[x].type.shape, op.type.shape, idx)) for x in a]
         if k == "cast":
             return self.cast(args[0], dt)
+        if k == "copy":
+            return args[0]
         if k == "unary":
             return T.Unary(op.attr("fn"), args[0], dt)
         if k == "binary":
