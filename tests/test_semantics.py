@@ -86,3 +86,18 @@ kernel k(X: f32[R, C], Y: f16[C]) -> (A: f32[R, C], B: f32[R, C], Z: f16[C]):
     B = A
     Z = Y
 """)
+
+
+def test_user_names_never_clash_with_generated_names():
+    """Dims and tensors named like tilec's own loop variables, buffers and C++ keywords."""
+    check_text("""
+kernel names(new: f32[r0, c0], class: f32[c0, nr], src: f32[nr], acc: f32) -> (out: f32[r0, nr], v: f32[r0]):
+    int = new @ class + src * acc
+    out = int
+    v = sum(softmax(int, axis=-1), axis=-1)
+""")
+    check_text("""
+kernel loops(i: f32[bx, j], k: f32[j], row: f32) -> (acc: f32[bx, j], tilec_b: f32[bx]):
+    acc = i * k + row
+    tilec_b = max(i, axis=1)
+""")

@@ -88,6 +88,7 @@ class Emitter:
         self.lines: list[str] = []
         self.tmp = 0
         self.hoisted: dict = {}  # Load -> name of a local holding it
+        self._readers = None
 
     # ---- expressions
     def expr(self, e) -> str:
@@ -244,11 +245,81 @@ class Emitter:
         self.lines.append("    " * depth + line)
 
     def stmts(self, ss, depth: int):
-        for s in ss:
-            getattr(self, "s_" + type(s).__name__)(s, depth)
+        ss = [x for x in ss if not isinstance(x, T.Alloc)]  # carved out before the block loop
+        k = 0
+        while k < len(ss):
+            if k + 1 < len(ss) and self.fusable_reduce(ss[k], ss[k + 1]):
+                self.store_and_reduce(ss[k], ss[k + 1], depth)
+                k += 2
+                continue
+            getattr(self, "s_" + type(ss[k]).__name__)(ss[k], depth)
+            k += 1
 
-    def s_Alloc(self, s: T.Alloc, depth):
-        pass  # carved out of the thread's scratch before the block loop
+    def fusable_reduce(self, loop, red) -> bool:
+        """`for i, j in parallel(..): t[i, j] = e` then `reduce(op, t, d)`: one pass can do both."""
+        if not (isinstance(loop, T.For) and loop.kind == "parallel" and len(loop.vars) == 2 and
+                isinstance(red, T.Reduce) and red.clear and len(loop.body) == 1):
+            return False
+        st = loop.body[0]
+        t = self.allocs.get(red.src)
+        return (isinstance(st, T.Store) and st.buf == red.src and t is not None and
+                len(t.shape) == 2 and st.idx == tuple(T.Var(v) for v in loop.vars) and
+                loop.extents[1] == t.shape[1])
+
+    def store_and_reduce(self, loop: T.For, red: T.Reduce, depth: int):
+        """The producing loop accumulates the reduction as it goes; the row buffer is written only
+        when something else reads it."""
+        st = loop.body[0]
+        (vi, vj), (ei, ej) = loop.vars, loop.extents
+        keep = self.readers()[red.src] > 1
+        ct = CTYPE[_stored(self.allocs[red.dst].dtype)]
+        tt = CTYPE[_stored(self.allocs[red.src].dtype)]
+        init, update, omp = _reduce_parts(red.fn, ct)
+        self.emit(f"for (int64_t {cname(vi)} = 0; {cname(vi)} < {self.expr(ei)}; ++{cname(vi)}) {{"
+                  f"  // and reduce({red.fn}) into {red.dst}", depth)
+        scoped = []
+        for load in _invariant_loads(loop.body, vj, set(self.allocs)):
+            name = f"tilec_h{self.tmp}"
+            self.tmp += 1
+            self.emit(f"const {CTYPE[_stored(self.allocs[load.buf].dtype)]} {name} = "
+                      f"{self.load(load)};", depth + 1)
+            self.hoisted[load] = name
+            scoped.append(load)
+        self.emit(f"{ct} tilec_acc = {init};", depth + 1)
+        self.emit(f"#pragma omp simd reduction({omp}:tilec_acc)", depth + 1)
+        self.emit(f"for (int64_t {cname(vj)} = 0; {cname(vj)} < {self.expr(ej)}; ++{cname(vj)}) {{",
+                  depth + 1)
+        self.emit(f"const {tt} tilec_v = {self.store_expr(st.buf, st.value)};", depth + 2)
+        if keep:
+            a = self.allocs[st.buf]
+            self.emit(f"{cname(st.buf)}[{self.linear([self.expr(x) for x in a.shape], st.idx)}] = tilec_v;",
+                      depth + 2)
+        self.emit(update, depth + 2)
+        self.emit("}", depth + 1)
+        self.emit(f"{cname(red.dst)}[{cname(vi)}] = tilec_acc;", depth + 1)
+        self.emit("}", depth)
+        for load in scoped:
+            del self.hoisted[load]
+
+    def readers(self) -> dict:
+        """How many statements of the kernel read each tile buffer (computed once)."""
+        if self._readers is None:
+            counts: dict = {}
+            for st in T.walk_stmts(self.k.body):
+                names = []
+                if isinstance(st, T.Reduce):
+                    names.append(st.src)
+                elif isinstance(st, T.Gemm):
+                    names += [st.a, st.b, st.c]
+                elif isinstance(st, T.Copy):
+                    names.append(st.src.buf)
+                for e in [getattr(st, "value", None), getattr(st, "cond", None)]:
+                    if e is not None and not isinstance(e, str):
+                        names += [x.buf for x in T.walk_exprs(e) if isinstance(x, T.Load)]
+                for n in set(names):
+                    counts[n] = counts.get(n, 0) + 1
+            self._readers = counts
+        return self._readers
 
     def s_Fill(self, s: T.Fill, depth):
         a = self.allocs[s.buf]
@@ -265,25 +336,25 @@ class Emitter:
         base = None  # linear offset of the leading (batch) window indices
         for d, o in zip(dims[:-2], offs[:-2]):
             base = o if base is None else f"({base}) * {d} + {o}"
-        row = "r0 + r" if base is None else f"({base}) * {dims[-2]} + r0 + r"
-        conv = {"f16": "tilec::f16_to_f32(src[c])", "bf16": "tilec::bf16_to_f32(src[c])"}.get(
-            src.dtype, f"({CTYPE[_stored(dst.dtype)]})src[c]")
+        row = "tilec_r0 + tilec_r" if base is None else f"({base}) * {dims[-2]} + tilec_r0 + tilec_r"
+        conv = {"f16": "tilec::f16_to_f32(tilec_src[tilec_c])", "bf16": "tilec::bf16_to_f32(tilec_src[tilec_c])"}.get(
+            src.dtype, f"({CTYPE[_stored(dst.dtype)]})tilec_src[tilec_c]")
         self.emit(f"{{  // copy {T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> "
                   f"{s.dst.buf} (zero outside the tensor)", depth)
         d = depth + 1
-        self.emit(f"const int64_t r0 = {offs[-2]}, c0 = {offs[-1]};", d)
-        self.emit(f"const int64_t nr = std::max<int64_t>(0, std::min<int64_t>({rows}, {dims[-2]} - r0));", d)
-        self.emit(f"const int64_t nc = std::max<int64_t>(0, std::min<int64_t>({cols}, {dims[-1]} - c0));", d)
-        self.emit(f"for (int64_t r = 0; r < {rows}; ++r) {{", d)
-        self.emit(f"{CTYPE[_stored(dst.dtype)]}* __restrict out = {cname(s.dst.buf)} + r * {cols};", d + 1)
-        self.emit("int64_t c = 0;", d + 1)
-        self.emit("if (r < nr) {", d + 1)
-        self.emit(f"const {ABI_TYPE[src.dtype]}* __restrict src = {cname(src.name)} + "
-                  f"({row}) * {dims[-1]} + c0;", d + 2)
+        self.emit(f"const int64_t tilec_r0 = {offs[-2]}, tilec_c0 = {offs[-1]};", d)
+        self.emit(f"const int64_t tilec_nr = std::max<int64_t>(0, std::min<int64_t>({rows}, {dims[-2]} - tilec_r0));", d)
+        self.emit(f"const int64_t tilec_nc = std::max<int64_t>(0, std::min<int64_t>({cols}, {dims[-1]} - tilec_c0));", d)
+        self.emit(f"for (int64_t tilec_r = 0; tilec_r < {rows}; ++tilec_r) {{", d)
+        self.emit(f"{CTYPE[_stored(dst.dtype)]}* __restrict tilec_out = {cname(s.dst.buf)} + tilec_r * {cols};", d + 1)
+        self.emit("int64_t tilec_c = 0;", d + 1)
+        self.emit("if (tilec_r < tilec_nr) {", d + 1)
+        self.emit(f"const {ABI_TYPE[src.dtype]}* __restrict tilec_src = {cname(src.name)} + "
+                  f"({row}) * {dims[-1]} + tilec_c0;", d + 2)
         self.emit("#pragma omp simd", d + 2)
-        self.emit(f"for (c = 0; c < nc; ++c) out[c] = {conv};", d + 2)
+        self.emit(f"for (tilec_c = 0; tilec_c < tilec_nc; ++tilec_c) tilec_out[tilec_c] = {conv};", d + 2)
         self.emit("}", d + 1)
-        self.emit(f"for (; c < {cols}; ++c) out[c] = 0;", d + 1)
+        self.emit(f"for (; tilec_c < {cols}; ++tilec_c) tilec_out[tilec_c] = 0;", d + 1)
         self.emit("}", d)
         self.emit("}", depth)
 
@@ -298,35 +369,29 @@ class Emitter:
                       f"{ct}>({m}, {n}, {k}, {cname(s.a)}, {lda}, {cname(s.b)}, {ldb}, "
                       f"{cname(s.c)}, {ldc});", depth)
             return
-        ia = f"{cname(s.a)}[kk * {lda} + ii]" if s.transpose_a else f"{cname(s.a)}[ii * {lda} + kk]"
-        ib = f"{cname(s.b)}[jj * {ldb} + kk]" if s.transpose_b else f"{cname(s.b)}[kk * {ldb} + jj]"
-        self.emit(f"for (int64_t ii = 0; ii < {m}; ++ii)  // integer tile GEMM", depth)
-        self.emit(f"for (int64_t kk = 0; kk < {k}; ++kk)", depth + 1)
-        self.emit(f"for (int64_t jj = 0; jj < {n}; ++jj)", depth + 2)
-        self.emit(f"{cname(s.c)}[ii * {ldc} + jj] += ({ct}){ia} * ({ct}){ib};", depth + 3)
+        ia = f"{cname(s.a)}[tilec_k * {lda} + tilec_i]" if s.transpose_a else f"{cname(s.a)}[tilec_i * {lda} + tilec_k]"
+        ib = f"{cname(s.b)}[tilec_j * {ldb} + tilec_k]" if s.transpose_b else f"{cname(s.b)}[tilec_k * {ldb} + tilec_j]"
+        self.emit(f"for (int64_t tilec_i = 0; tilec_i < {m}; ++tilec_i)  // integer tile GEMM", depth)
+        self.emit(f"for (int64_t tilec_k = 0; tilec_k < {k}; ++tilec_k)", depth + 1)
+        self.emit(f"for (int64_t tilec_j = 0; tilec_j < {n}; ++tilec_j)", depth + 2)
+        self.emit(f"{cname(s.c)}[tilec_i * {ldc} + tilec_j] += ({ct}){ia} * ({ct}){ib};", depth + 3)
 
     def s_Reduce(self, s: T.Reduce, depth):
         src, dst = self.allocs[s.src], self.allocs[s.dst]
         rows, cols = (self.expr(x) for x in src.shape)
         ct = CTYPE[_stored(dst.dtype)]
-        init = {"sum": "0", "max": f"-std::numeric_limits<{ct}>::infinity()" if ct in ("float", "double")
-                else f"std::numeric_limits<{ct}>::lowest()",
-                "min": f"std::numeric_limits<{ct}>::infinity()" if ct in ("float", "double")
-                else f"std::numeric_limits<{ct}>::max()"}[s.fn]
-        op = {"sum": "tilec_acc += v;", "max": "tilec_acc = v > tilec_acc ? v : tilec_acc;",
-              "min": "tilec_acc = v < tilec_acc ? v : tilec_acc;"}[s.fn]
-        red = {"sum": "+", "max": "max", "min": "min"}[s.fn]
-        self.emit(f"for (int64_t r = 0; r < {rows}; ++r) {{  // reduce({s.fn}) along axis 1", depth)
+        init, op, red = _reduce_parts(s.fn, ct)
+        self.emit(f"for (int64_t tilec_r = 0; tilec_r < {rows}; ++tilec_r) {{  // reduce({s.fn}) along axis 1", depth)
         self.emit(f"{ct} tilec_acc = {init};", depth + 1)
-        self.emit(f"const auto* __restrict row = {cname(s.src)} + r * {cols};", depth + 1)
+        self.emit(f"const auto* __restrict tilec_row = {cname(s.src)} + tilec_r * {cols};", depth + 1)
         self.emit(f"#pragma omp simd reduction({red}:tilec_acc)", depth + 1)
-        self.emit(f"for (int64_t c = 0; c < {cols}; ++c) {{ const {ct} v = row[c]; {op} }}", depth + 1)
+        self.emit(f"for (int64_t tilec_c = 0; tilec_c < {cols}; ++tilec_c) {{ const {ct} tilec_v = tilec_row[tilec_c]; {op} }}", depth + 1)
         if s.clear:
-            self.emit(f"{cname(s.dst)}[r] = tilec_acc;", depth + 1)
+            self.emit(f"{cname(s.dst)}[tilec_r] = tilec_acc;", depth + 1)
         else:
-            comb = {"sum": f"{cname(s.dst)}[r] + tilec_acc", "max": f"std::max({cname(s.dst)}[r], tilec_acc)",
-                    "min": f"std::min({cname(s.dst)}[r], tilec_acc)"}[s.fn]
-            self.emit(f"{cname(s.dst)}[r] = {comb};", depth + 1)
+            comb = {"sum": f"{cname(s.dst)}[tilec_r] + tilec_acc", "max": f"std::max({cname(s.dst)}[tilec_r], tilec_acc)",
+                    "min": f"std::min({cname(s.dst)}[tilec_r], tilec_acc)"}[s.fn]
+            self.emit(f"{cname(s.dst)}[tilec_r] = {comb};", depth + 1)
         self.emit("}", depth)
 
     def s_Store(self, s: T.Store, depth):
@@ -371,6 +436,20 @@ class Emitter:
             self.emit("} else {", depth)
             self.stmts(s.orelse, depth + 1)
         self.emit("}", depth)
+
+
+def _reduce_parts(fn: str, ct: str) -> tuple:
+    """(initial value, update of `tilec_acc` by `tilec_v`, OpenMP reduction operator)."""
+    flt = ct in ("float", "double")
+    init = {"sum": "0",
+            "max": f"-std::numeric_limits<{ct}>::infinity()" if flt else
+                   f"std::numeric_limits<{ct}>::lowest()",
+            "min": f"std::numeric_limits<{ct}>::infinity()" if flt else
+                   f"std::numeric_limits<{ct}>::max()"}[fn]
+    update = {"sum": "tilec_acc += tilec_v;",
+              "max": "tilec_acc = tilec_v > tilec_acc ? tilec_v : tilec_acc;",
+              "min": "tilec_acc = tilec_v < tilec_acc ? tilec_v : tilec_acc;"}[fn]
+    return init, update, {"sum": "+", "max": "max", "min": "min"}[fn]
 
 
 def _stored(dtype: str) -> str:
