@@ -6,7 +6,7 @@ _ALL = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4", "u4"
 
 CPU = Target("cpu", warp=1, max_threads=1024, tile_memory=4 << 20, mma=(1, 1, 1),
              gemm_tile=(128, 256, 256), gemm_stages=1, gemm_threads=1, row_block=1,
-             ew_tile=(8, 1024), attn_tile=(64, 64), dtypes=_ALL)
+             ew_tile=(2, 16384), attn_tile=(64, 64), dtypes=_ALL)
 # GPU targets: resources are validated today; their renderers are future issues.
 CUDA = Target("cuda", warp=32, max_threads=1024, tile_memory=227 * 1024, mma=(16, 8, 16),
               gemm_tile=(128, 128, 32), gemm_stages=3, gemm_threads=128, row_block=4,
