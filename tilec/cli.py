@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 from pathlib import Path
 
@@ -37,6 +38,9 @@ def guarded(fn):
             _fail(state["src"], e)
         except (KeyboardInterrupt, SystemExit, click.exceptions.Exit, click.ClickException):
             raise
+        except BrokenPipeError:  # `tilec dump-ir ... | head`: the reader left, nothing to report
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(1) from None
         except Exception as e:  # a bug in tilec: say so plainly
             if os.environ.get("TILEC_DEBUG"):
                 traceback.print_exc()

@@ -20,7 +20,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 
 def erf(x):
-    return _erf(x).astype(np.float64)
+    return np.asarray(_erf(x), dtype=np.float64)
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:

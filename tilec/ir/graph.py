@@ -181,7 +181,15 @@ class GraphEditor:
         return new
 
     def finish(self) -> Graph:
-        results = [self.map[r] for r in self.g.results]
+        results = []
+        for r in (self.map[r] for r in self.g.results):
+            # each output owns its value: CSE may have merged two outputs, or made one an input
+            if r in results or self.ops[r].kind == "input":
+                op = self.ops[r]
+                copy = Op(len(self.ops), "copy", (r,), op.type, (), op.loc, op.stmt)
+                self.ops.append(copy)
+                r = copy.id
+            results.append(r)
         live = set(results)
         for op in reversed(self.ops):
             if op.id in live:

@@ -179,7 +179,6 @@ class Reduce:
     src: str
     dst: str
     axis: int = 1
-    clear: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,8 +333,7 @@ def print_stmts(stmts, indent: int) -> list:
                           ", transpose_b=True" if s.transpose_b else ""])
             out.append(f"{pad}gemm({s.a}, {s.b}, {s.c}{kw})")
         elif isinstance(s, Reduce):
-            kw = "" if s.clear else ", clear=False"
-            out.append(f"{pad}reduce({s.fn}, {s.src}, {s.dst}, axis={s.axis}{kw})")
+            out.append(f"{pad}reduce({s.fn}, {s.src}, {s.dst}, axis={s.axis})")
         elif isinstance(s, Store):
             out.append(f"{pad}{s.buf}[{', '.join(fmt(i) for i in s.idx)}] = {fmt(s.value)}")
         elif isinstance(s, For):

@@ -37,14 +37,19 @@ def canonicalize_graph(g):
         elif op.kind == "mean":
             x = ed.ops[a[0]]
             axes, keep = op.attr("axes"), op.attr("keepdims")
-            s = E("reduce", [a[0]], t, fn="sum", axes=axes, keepdims=keep)
+            # 16-bit means accumulate and divide in f32, then round once (as NumPy does)
+            wide = "f32" if t.dtype in ("f16", "bf16") else t.dtype
+            src = a[0] if wide == x.type.dtype else E("cast", [a[0]], x.type.with_dtype(wide))
+            wt = t.with_dtype(wide)
+            s = E("reduce", [src], wt, fn="sum", axes=axes, keepdims=keep)
             n = numel([x.type.shape[i] for i in axes])
-            sc = TensorType(t.dtype, ())
+            sc = TensorType(wide, ())
             if n.is_const:
                 cnt = E("const", [], sc, value=float(n.value))
             else:
                 cnt = E("cast", [E("dim", [], TensorType("i64", ()), dim=n)], sc)
-            ed.map[op.id] = E("binary", [s, cnt], t, fn="div")
+            m = E("binary", [s, cnt], wt, fn="div")
+            ed.map[op.id] = m if wide == t.dtype else E("cast", [m], t)
         elif op.kind == "logsumexp":
             x = ed.ops[a[0]]
             axes, keep = op.attr("axes"), op.attr("keepdims")

@@ -37,8 +37,12 @@ def _reduced_shapes(shape, axes):
 
 
 class Fuser:
-    def __init__(self, g, fuse: bool):
+    def __init__(self, g, fuse: bool, conservative: bool = False):
         self.g, self.fuse = g, fuse
+        # conservative: an op joins a group only if it reads no other group's values, and every
+        # elementwise output gets its own kernel; always acyclic (used when the greedy partition
+        # turned out cyclic)
+        self.conservative = conservative
         self.ops = g.op_map()
         self.users = g.users()
         self.home: dict[int, int] = {}  # op -> group index
@@ -71,7 +75,7 @@ class Fuser:
             ok = shape == grp["domain"] or shape in _reduced_shapes(grp["domain"], grp["axes"])
         else:
             ok = shape == grp["domain"]
-        return ok and all(self._inline_ok(a, gi, op, True) for a in op.args)
+        return ok and all(self._inline_ok(a, gi, op, not self.conservative) for a in op.args)
 
     def _inline_ok(self, oid: int, gi: int, user: Op, other_groups: bool) -> bool:
         """Can `user`, computed in group gi, evaluate operand `oid` there? Group values live in
@@ -200,7 +204,7 @@ class Fuser:
                     gi = self.new_group("reduce", o, self.ops[o.args[0]].type.shape, o.attr("axes"))
                     self.need(o, gi)
             else:
-                cands = sorted({self.home[a] for a in o.args if a in self.home and a not in self.mat
+                cands = sorted({self.home[a] for a in o.args if a in self.home
                                 and a in self.groups[self.home[a]]["open"]})
                 for gi in reversed(cands):
                     if self.fits(gi, o):
@@ -215,8 +219,9 @@ class Fuser:
             if o.kind == "input":
                 continue
             o_shape = o.type.shape
-            gi = next((i for i, gr in enumerate(self.groups) if gr["kind"] == "elementwise"
-                       and gr["domain"] == o_shape and (self.fuse or gr["stmt"] == o.stmt)), None)
+            gi = None if self.conservative else next(
+                (i for i, gr in enumerate(self.groups) if gr["kind"] == "elementwise"
+                 and gr["domain"] == o_shape and (self.fuse or gr["stmt"] == o.stmt)), None)
             if gi is None:
                 self.new_group("elementwise", o, o_shape)
             else:
@@ -284,16 +289,24 @@ class Fuser:
         return Plan(tuple(groups), tuple(sorted(bufs.items())))
 
 
+class CyclicPartition(Exception):
+    pass
+
+
 def _toposort(groups, home, mat) -> list:
     deps = {gr.id: {home[r] for r in gr.reads if r in home and home[r] != gr.id} for gr in groups}
-    order, done = [], set()
+    order, done, active = [], set(), set()
 
     def visit(i):
         if i in done:
             return
-        done.add(i)
+        if i in active:
+            raise CyclicPartition()
+        active.add(i)
         for d in sorted(deps[i]):
             visit(d)
+        active.discard(i)
+        done.add(i)
         order.append(i)
     for gr in groups:
         visit(gr.id)
@@ -304,5 +317,8 @@ def run(m: Module, opts=None) -> Module:
     plans = []
     for g in m.graphs:
         fuse = m.schedule_for(g.name, (opts or {}).get("target", "cpu")).fuse
-        plans.append(Fuser(g, fuse).run())
+        try:
+            plans.append(Fuser(g, fuse).run())
+        except CyclicPartition:
+            plans.append(Fuser(g, fuse, conservative=True).run())
     return replace(m, plans=tuple(plans))

@@ -56,6 +56,9 @@ def decompose(x, dims) -> list:
         stride = T.imul(stride, dim_to_expr(d))
     strides.reverse()
     for k, d in enumerate(dims):
+        if d == Dim.const(1):  # the only index of a size-1 axis
+            out.append(iconst(0))
+            continue
         v = idiv(x, strides[k])
         out.append(v if k == 0 else imod(v, dim_to_expr(d)))
     return out
@@ -66,8 +69,7 @@ def bcast_index(shape, out_shape, idx) -> tuple:
     off = len(out_shape) - len(shape)
     res = []
     for k, d in enumerate(shape):
-        res.append(iconst(0) if d == Dim.const(1) and out_shape[off + k] != Dim.const(1)
-                   else idx[off + k])
+        res.append(iconst(0) if d == Dim.const(1) else idx[off + k])
     return tuple(res)
 
 
@@ -164,7 +166,7 @@ class GroupLowering:
     def load(self, oid: int, idx: tuple):
         b = self.bufs[oid]
         self.used.add(oid)
-        if not b.type.shape:
+        if b.kind == "input" and not b.type.shape:  # scalar parameters are passed by value
             return T.Var(b.name, b.type.dtype)
         return T.Load(b.name, tuple(idx), b.type.dtype)
 
@@ -215,7 +217,8 @@ class GroupLowering:
         written = set(self.grp.outputs)
         for oid in sorted(self.used, key=lambda o: (o in written, o)):
             b = self.bufs[oid]
-            kind = "scalar" if not b.type.shape else (b.kind if oid in written else "input")
+            kind = "scalar" if b.kind == "input" and not b.type.shape else \
+                (b.kind if oid in written else "input")
             if all(p.name != b.name for p in params):
                 params.append(TensorDecl(b.name, b.type.dtype, b.type.shape, kind))
         return TileKernel("", tuple(params), tuple(grid), tuple(bvars), threads, tuple(body),

@@ -18,7 +18,7 @@ CTYPE = {"f16": "float", "bf16": "float", "f32": "float", "f64": "double", "i8":
 # element type of tensors at the C ABI
 ABI_TYPE = {"f16": "tilec_f16", "bf16": "tilec_bf16", "f32": "float", "f64": "double",
             "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
-            "i4": "uint8_t", "u4": "uint8_t"}
+            "i4": "uint8_t", "u4": "uint8_t", "bool": "bool"}
 CXX_KEYWORDS = set("""alignas alignof and and_eq asm auto bitand bitor bool break case catch char
 char8_t char16_t char32_t class compl concept const consteval constexpr constinit const_cast
 continue co_await co_return co_yield decltype default delete do double dynamic_cast else enum
@@ -109,6 +109,8 @@ class Emitter:
             return self.cast(self.expr(e.x), e.x.dtype if hasattr(e.x, "dtype") else "i64", e.dtype)
         if isinstance(e, T.Unary):
             x = self.expr(e.x)
+            if e.fn in ("neg", "not"):  # prefix operators bind tighter than any infix one
+                x = self.operand(e.x, 14, False)
             if e.fn == "not":
                 return f"(!{x})" if e.dtype == "bool" else f"(~{x})"
             if e.fn == "exp" and e.dtype == "f64":
@@ -140,9 +142,9 @@ class Emitter:
             return self.infix(e)
         a, b = self.expr(e.a), self.expr(e.b)
         if f == "floordiv":
-            return f"tilec::floordiv({a}, {b})"
+            return f"tilec::floordiv<{CTYPE[e.dtype]}>({a}, {b})"
         if f == "mod":
-            return f"tilec::floormod({a}, {b})"
+            return f"tilec::floormod<{CTYPE[e.dtype]}>({a}, {b})"
         if f in ("maximum", "minimum"):
             return f"tilec::{f}({a}, {b})"
         if f == "min":
@@ -258,7 +260,7 @@ class Emitter:
     def fusable_reduce(self, loop, red) -> bool:
         """`for i, j in parallel(..): t[i, j] = e` then `reduce(op, t, d)`: one pass can do both."""
         if not (isinstance(loop, T.For) and loop.kind == "parallel" and len(loop.vars) == 2 and
-                isinstance(red, T.Reduce) and red.clear and len(loop.body) == 1):
+                isinstance(red, T.Reduce) and len(loop.body) == 1):
             return False
         st = loop.body[0]
         t = self.allocs.get(red.src)
@@ -274,7 +276,7 @@ class Emitter:
         keep = self.readers()[red.src] > 1
         ct = CTYPE[_stored(self.allocs[red.dst].dtype)]
         tt = CTYPE[_stored(self.allocs[red.src].dtype)]
-        init, update, omp = _reduce_parts(red.fn, ct)
+        decls, clauses, update, result = _reduce_parts(red.fn, ct)
         self.emit(f"for (int64_t {cname(vi)} = 0; {cname(vi)} < {self.expr(ei)}; ++{cname(vi)}) {{"
                   f"  // and reduce({red.fn}) into {red.dst}", depth)
         scoped = []
@@ -285,8 +287,9 @@ class Emitter:
                       f"{self.load(load)};", depth + 1)
             self.hoisted[load] = name
             scoped.append(load)
-        self.emit(f"{ct} tilec_acc = {init};", depth + 1)
-        self.emit(f"#pragma omp simd reduction({omp}:tilec_acc)", depth + 1)
+        for line in decls:
+            self.emit(line, depth + 1)
+        self.emit(f"#pragma omp simd {clauses}", depth + 1)
         self.emit(f"for (int64_t {cname(vj)} = 0; {cname(vj)} < {self.expr(ej)}; ++{cname(vj)}) {{",
                   depth + 1)
         self.emit(f"const {tt} tilec_v = {self.store_expr(st.buf, st.value)};", depth + 2)
@@ -296,7 +299,7 @@ class Emitter:
                       depth + 2)
         self.emit(update, depth + 2)
         self.emit("}", depth + 1)
-        self.emit(f"{cname(red.dst)}[{cname(vi)}] = tilec_acc;", depth + 1)
+        self.emit(f"{cname(red.dst)}[{cname(vi)}] = {result};", depth + 1)
         self.emit("}", depth)
         for load in scoped:
             del self.hoisted[load]
@@ -380,18 +383,16 @@ class Emitter:
         src, dst = self.allocs[s.src], self.allocs[s.dst]
         rows, cols = (self.expr(x) for x in src.shape)
         ct = CTYPE[_stored(dst.dtype)]
-        init, op, red = _reduce_parts(s.fn, ct)
-        self.emit(f"for (int64_t tilec_r = 0; tilec_r < {rows}; ++tilec_r) {{  // reduce({s.fn}) along axis 1", depth)
-        self.emit(f"{ct} tilec_acc = {init};", depth + 1)
+        decls, clauses, update, result = _reduce_parts(s.fn, ct)
+        self.emit(f"for (int64_t tilec_r = 0; tilec_r < {rows}; ++tilec_r) {{"
+                  f"  // reduce({s.fn}) along axis 1", depth)
+        for line in decls:
+            self.emit(line, depth + 1)
         self.emit(f"const auto* __restrict tilec_row = {cname(s.src)} + tilec_r * {cols};", depth + 1)
-        self.emit(f"#pragma omp simd reduction({red}:tilec_acc)", depth + 1)
-        self.emit(f"for (int64_t tilec_c = 0; tilec_c < {cols}; ++tilec_c) {{ const {ct} tilec_v = tilec_row[tilec_c]; {op} }}", depth + 1)
-        if s.clear:
-            self.emit(f"{cname(s.dst)}[tilec_r] = tilec_acc;", depth + 1)
-        else:
-            comb = {"sum": f"{cname(s.dst)}[tilec_r] + tilec_acc", "max": f"std::max({cname(s.dst)}[tilec_r], tilec_acc)",
-                    "min": f"std::min({cname(s.dst)}[tilec_r], tilec_acc)"}[s.fn]
-            self.emit(f"{cname(s.dst)}[tilec_r] = {comb};", depth + 1)
+        self.emit(f"#pragma omp simd {clauses}", depth + 1)
+        self.emit(f"for (int64_t tilec_c = 0; tilec_c < {cols}; ++tilec_c) {{ "
+                  f"const {ct} tilec_v = tilec_row[tilec_c]; {update} }}", depth + 1)
+        self.emit(f"{cname(s.dst)}[tilec_r] = {result};", depth + 1)
         self.emit("}", depth)
 
     def s_Store(self, s: T.Store, depth):
@@ -439,7 +440,9 @@ class Emitter:
 
 
 def _reduce_parts(fn: str, ct: str) -> tuple:
-    """(initial value, update of `tilec_acc` by `tilec_v`, OpenMP reduction operator)."""
+    """How a loop reduces `tilec_v` into `tilec_acc`: (declarations, OpenMP reduction clauses,
+    update statement, the result). A float max/min also tracks NaN, which must win as in NumPy
+    (the vectorized max/min of OpenMP would drop it)."""
     flt = ct in ("float", "double")
     init = {"sum": "0",
             "max": f"-std::numeric_limits<{ct}>::infinity()" if flt else
@@ -449,7 +452,15 @@ def _reduce_parts(fn: str, ct: str) -> tuple:
     update = {"sum": "tilec_acc += tilec_v;",
               "max": "tilec_acc = tilec_v > tilec_acc ? tilec_v : tilec_acc;",
               "min": "tilec_acc = tilec_v < tilec_acc ? tilec_v : tilec_acc;"}[fn]
-    return init, update, {"sum": "+", "max": "max", "min": "min"}[fn]
+    decls = [f"{ct} tilec_acc = {init};"]
+    clauses = f"reduction({ {'sum': '+', 'max': 'max', 'min': 'min'}[fn] }:tilec_acc)"
+    result = "tilec_acc"
+    if flt and fn != "sum":
+        decls.append("int tilec_nan = 0;")
+        clauses += " reduction(|:tilec_nan)"
+        update += " tilec_nan |= tilec_v != tilec_v;"
+        result = f"(tilec_nan ? std::numeric_limits<{ct}>::quiet_NaN() : tilec_acc)"
+    return decls, clauses, update, result
 
 
 def _stored(dtype: str) -> str:
@@ -505,12 +516,13 @@ STATUSES = (
 
 
 def _bytes_expr(dtype: str, shape) -> str:
+    shape = tuple(shape) or (Dim.const(1),)  # a rank-0 workspace holds one element
     n = " * ".join(f"(size_t)({cdim(d)})" for d in shape[:-1]) or "(size_t)1"
     last = f"(size_t)({cdim(shape[-1])})"
     if dtype in ("u4", "i4"):
         return f"{n} * (({last} + 1) / 2)"
     size = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i32": 4,
-            "i64": 8}[dtype]
+            "i64": 8, "bool": 1}[dtype]
     return f"{n} * {last} * {size}"
 
 
