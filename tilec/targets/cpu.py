@@ -340,16 +340,19 @@ class Emitter:
         for d, o in zip(dims[:-2], offs[:-2]):
             base = o if base is None else f"({base}) * {d} + {o}"
         row = "tilec_r0 + tilec_r" if base is None else f"({base}) * {dims[-2]} + tilec_r0 + tilec_r"
-        conv = {"f16": "tilec::f16_to_f32(tilec_src[tilec_c])", "bf16": "tilec::bf16_to_f32(tilec_src[tilec_c])"}.get(
+        conv = {"f16": "tilec::f16_to_f32(tilec_src[tilec_c])",
+                "bf16": "tilec::bf16_to_f32(tilec_src[tilec_c])"}.get(
             src.dtype, f"({CTYPE[_stored(dst.dtype)]})tilec_src[tilec_c]")
         self.emit(f"{{  // copy {T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> "
                   f"{s.dst.buf} (zero outside the tensor)", depth)
         d = depth + 1
         self.emit(f"const int64_t tilec_r0 = {offs[-2]}, tilec_c0 = {offs[-1]};", d)
-        self.emit(f"const int64_t tilec_nr = std::max<int64_t>(0, std::min<int64_t>({rows}, {dims[-2]} - tilec_r0));", d)
-        self.emit(f"const int64_t tilec_nc = std::max<int64_t>(0, std::min<int64_t>({cols}, {dims[-1]} - tilec_c0));", d)
+        for n, ext, dim, start in (("nr", rows, dims[-2], "tilec_r0"), ("nc", cols, dims[-1], "tilec_c0")):
+            self.emit(f"const int64_t tilec_{n} = std::max<int64_t>(0, std::min<int64_t>({ext}, "
+                      f"{dim} - {start}));", d)
         self.emit(f"for (int64_t tilec_r = 0; tilec_r < {rows}; ++tilec_r) {{", d)
-        self.emit(f"{CTYPE[_stored(dst.dtype)]}* __restrict tilec_out = {cname(s.dst.buf)} + tilec_r * {cols};", d + 1)
+        self.emit(f"{CTYPE[_stored(dst.dtype)]}* __restrict tilec_out = {cname(s.dst.buf)} + "
+                  f"tilec_r * {cols};", d + 1)
         self.emit("int64_t tilec_c = 0;", d + 1)
         self.emit("if (tilec_r < tilec_nr) {", d + 1)
         self.emit(f"const {ABI_TYPE[src.dtype]}* __restrict tilec_src = {cname(src.name)} + "
@@ -372,8 +375,10 @@ class Emitter:
                       f"{ct}>({m}, {n}, {k}, {cname(s.a)}, {lda}, {cname(s.b)}, {ldb}, "
                       f"{cname(s.c)}, {ldc});", depth)
             return
-        ia = f"{cname(s.a)}[tilec_k * {lda} + tilec_i]" if s.transpose_a else f"{cname(s.a)}[tilec_i * {lda} + tilec_k]"
-        ib = f"{cname(s.b)}[tilec_j * {ldb} + tilec_k]" if s.transpose_b else f"{cname(s.b)}[tilec_k * {ldb} + tilec_j]"
+        ia = (f"{cname(s.a)}[tilec_k * {lda} + tilec_i]" if s.transpose_a else
+              f"{cname(s.a)}[tilec_i * {lda} + tilec_k]")
+        ib = (f"{cname(s.b)}[tilec_j * {ldb} + tilec_k]" if s.transpose_b else
+              f"{cname(s.b)}[tilec_k * {ldb} + tilec_j]")
         self.emit(f"for (int64_t tilec_i = 0; tilec_i < {m}; ++tilec_i)  // integer tile GEMM", depth)
         self.emit(f"for (int64_t tilec_k = 0; tilec_k < {k}; ++tilec_k)", depth + 1)
         self.emit(f"for (int64_t tilec_j = 0; tilec_j < {n}; ++tilec_j)", depth + 2)
