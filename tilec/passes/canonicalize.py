@@ -16,6 +16,19 @@ def _keepdims_shape(shape, axes):
     return tuple(Dim.const(1) if i in axes else d for i, d in enumerate(shape))
 
 
+def widen(x: int, t: TensorType, E) -> tuple:
+    """16-bit inputs of softmax / logsumexp / mean are computed in f32 and rounded once at the
+    end, as NumPy computes them; returns (value id, its type)."""
+    if t.dtype not in ("f16", "bf16"):
+        return x, t
+    wt = t.with_dtype("f32")
+    return E("cast", [x], wt), wt
+
+
+def narrow(x: int, t: TensorType, E) -> int:
+    return x if t.dtype not in ("f16", "bf16") else E("cast", [x], t)
+
+
 def canonicalize_graph(g):
     ed = GraphEditor(g)
     for op in g.ops:
@@ -29,38 +42,37 @@ def canonicalize_graph(g):
             ed.map[op.id] = a[0]
         elif op.kind == "softmax":
             axes = op.attr("axes")
-            kt = TensorType(t.dtype, _keepdims_shape(t.shape, axes))
-            m = E("reduce", [a[0]], kt, fn="max", axes=axes, keepdims=True)
-            e = E("unary", [E("binary", [a[0], m], t, fn="sub")], t, fn="exp")
+            x, wt = widen(a[0], t, E)
+            kt = TensorType(wt.dtype, _keepdims_shape(t.shape, axes))
+            m = E("reduce", [x], kt, fn="max", axes=axes, keepdims=True)
+            e = E("unary", [E("binary", [x, m], wt, fn="sub")], wt, fn="exp")
             s = E("reduce", [e], kt, fn="sum", axes=axes, keepdims=True)
-            ed.map[op.id] = E("binary", [e, s], t, fn="div")
+            ed.map[op.id] = narrow(E("binary", [e, s], wt, fn="div"), t, E)
         elif op.kind == "mean":
-            x = ed.ops[a[0]]
+            xt = ed.ops[a[0]].type
             axes, keep = op.attr("axes"), op.attr("keepdims")
-            # 16-bit means accumulate and divide in f32, then round once (as NumPy does)
-            wide = "f32" if t.dtype in ("f16", "bf16") else t.dtype
-            src = a[0] if wide == x.type.dtype else E("cast", [a[0]], x.type.with_dtype(wide))
-            wt = t.with_dtype(wide)
+            src, wx = widen(a[0], xt, E)
+            wt = t.with_dtype(wx.dtype)
             s = E("reduce", [src], wt, fn="sum", axes=axes, keepdims=keep)
-            n = numel([x.type.shape[i] for i in axes])
-            sc = TensorType(wide, ())
+            n = numel([xt.shape[i] for i in axes])
+            sc = TensorType(wx.dtype, ())
             if n.is_const:
                 cnt = E("const", [], sc, value=float(n.value))
             else:
                 cnt = E("cast", [E("dim", [], TensorType("i64", ()), dim=n)], sc)
-            m = E("binary", [s, cnt], wt, fn="div")
-            ed.map[op.id] = m if wide == t.dtype else E("cast", [m], t)
+            ed.map[op.id] = narrow(E("binary", [s, cnt], wt, fn="div"), t, E)
         elif op.kind == "logsumexp":
-            x = ed.ops[a[0]]
             axes, keep = op.attr("axes"), op.attr("keepdims")
-            kt = TensorType(t.dtype, _keepdims_shape(x.type.shape, axes))
-            m = E("reduce", [a[0]], kt, fn="max", axes=axes, keepdims=True)
-            e = E("unary", [E("binary", [a[0], m], x.type, fn="sub")], x.type, fn="exp")
+            xt = ed.ops[a[0]].type
+            x, wx = widen(a[0], xt, E)
+            kt = TensorType(wx.dtype, _keepdims_shape(xt.shape, axes))
+            m = E("reduce", [x], kt, fn="max", axes=axes, keepdims=True)
+            e = E("unary", [E("binary", [x, m], wx, fn="sub")], wx, fn="exp")
             s = E("reduce", [e], kt, fn="sum", axes=axes, keepdims=True)
             r = E("binary", [E("unary", [s], kt, fn="log"), m], kt, fn="add")
             if not keep:  # a reduction over size-1 axes drops them
-                r = E("reduce", [r], t, fn="max", axes=axes, keepdims=False)
-            ed.map[op.id] = r
+                r = E("reduce", [r], t.with_dtype(wx.dtype), fn="max", axes=axes, keepdims=False)
+            ed.map[op.id] = narrow(r, t, E)
         else:
             ed.keep(op)
     return ed.finish()

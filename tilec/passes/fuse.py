@@ -89,20 +89,22 @@ class Fuser:
         if o.kind in LEAVES:
             return True
         if o.kind in ("transpose", "dequant", "reduce") or not _same_position(o, user):
-            return not self._touches(oid, gi, set())
+            # an index-changing path must not reach this group's on-chip values
+            return not self._reaches(oid, lambda x: self.home.get(x) == gi, set()) and (
+                other_groups or not self._reaches(oid, lambda x: self.home.get(x, gi) != gi, set()))
         return all(self._inline_ok(a, gi, o, other_groups) for a in o.args)
 
-    def _touches(self, oid: int, gi: int, seen: set) -> bool:
-        """Does the inlined expression of `oid` read a value that group gi keeps on chip?"""
+    def _reaches(self, oid: int, hit, seen: set) -> bool:
+        """Does the inlined expression of `oid` read a grouped value for which `hit` holds?"""
         if oid in seen:
             return False
         seen.add(oid)
-        if self.home.get(oid) == gi:
-            return True
         o = self.ops[oid]
-        if oid in self.home or oid in self.mat or o.kind in LEAVES:
+        if oid in self.home or oid in self.mat and o.kind != "input":
+            return hit(oid)
+        if o.kind in LEAVES:
             return False
-        return any(self._touches(a, gi, seen) for a in o.args)
+        return any(self._reaches(a, hit, seen) for a in o.args)
 
     def reduce_group_for(self, o: Op):
         """An existing reduction group over the same rows that can also compute `o`: its input

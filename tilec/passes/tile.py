@@ -95,13 +95,16 @@ class GroupLowering:
         self.special: dict = {}  # op id -> callable(idx) -> expr, for values held in tile buffers
         self.used: set = set()  # global buffers touched
 
-    def on_chip(self, oid: int, at, expr):
+    def on_chip(self, oid: int, at, expr, cached: bool = False):
         """Op `oid` is held in a tile buffer: `expr` is its value at the block's own positions
-        `at` (a tuple, or a list of accepted tuples). Any other index is a fusion bug, reported
+        `at` (a tuple, or a list of accepted tuples). A `cached` copy of a tensor in memory reads
+        memory at other positions; for anything else another index is a fusion bug, reported
         as an internal error rather than compiled into wrong code."""
         accepted = at if isinstance(at, list) else [at]
 
         def get(idx):
+            if cached and tuple(idx) not in accepted:
+                return self.load(oid, idx)
             if tuple(idx) not in accepted:
                 raise AssertionError(f"%{oid} is on chip but used at another position: "
                                      f"{idx} not in {accepted}")
@@ -304,7 +307,7 @@ class GroupLowering:
                 body.append(Alloc(cache, "local", dt, (BR, COLS)))
                 body.append(For((i, j), (BR, COLS), "parallel",
                                 (If(row_ok, (Store(cache, (vi, vj), self.cast(self.load(rd, full), dt)),)),)))
-                self.on_chip(rd, full, T.Load(cache, (vi, vj), dt))
+                self.on_chip(rd, full, T.Load(cache, (vi, vj), dt), cached=True)
         users = self.g.users()
         outs = set(self.grp.outputs)
         for m in self.grp.members:
