@@ -100,7 +100,7 @@ class Fuser:
             return False
         seen.add(oid)
         o = self.ops[oid]
-        if oid in self.home or oid in self.mat and o.kind != "input":
+        if oid in self.home or (oid in self.mat and o.kind != "input"):
             return hit(oid)
         if o.kind in LEAVES:
             return False
