@@ -23,6 +23,13 @@ def erf(x):
     return np.asarray(_erf(x), dtype=np.float64)
 
 
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def erfc(x):
+    return np.asarray(_erfc(x), dtype=np.float64)
+
+
 def round_bf16(x: np.ndarray) -> np.ndarray:
     """Round float64 values to bfloat16 (nearest even), returned as float64."""
     f = np.asarray(x, dtype=np.float64).astype(np.float32)
@@ -68,7 +75,7 @@ def _unary(fn: str, x):
             "tanh": lambda: np.tanh(x), "erf": lambda: erf(x),
             "sigmoid": lambda: 1.0 / (1.0 + np.exp(-x)),
             "relu": lambda: np.maximum(x, 0),
-            "gelu": lambda: 0.5 * x * (1.0 + erf(x / math.sqrt(2.0))),
+            "gelu": lambda: 0.5 * x * erfc(-x / math.sqrt(2.0)),  # no cancellation for x << 0
             "gelu_tanh": lambda: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) *
                                                           (x + 0.044715 * x ** 3))),
             "silu": lambda: x / (1.0 + np.exp(-x)),

@@ -437,8 +437,9 @@ static inline double exp_any(double x) { return std::exp(x); }
 template <typename T> static inline T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN
 template <typename T> static inline T sigmoid(T x) { return T(1) / (T(1) + exp_any(-x)); }
 template <typename T> static inline T silu(T x) { return x / (T(1) + exp_any(-x)); }
+// 0.5 x (1 + erf(x / sqrt 2)), written with erfc so that it does not cancel to 0 for x << 0
 template <typename T> static inline T gelu(T x) {
-    return T(0.5) * x * (T(1) + std::erf(x * T(0.70710678118654752440)));
+    return T(0.5) * x * std::erfc(-x * T(0.70710678118654752440));
 }
 template <typename T> static inline T gelu_tanh(T x) {
     const T c = T(0.79788456080286535588);  // sqrt(2 / pi)
