@@ -30,7 +30,7 @@ from random_programs import Generator, RandomChooser, Reject
 from tilec import interp
 from tilec.runner import choose_dims
 
-# One g++ build per example (~0.3-1.5 s on 2 cores): 150 examples take about a minute.
+# One g++ build per example (~0.3-1.5 s on 2 cores): 40 examples take ~15 s, 150 about a minute.
 EXAMPLES = int(os.environ.get("TILEC_RANDOM_EXAMPLES", "40"))
 # CI replays a fixed set of examples, so that a submission's result does not depend on luck;
 # local runs draw new programs every time (set TILEC_RANDOM_EXAMPLES higher to hunt bugs).
