@@ -30,6 +30,14 @@ def erfc(x):
     return np.asarray(_erfc(x), dtype=np.float64)
 
 
+def sigmoid(x):
+    """1 / (1 + exp(-x)), computed without overflow for large |x|."""
+    with np.errstate(all="ignore"):
+        e = np.exp(-np.abs(x))
+        s = 1.0 / (1.0 + e)
+        return np.where(x >= 0, s, e * s)
+
+
 def round_bf16(x: np.ndarray) -> np.ndarray:
     """Round float64 values to bfloat16 (nearest even), returned as float64."""
     f = np.asarray(x, dtype=np.float64).astype(np.float32)
@@ -73,12 +81,12 @@ def _unary(fn: str, x):
             "log": lambda: np.log(x), "log2": lambda: np.log2(x), "sqrt": lambda: np.sqrt(x),
             "rsqrt": lambda: 1.0 / np.sqrt(x), "sin": lambda: np.sin(x), "cos": lambda: np.cos(x),
             "tanh": lambda: np.tanh(x), "erf": lambda: erf(x),
-            "sigmoid": lambda: 1.0 / (1.0 + np.exp(-x)),
+            "sigmoid": lambda: sigmoid(x),
             "relu": lambda: np.maximum(x, 0),
             "gelu": lambda: 0.5 * x * erfc(-x / math.sqrt(2.0)),  # no cancellation for x << 0
-            "gelu_tanh": lambda: 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) *
-                                                          (x + 0.044715 * x ** 3))),
-            "silu": lambda: x / (1.0 + np.exp(-x)),
+            "gelu_tanh": lambda: x * sigmoid(2.0 * math.sqrt(2.0 / math.pi) *
+                                             (x + 0.044715 * x ** 3)),
+            "silu": lambda: x * sigmoid(x),
             "softplus": lambda: np.logaddexp(0.0, x),
             "mish": lambda: x * np.tanh(np.logaddexp(0.0, x)),
         }[fn]

@@ -435,15 +435,22 @@ static inline float exp_any(float x) { return exp_f32(x); }
 static inline double exp_any(double x) { return std::exp(x); }
 
 template <typename T> static inline T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN
-template <typename T> static inline T sigmoid(T x) { return T(1) / (T(1) + exp_any(-x)); }
-template <typename T> static inline T silu(T x) { return x / (T(1) + exp_any(-x)); }
+// 1 / (1 + exp(-x)) without overflow: for x < 0 it is e / (1 + e) with e = exp(x), which keeps
+// tiny results instead of flushing them to 0 (branch-free, so it vectorizes)
+template <typename T> static inline T sigmoid(T x) {
+    const T e = exp_any(-std::abs(x));
+    const T s = T(1) / (T(1) + e);
+    return x >= T(0) ? s : e * s;
+}
+template <typename T> static inline T silu(T x) { return x * sigmoid(x); }
 // 0.5 x (1 + erf(x / sqrt 2)), written with erfc so that it does not cancel to 0 for x << 0
 template <typename T> static inline T gelu(T x) {
     return T(0.5) * x * std::erfc(-x * T(0.70710678118654752440));
 }
+// 0.5 x (1 + tanh(u)) == x * sigmoid(2u): the same value without cancelling to 0 for x << 0
 template <typename T> static inline T gelu_tanh(T x) {
     const T c = T(0.79788456080286535588);  // sqrt(2 / pi)
-    return T(0.5) * x * (T(1) + std::tanh(c * (x + T(0.044715) * x * x * x)));
+    return x * sigmoid(T(2) * c * (x + T(0.044715) * x * x * x));
 }
 // log(1 + exp(x)) without overflow: max(x, 0) + log1p(exp(-|x|))
 template <typename T> static inline T softplus(T x) {
