@@ -53,36 +53,10 @@ static int gemm_bias_relu_k0(const tilec_f16* __restrict A, const tilec_f16* __r
             const int64_t by = tilec_b / (tilec_grid[0]);
             std::fill_n(acc, (64) * (256), (float)0.0f);
             for (int64_t k = 0; k < tilec_cdiv(K, 256); ++k) {
-                {  // copy A[by * 64, k * 256] -> A_s (zero outside the tensor)
-                    const int64_t tilec_r0 = by * 64, tilec_c0 = k * 256;
-                    const int64_t tilec_nr = std::max<int64_t>(0, std::min<int64_t>(64, M - tilec_r0));
-                    const int64_t tilec_nc = std::max<int64_t>(0, std::min<int64_t>(256, K - tilec_c0));
-                    for (int64_t tilec_r = 0; tilec_r < 64; ++tilec_r) {
-                        float* __restrict tilec_out = A_s + tilec_r * 256;
-                        int64_t tilec_c = 0;
-                        if (tilec_r < tilec_nr) {
-                            const tilec_f16* __restrict tilec_src = A + (tilec_r0 + tilec_r) * K + tilec_c0;
-                            #pragma omp simd
-                            for (tilec_c = 0; tilec_c < tilec_nc; ++tilec_c) tilec_out[tilec_c] = tilec::f16_to_f32(tilec_src[tilec_c]);
-                        }
-                        for (; tilec_c < 256; ++tilec_c) tilec_out[tilec_c] = 0;
-                    }
-                }
-                {  // copy B[k * 256, bx * 256] -> B_s (zero outside the tensor)
-                    const int64_t tilec_r0 = k * 256, tilec_c0 = bx * 256;
-                    const int64_t tilec_nr = std::max<int64_t>(0, std::min<int64_t>(256, K - tilec_r0));
-                    const int64_t tilec_nc = std::max<int64_t>(0, std::min<int64_t>(256, N - tilec_c0));
-                    for (int64_t tilec_r = 0; tilec_r < 256; ++tilec_r) {
-                        float* __restrict tilec_out = B_s + tilec_r * 256;
-                        int64_t tilec_c = 0;
-                        if (tilec_r < tilec_nr) {
-                            const tilec_f16* __restrict tilec_src = B + (tilec_r0 + tilec_r) * N + tilec_c0;
-                            #pragma omp simd
-                            for (tilec_c = 0; tilec_c < tilec_nc; ++tilec_c) tilec_out[tilec_c] = tilec::f16_to_f32(tilec_src[tilec_c]);
-                        }
-                        for (; tilec_c < 256; ++tilec_c) tilec_out[tilec_c] = 0;
-                    }
-                }
+                // copy A[by * 64, k * 256] -> A_s
+                tilec::copy_tile(A + (by * 64) * K + k * 256, K, M - by * 64, K - k * 256, A_s, 64, 256, tilec::from_f16());
+                // copy B[k * 256, bx * 256] -> B_s
+                tilec::copy_tile(B + (k * 256) * N + bx * 256, N, K - k * 256, N - bx * 256, B_s, 256, 256, tilec::from_f16());
                 tilec::gemm_tile<false, false, float>(64, 256, 256, A_s, 256, B_s, 256, acc, 256);
             }
             for (int64_t i = 0; i < std::min<int64_t>(64, M - by * 64); ++i) {

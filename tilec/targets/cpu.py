@@ -335,34 +335,19 @@ class Emitter:
         src = self.globals[s.src.buf]
         rows, cols = (self.expr(x) for x in dst.shape)
         dims = [pdim(d) for d in src.shape]
-        offs = [self.expr(o) for o in s.src.offsets]
-        base = None  # linear offset of the leading (batch) window indices
-        for d, o in zip(dims[:-2], offs[:-2]):
-            base = o if base is None else f"({base}) * {d} + {o}"
-        row = "tilec_r0 + tilec_r" if base is None else f"({base}) * {dims[-2]} + tilec_r0 + tilec_r"
-        conv = {"f16": "tilec::f16_to_f32(tilec_src[tilec_c])",
-                "bf16": "tilec::bf16_to_f32(tilec_src[tilec_c])"}.get(
-            src.dtype, f"({CTYPE[_stored(dst.dtype)]})tilec_src[tilec_c]")
-        self.emit(f"{{  // copy {T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> "
-                  f"{s.dst.buf} (zero outside the tensor)", depth)
-        d = depth + 1
-        self.emit(f"const int64_t tilec_r0 = {offs[-2]}, tilec_c0 = {offs[-1]};", d)
-        for n, ext, dim, start in (("nr", rows, dims[-2], "tilec_r0"), ("nc", cols, dims[-1], "tilec_c0")):
-            self.emit(f"const int64_t tilec_{n} = std::max<int64_t>(0, std::min<int64_t>({ext}, "
-                      f"{dim} - {start}));", d)
-        self.emit(f"for (int64_t tilec_r = 0; tilec_r < {rows}; ++tilec_r) {{", d)
-        self.emit(f"{CTYPE[_stored(dst.dtype)]}* __restrict tilec_out = {cname(s.dst.buf)} + "
-                  f"tilec_r * {cols};", d + 1)
-        self.emit("int64_t tilec_c = 0;", d + 1)
-        self.emit("if (tilec_r < tilec_nr) {", d + 1)
-        self.emit(f"const {ABI_TYPE[src.dtype]}* __restrict tilec_src = {cname(src.name)} + "
-                  f"({row}) * {dims[-1]} + tilec_c0;", d + 2)
-        self.emit("#pragma omp simd", d + 2)
-        self.emit(f"for (tilec_c = 0; tilec_c < tilec_nc; ++tilec_c) tilec_out[tilec_c] = {conv};", d + 2)
-        self.emit("}", d + 1)
-        self.emit(f"for (; tilec_c < {cols}; ++tilec_c) tilec_out[tilec_c] = 0;", d + 1)
-        self.emit("}", d)
-        self.emit("}", depth)
+        offs = [self.operand(o, 12, True) for o in s.src.offsets]
+        start = None  # row-major offset of the window's first element
+        for d, o in zip(dims, offs):
+            start = o if start is None else f"({start}) * {d} + {o}"
+        conv = {"f16": "tilec::from_f16()", "bf16": "tilec::from_bf16()"}.get(
+            src.dtype, f"tilec::cast_to<{CTYPE[_stored(dst.dtype)]}>()")
+        self.emit(f"// copy {T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> {s.dst.buf}",
+                  depth)
+        def left(dim, off):  # how much of the tensor remains from `off` on
+            return dim if off == "0" else f"{dim} - {off}"
+        self.emit(f"tilec::copy_tile({cname(src.name)} + {start}, {dims[-1]}, "
+                  f"{left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])}, {cname(s.dst.buf)}, "
+                  f"{rows}, {cols}, {conv});", depth)
 
     def s_Gemm(self, s: T.Gemm, depth):
         a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]

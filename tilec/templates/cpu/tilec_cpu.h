@@ -469,6 +469,32 @@ template <typename I, typename S> static inline I sat_int(S x) {
     return v < lo ? std::numeric_limits<I>::lowest() : v > hi ? std::numeric_limits<I>::max() : (I)x;
 }
 
+// ---- tile copies ------------------------------------------------------------------------------
+// Tile copy global -> tile buffer: the valid nr x nc part of the window at `src` (row stride ld)
+// is converted into dst[rows][cols]; the rest of the tile is zero (outside the tensor).
+template <typename D> struct cast_to {
+    template <typename S> D operator()(S v) const { return (D)v; }
+};
+struct from_f16 { float operator()(uint16_t v) const { return f16_to_f32(v); } };
+struct from_bf16 { float operator()(uint16_t v) const { return bf16_to_f32(v); } };
+
+template <typename S, typename D, typename Conv>
+static inline void copy_tile(const S* __restrict src, int64_t ld, int64_t nr, int64_t nc,
+                             D* __restrict dst, int64_t rows, int64_t cols, Conv conv) {
+    nr = nr < 0 ? 0 : nr > rows ? rows : nr;
+    nc = nc < 0 ? 0 : nc > cols ? cols : nc;
+    for (int64_t r = 0; r < rows; ++r) {
+        D* __restrict out = dst + r * cols;
+        int64_t c = 0;
+        if (r < nr) {
+            const S* __restrict in = src + r * ld;
+#pragma omp simd
+            for (c = 0; c < nc; ++c) out[c] = conv(in[c]);
+        }
+        for (; c < cols; ++c) out[c] = D(0);
+    }
+}
+
 // ---- host-side helpers for launchers ---------------------------------------------------------
 static inline size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
