@@ -15,10 +15,6 @@ from .diagnostics import TilecError
 TARGETS = click.Choice(["cpu", "cuda", "hip"])
 
 
-class Failure(Exception):
-    pass
-
-
 def _fail(src, e: TilecError):
     name = src.display if src else "tilec"
     click.echo(e.format(name, src.text if src else None), err=True)

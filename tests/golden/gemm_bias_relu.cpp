@@ -32,11 +32,10 @@ static inline int64_t tilec_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b;
 static int gemm_bias_relu_k0(const tilec_f16* __restrict A, const tilec_f16* __restrict B, const tilec_f16* __restrict bias, tilec_f16* __restrict C, int64_t M, int64_t K, int64_t N) {
     const int64_t tilec_grid[3] = { tilec_cdiv(N, 256), tilec_cdiv(M, 64), 1 };
     const int64_t tilec_blocks = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];
-    // each thread owns one block's tile buffers
     const size_t tilec_off_A_s = 0;  // shared float[(64) * (256)]
     const size_t tilec_off_B_s = tilec_off_A_s + tilec::align64((size_t)((64) * (256)) * sizeof(float));  // shared float[(256) * (256)]
     const size_t tilec_off_acc = tilec_off_B_s + tilec::align64((size_t)((256) * (256)) * sizeof(float));  // fragment float[(64) * (256)]
-    const size_t tilec_per_thread = tilec_off_acc + tilec::align64((size_t)((64) * (256)) * sizeof(float));
+    const size_t tilec_per_thread = tilec_off_acc + tilec::align64((size_t)((64) * (256)) * sizeof(float));  // each thread owns one block's tile buffers
     const int tilec_threads = omp_get_max_threads();
     tilec::Scratch tilec_scratch(tilec_per_thread * (size_t)tilec_threads);
     if (tilec_per_thread && !tilec_scratch.data) return TILEC_ERR_OUT_OF_MEMORY;

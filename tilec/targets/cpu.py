@@ -615,6 +615,7 @@ def render_program(g, prog: T.TileProgram, sched, env, banner: str) -> dict:
     doc_lines = (g.doc or "").splitlines() or [""]
     ctx = dict(banner=banner, name=g.name, kernels=kernels, abi_params=abi, checks=checks,
                scalars=scalars, workspaces=workspaces, calls=calls, statuses=STATUSES,
-               doc=g.doc, doc_lines=doc_lines, arg_docs=arg_docs)
+               title=f"{g.name}: {doc_lines[0]}" if g.doc else g.name, doc_lines=doc_lines,
+               arg_docs=arg_docs)
     return {f"{g.name}.cpp": env.get_template("cpu/kernel.cpp.j2").render(ctx),
             f"{g.name}.h": env.get_template("cpu/header.h.j2").render(ctx)}
