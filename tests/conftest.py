@@ -25,21 +25,23 @@ def update_golden(request):
     return request.config.getoption("--update-golden")
 
 
-def compile_text(text: str, name: str = "test.tile", target: str = "cpu", verify: bool = True):
+def compile_text(text: str, name: str = "test.tile", target: str = "cpu", verify: bool = True,
+                 options=None):
     """(source, parsed module, compiled module) for .tile source text."""
     src = driver.Source(name, text)
     m0 = driver.frontend(src)
-    m = driver.compile_module(m0, target, verify=verify)
+    m = driver.compile_module(m0, target, verify=verify, options=options)
     return src, m0, m
 
 
-def build_text(text: str, name: str = "test.tile") -> tuple:
+def build_text(text: str, name: str = "test.tile", target: str = "cpu", options=None) -> tuple:
     """Build all kernels of `text` into the compile cache; returns (parsed module, build dir)."""
-    src, m0, m = compile_text(text, name)
-    files = driver.render(src, m, "cpu")
-    out = cache_root() / files_digest(files)
+    src, m0, m = compile_text(text, name, target, options=options)
+    files = driver.render(src, m, target, options)
+    t = driver.get_target(target)
+    out = cache_root() / files_digest(files, t)
     driver.write_files(out, files)
-    run_make(out)
+    run_make(out, t)
     return m0, out
 
 

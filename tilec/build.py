@@ -1,14 +1,16 @@
-"""Toolchain discovery, the Makefile flow, and the content-addressed compile cache."""
+"""The Makefile flow and the content-addressed compile cache."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 from .diagnostics import TilecError, error
+
+# environment variables the generated Makefiles read: they change what a build produces
+_BUILD_ENV = ("CXX", "CXXFLAGS", "NVCC", "NVCCFLAGS", "HIPCC", "HIPCCFLAGS")
 
 
 def cache_root() -> Path:
@@ -19,29 +21,22 @@ def cache_root() -> Path:
     return Path(base) / "tilec"
 
 
-def files_digest(files: dict) -> str:
+def files_digest(files: dict, target=None) -> str:
+    """Cache key of a build: the generated files, the toolchain version and the build flags."""
     h = hashlib.sha256()
     for name in sorted(files):
         h.update(name.encode() + b"\0" + files[name].encode() + b"\0")
-    h.update(os.environ.get("CXX", "").encode() + os.environ.get("CXXFLAGS", "").encode())
+    for var in _BUILD_ENV:
+        h.update(var.encode() + b"=" + os.environ.get(var, "").encode() + b"\0")
+    if target is not None:
+        h.update(target.name.encode() + b"\0" + target.toolchain.version().encode())
     return h.hexdigest()[:20]
 
 
-def check_toolchain(target: str):
-    """Raise a TilecError naming what is missing to build `target`."""
-    missing = []
-    if shutil.which("make") is None:
-        missing.append("make")
-    cxx = os.environ.get("CXX", "g++")
-    if shutil.which(cxx.split()[0]) is None:
-        missing.append(f"{cxx} (set CXX to another C++17 compiler)")
-    if missing:
-        raise TilecError(f"cannot build for target {target}: {' and '.join(missing)} not found")
-
-
-def run_make(out_dir: Path, target: str = "cpu", jobs: int = 2):
+def run_make(out_dir: Path, target, jobs: int | None = None):
     """Run the generated Makefile; on failure raise a TilecError with the compiler's output."""
-    check_toolchain(target)
+    target.check_toolchain()
+    jobs = jobs or max(2, os.cpu_count() or 2)
     try:
         proc = subprocess.run(["make", "-C", str(out_dir), f"-j{jobs}", "--no-print-directory"],
                               capture_output=True, text=True)
@@ -49,7 +44,7 @@ def run_make(out_dir: Path, target: str = "cpu", jobs: int = 2):
         raise error(f"cannot run make: {e}") from None
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-30:])
-        raise TilecError(f"the {target} build failed (the generated sources are kept in "
+        raise TilecError(f"the {target.name} build failed (the generated sources are kept in "
                          f"{out_dir}):\n{tail}")
     return proc
 

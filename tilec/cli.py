@@ -9,10 +9,12 @@ from pathlib import Path
 
 import click
 
-from . import __version__, driver
+from . import __version__, driver, targets
 from .diagnostics import TilecError
 
-TARGETS = click.Choice(["cpu", "cuda", "hip"])
+TARGETS = click.Choice(targets.names())
+ARCH_HELP = "Device architectures, comma-separated (cuda: sm_80,sm_86,sm_89,sm_90,sm_90a; " \
+            "default sm_80,sm_90); a list builds one library for all of them."
 
 
 def _fail(src, e: TilecError):
@@ -59,14 +61,19 @@ def main():
     """tilec: compile fused tile kernels (.tile) to C++, CUDA and HIP."""
 
 
+def _options(target: str, arch: str | None) -> dict:
+    return {"arch": driver.get_target(target).parse_arch(arch)}
+
+
 @main.command()
 @click.argument("file")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
+@click.option("--arch", help=ARCH_HELP)
 @guarded
-def check(state, file, target):
+def check(state, file, target, arch):
     """Parse, verify and compile FILE without writing anything."""
     m = _load(state, file)
-    driver.compile_module(m, target, verify=True)
+    driver.compile_module(m, target, verify=True, options=_options(target, arch))
     click.echo(f"{state['src'].display}: ok ({len(m.graphs)} kernel(s))")
 
 
@@ -79,16 +86,19 @@ def check(state, file, target):
               help="Also print the IR after this pass (repeatable).")
 @click.option("--print-after-all", is_flag=True, help="Print the IR after every pass.")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
+@click.option("--arch", help=ARCH_HELP)
 @click.option("--kernel", help="Only this kernel.")
 @guarded
-def dump_ir(state, file, stage, print_after, print_after_all, target, kernel):
+def dump_ir(state, file, stage, print_after, print_after_all, target, arch, kernel):
     """Print FILE's IR at a pipeline stage."""
     m = _load(state, file, kernel)
+    options = _options(target, arch)
     after = tuple(driver.PASS_NAMES) if print_after_all else tuple(print_after)
     if after:
-        driver.compile_module(m, target, print_after=after, log=click.echo)
+        driver.compile_module(m, target, print_after=after, log=click.echo, options=options)
         return
-    click.echo(driver.print_stage(driver.stage_module(m, stage, target), stage), nl=False)
+    click.echo(driver.print_stage(driver.stage_module(m, stage, target, options=options), stage),
+               nl=False)
 
 
 @main.command()
@@ -113,29 +123,31 @@ def explain(state, file, target, kernel, dims):
     click.echo("\n\n".join(out))
 
 
-def _build(state, file, target, out, kernel, emit_only):
+def _build(state, file, target, out, kernel, emit_only, arch):
+    options = _options(target, arch)
     m0 = _load(state, file, kernel)
-    m = driver.compile_module(m0, target)
-    files = driver.render(state["src"], m, target)
+    m = driver.compile_module(m0, target, options=options)
+    files = driver.render(state["src"], m, target, options)
     out_dir = Path(out)
     driver.write_files(out_dir, files)
     if not emit_only:
         from .build import run_make
-        run_make(out_dir, target)
+        run_make(out_dir, driver.get_target(target))
     return m0, m, out_dir
 
 
 @main.command()
 @click.argument("file")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
+@click.option("--arch", help=ARCH_HELP)
 @click.option("-o", "--out", help="Output directory (default: build/<file stem>).")
 @click.option("--kernel", help="Only this kernel.")
 @click.option("--emit-only", is_flag=True, help="Write the sources and Makefile; do not run make.")
 @guarded
-def build(state, file, target, out, kernel, emit_only):
+def build(state, file, target, arch, out, kernel, emit_only):
     """Compile FILE: sources, header, Makefile, then the libraries."""
     out = out or os.path.join("build", Path(file).stem)
-    _, m, out_dir = _build(state, file, target, out, kernel, emit_only)
+    _, m, out_dir = _build(state, file, target, out, kernel, emit_only, arch)
     what = "sources" if emit_only else "libraries"
     names = ", ".join(g.name for g in m.graphs)
     click.echo(f"{state['src'].display}: {what} for {names} in {out_dir}")
@@ -143,24 +155,29 @@ def build(state, file, target, out, kernel, emit_only):
 
 @main.command()
 @click.argument("file")
-@click.option("--target", type=click.Choice(["cpu"]), default="cpu", show_default=True)
+@click.option("--target", type=TARGETS, default="cpu", show_default=True)
+@click.option("--arch", help=ARCH_HELP)
 @click.option("--kernel", help="Kernel to run (default: every kernel in FILE).")
 @click.option("--dims", help="Dimension values, e.g. M=100,N=200 (others get defaults that are "
                              "not tile multiples and satisfy the assumes).")
 @click.option("--seed", type=int, default=None, help="Random seed (default: fresh).")
 @click.option("-o", "--out", help="Build directory (default: a content-addressed cache).")
 @guarded
-def run(state, file, target, kernel, dims, seed, out):
+def run(state, file, target, arch, kernel, dims, seed, out):
     """Build FILE, run it on random inputs, check it against the reference interpreter."""
     from .build import cache_root, files_digest, run_make
     from .runner import choose_dims, parse_dims, run_kernel
 
+    t = driver.get_target(target)
+    if not t.runtime:
+        raise TilecError(f"tilec run cannot run target {target} yet")
+    options = _options(target, arch)
     m0 = _load(state, file, kernel)
-    m = driver.compile_module(m0, target)
-    files = driver.render(state["src"], m, target)
-    out_dir = Path(out) if out else cache_root() / files_digest(files)
+    m = driver.compile_module(m0, target, options=options)
+    files = driver.render(state["src"], m, target, options)
+    out_dir = Path(out) if out else cache_root() / files_digest(files, t)
     driver.write_files(out_dir, files)
-    run_make(out_dir, target)
+    run_make(out_dir, t)
     given = parse_dims(dims)
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
@@ -172,13 +189,13 @@ def run(state, file, target, kernel, dims, seed, out):
     failed = False
     for g in m0.graphs:
         d = choose_dims(g, {k: v for k, v in given.items() if k in g.symbols})
-        r = run_kernel(out_dir / f"lib{g.name}.so", g, d, seed)
+        r = run_kernel(out_dir / f"lib{g.name}.so", g, d, seed, runtime=t.runtime)
         dim_text = ",".join(f"{k}={v}" for k, v in d.items())
         for name in r.errors:
             status = "ok" if r.errors[name] <= r.tolerances[name] else "MISMATCH"
             click.echo(f"{g.name} [{dim_text}] seed={seed} {name}: max rel error "
                        f"{r.errors[name]:.2e} (tolerance {r.tolerances[name]:.0e}) {status}")
-        click.echo(f"{g.name}: {r.seconds * 1e3:.3f} ms (median of 5)")
+        click.echo(f"{g.name}: {r.seconds * 1e3:.3f} ms (median of 5), {r.rates()}")
         failed |= not r.ok
     if failed:
         raise SystemExit(1)

@@ -17,10 +17,12 @@ from .ir.tile import print_program
 from .ir.verify import verify_module
 from .parser import parse
 from .parser.lower import lower_module
-from .passes import PASS_NAMES, PIPELINE
+from .passes import PIPELINE
 
 STAGES = ("graph", "canonical", "fused", "tiled", "lowered")
-_STAGE_AFTER = {"canonical": "canonicalize", "fused": "fuse", "tiled": "tile", "lowered": "pipeline"}
+_STAGE_AFTER = {"canonical": "canonicalize", "fused": "fuse", "tiled": "tile"}
+# every pass name `--print-after` accepts: the shared pipeline, then each target's lowering steps
+PASS_NAMES = [n for n, _ in PIPELINE] + targets.lowering_pass_names()
 
 
 @dataclass
@@ -60,6 +62,12 @@ def select(m: Module, kernel: str | None) -> Module:
                    schedules=tuple(s for s in m.schedules if s[0] == kernel))
 
 
+def get_target(name: str):
+    if name not in targets.TARGETS:
+        raise error(f"unknown target '{name}'; targets are {', '.join(targets.names())}")
+    return targets.get(name)
+
+
 def validate_schedules(m: Module):
     """Every schedule block must be runnable on its target (checked whatever we build for)."""
     for kname, scheds in m.schedules:
@@ -77,25 +85,37 @@ def print_stage(m: Module, stage: str) -> str:
     return "\n".join(print_program(p) for p in m.programs)
 
 
+def _stage_of(pass_name: str) -> str:
+    return next((s for s, p in _STAGE_AFTER.items() if p == pass_name), "lowered")
+
+
 def print_graph_and_plan(g, plan) -> str:
     from .ir.graph import print_graph
     return print_graph(g) + "\n" + print_plan(g, plan)
 
 
+def _lowering_step(fn, target, options):
+    def run(m: Module, opts) -> Module:
+        return replace(m, programs=tuple(fn(p, target, options) for p in m.programs))
+    return run
+
+
 def compile_module(m: Module, target: str = "cpu", print_after=(), verify: bool = False,
-                   stop_after: str | None = None, log=None) -> Module:
-    """Run PIPELINE; `print_after` names passes whose output is sent to `log`."""
-    opts = {"target": target}
+                   stop_after: str | None = None, log=None, options: dict | None = None) -> Module:
+    """Run PIPELINE, then the target's lowering steps; `print_after` names passes whose output
+    is sent to `log`."""
+    t = get_target(target)
+    opts = {"target": t, "options": options or {}}
+    passes = list(PIPELINE) + [(n, _lowering_step(fn, t, opts["options"])) for n, fn in t.lowering]
     validate_schedules(m)
     if verify:
         verify_module(m, "parse")
-    for name, fn in PIPELINE:
+    for name, fn in passes:
         m = fn(m, opts)
         if verify:
             verify_module(m, name)
         if name in print_after and log is not None:
-            stage = next(s for s, p in _STAGE_AFTER.items() if p == name)
-            log(f"// ----- after {name} -----\n" + print_stage(m, stage))
+            log(f"// ----- after {name} -----\n" + print_stage(m, _stage_of(name)))
         if name == stop_after:
             break
     return m
@@ -105,7 +125,7 @@ def stage_module(m: Module, stage: str, target: str = "cpu", **kw) -> Module:
     if stage == "graph":
         validate_schedules(m)
         return m
-    return compile_module(m, target, stop_after=_STAGE_AFTER[stage], **kw)
+    return compile_module(m, target, stop_after=_STAGE_AFTER.get(stage), **kw)
 
 
 # ---- rendering ---------------------------------------------------------------------------------
@@ -120,22 +140,14 @@ def banner(src: Source, comment: str = "//") -> str:
             f"regenerate with `tilec build`.")
 
 
-def render(src: Source, m: Module, target: str) -> dict:
+def render(src: Source, m: Module, target: str, options: dict | None = None) -> dict:
     """All generated files for `m` (compiled through the pipeline): {filename: text}."""
-    if target not in targets.BUILDABLE:
+    t = get_target(target)
+    if not t.buildable:
+        buildable = [n for n in targets.names() if targets.get(n).buildable]
         raise error(f"target '{target}' cannot be rendered yet; buildable targets: "
-                    f"{', '.join(targets.BUILDABLE)}")
-    from .targets import cpu
-
-    env = template_env()
-    files = {}
-    for g, prog in zip(m.graphs, m.programs):
-        sched = m.schedule_for(g.name, target)
-        files.update(cpu.render_program(g, prog, sched, env, banner(src)))
-    files["tilec_cpu.h"] = env.loader.get_source(env, "cpu/tilec_cpu.h")[0]
-    files["Makefile"] = env.get_template("cpu/Makefile.j2").render(
-        banner=banner(src, "#"), names=[g.name for g in m.graphs])
-    return files
+                    f"{', '.join(buildable)}")
+    return t.render_files(t, src, m, template_env(), lambda c: banner(src, c), options or {})
 
 
 def write_files(out_dir: Path, files: dict) -> list:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ctypes
 import statistics
-import time
 from dataclasses import dataclass
 
 from .diagnostics import TilecError, error
@@ -82,10 +81,42 @@ class RunResult:
     errors: dict  # output -> max relative error
     tolerances: dict
     seconds: float
+    flops: int = 0  # matrix-product flops of the call
+    bytes: int = 0  # bytes of the inputs and outputs (each read or written once)
 
     @property
     def ok(self) -> bool:
         return all(self.errors[k] <= self.tolerances[k] for k in self.errors)
+
+    def rates(self) -> str:
+        if self.seconds <= 0:
+            return ""
+        out = [f"{self.bytes / self.seconds / 1e9:.1f} GB/s"]
+        if self.flops:
+            out.append(f"{self.flops / self.seconds / 1e12:.3f} TFLOP/s")
+        return ", ".join(out)
+
+
+def work(g: Graph, dims: dict) -> tuple:
+    """(matrix-product flops, bytes of inputs + outputs) of one call at `dims`."""
+    ops = g.op_map()
+    flops = 0
+    for o in g.ops:
+        if o.kind == "matmul":
+            n = 1
+            for d in o.type.shape:
+                n *= d.eval(dims)
+            flops += 2 * n * ops[o.args[0]].type.shape[-1].eval(dims)
+    nbytes = 0
+    for p in g.params + g.outputs:
+        n = 1
+        for d in p.type.shape:
+            n *= d.eval(dims)
+        bits = {"i4": 4, "u4": 4}.get(p.type.dtype) or 8 * {"f16": 2, "bf16": 2, "f32": 4, "f64": 8,
+                                                             "i8": 1, "u8": 1, "i16": 2, "i32": 4,
+                                                             "i64": 8}[p.type.dtype]
+        nbytes += (n * bits + 7) // 8
+    return flops, nbytes
 
 
 def _ctype(dtype: str):
@@ -94,49 +125,53 @@ def _ctype(dtype: str):
             "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64}[dtype]
 
 
-def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5) -> RunResult:
+def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
+               runtime: str = "cpu") -> RunResult:
+    """Call kernel `g` of the library on fresh random inputs in the target runtime's memory,
+    compare every output with the reference interpreter, and time `repeat` more calls."""
     try:
         import numpy as np
     except ImportError:
         raise error("tilec run needs numpy for its reference interpreter: pip install numpy") from None
-    from . import interp
-    from .targets.cpu import STATUSES
+    from . import interp, runtimes
+    from .targets.abi import STATUSES
 
     inputs = interp.random_inputs(g, dims, seed)
     ref = interp.run_graph(g, inputs, dims)
     lib = ctypes.CDLL(str(lib_path))
     fn = getattr(lib, g.name)
     fn.restype = ctypes.c_int
-    args, keep, outs = [], [], {}
-    for p in g.params:
-        if p.is_scalar:
-            v = interp.to_storage(inputs[p.name], p.type.dtype)
-            if p.type.dtype == "f16":  # passed as its bits (tilec_f16)
-                v = v.view(np.uint16)
-            args.append(_ctype(p.type.dtype)(v.item()))
-        else:
-            a = interp.to_storage(inputs[p.name], p.type.dtype)
-            keep.append(a)
-            args.append(ctypes.c_void_p(a.ctypes.data))
-    for p in g.outputs:
-        shape = interp.storage_shape(tuple(d.eval(dims) for d in p.type.shape), p.type.dtype)
-        a = np.empty(shape, dtype=interp.np_storage_dtype(p.type.dtype))
-        a.fill(0x7E if a.dtype.itemsize == 1 else (np.nan if a.dtype.kind == "f" else 0x7E7E))
-        outs[p.name] = a
-        args.append(ctypes.c_void_p(a.ctypes.data))
-    args += [ctypes.c_int64(dims[s]) for s in g.symbols]
-    status = fn(*args)
-    if status != 0:
-        text = dict((v, t) for _, v, t in STATUSES).get(status, "unknown status")
-        raise TilecError(f"{g.name} returned status {status}: {text}")
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - t0)
-    errors, tols = {}, {}
-    for p in g.outputs:
-        got = interp.from_storage(outs[p.name], p.type.dtype)
-        errors[p.name] = interp.rel_error(got, ref[p.name])
-        tols[p.name] = interp.tolerance(p.type.dtype)
-    return RunResult(g.name, dims, errors, tols, statistics.median(times))
+    rt = runtimes.get(runtime)
+    try:
+        args, outs = [], {}
+        for p in g.params:
+            if p.is_scalar:
+                v = interp.to_storage(inputs[p.name], p.type.dtype)
+                if p.type.dtype == "f16":  # passed as its bits (tilec_f16)
+                    v = v.view(np.uint16)
+                args.append(_ctype(p.type.dtype)(v.item()))
+            else:
+                args.append(rt.upload(interp.to_storage(inputs[p.name], p.type.dtype)))
+        for p in g.outputs:
+            shape = interp.storage_shape(tuple(d.eval(dims) for d in p.type.shape), p.type.dtype)
+            a = np.empty(shape, dtype=interp.np_storage_dtype(p.type.dtype))
+            a.fill(0x7E if a.dtype.itemsize == 1 else (np.nan if a.dtype.kind == "f" else 0x7E7E))
+            outs[p.name] = (a, rt.output(a))
+            args.append(outs[p.name][1])
+        args += [ctypes.c_int64(dims[s]) for s in g.symbols]
+        args += rt.trailing_args()
+        status = fn(*args)
+        if status != 0:
+            text = dict((v, t) for _, v, t in STATUSES).get(status, "unknown status")
+            raise TilecError(f"{g.name} returned status {status}: {text}")
+        errors, tols = {}, {}
+        for p in g.outputs:
+            got = interp.from_storage(rt.download(outs[p.name][1], outs[p.name][0]), p.type.dtype)
+            errors[p.name] = interp.rel_error(got, ref[p.name])
+            tols[p.name] = interp.tolerance(p.type.dtype)
+        times = rt.time(lambda: fn(*args), repeat)
+    finally:
+        rt.close()
+    flops, nbytes = work(g, dims)
+    return RunResult(g.name, dims, errors, tols, statistics.median(times) if times else 0.0,
+                     flops, nbytes)

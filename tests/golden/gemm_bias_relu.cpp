@@ -13,9 +13,7 @@
 
 namespace {
 
-static inline int64_t tilec_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// ---- kernel 0: GEMM with fused prologue/epilogue
+// ---- kernel gemm_bias_relu_k0: GEMM with fused prologue/epilogue
 //   # GEMM with fused prologue/epilogue
 //   kernel gemm_bias_relu_k0(A: f16[M, K], B: f16[K, N], bias: f16[N]) -> C: f16[M, N]:
 //       with grid(cdiv(N, 256), cdiv(M, 64), threads=1) as (bx, by):
@@ -29,8 +27,8 @@ static inline int64_t tilec_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b;
 //               gemm(A_s, B_s, acc)
 //           for i, j in parallel(min(64, M - by * 64), min(256, N - bx * 256)):
 //               C[by * 64 + i, bx * 256 + j] = f16(relu(acc[i, j] + f32(bias[bx * 256 + j])))
-static int gemm_bias_relu_k0(const tilec_f16* __restrict A, const tilec_f16* __restrict B, const tilec_f16* __restrict bias, tilec_f16* __restrict C, int64_t M, int64_t K, int64_t N) {
-    const int64_t tilec_grid[3] = { tilec_cdiv(N, 256), tilec_cdiv(M, 64), 1 };
+static int tilec_launch_gemm_bias_relu_k0(const tilec_f16* __restrict A, const tilec_f16* __restrict B, const tilec_f16* __restrict bias, tilec_f16* __restrict C, int64_t M, int64_t K, int64_t N) {
+    const int64_t tilec_grid[3] = { tilec::cdiv(N, 256), tilec::cdiv(M, 64), 1 };
     const int64_t tilec_blocks = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];
     const size_t tilec_off_A_s = 0;  // shared float[(64) * (256)]
     const size_t tilec_off_B_s = tilec_off_A_s + tilec::align64((size_t)((64) * (256)) * sizeof(float));  // shared float[(256) * (256)]
@@ -51,16 +49,16 @@ static int gemm_bias_relu_k0(const tilec_f16* __restrict A, const tilec_f16* __r
             const int64_t bx = (tilec_b) % tilec_grid[0];
             const int64_t by = tilec_b / (tilec_grid[0]);
             std::fill_n(acc, (64) * (256), (float)0.0f);
-            for (int64_t k = 0; k < tilec_cdiv(K, 256); ++k) {
+            for (int64_t k = 0; k < tilec::cdiv(K, 256); ++k) {
                 // copy A[by * 64, k * 256] -> A_s
                 tilec::copy_tile(A + (by * 64) * K + k * 256, K, M - by * 64, K - k * 256, A_s, 64, 256, tilec::from_f16());
                 // copy B[k * 256, bx * 256] -> B_s
                 tilec::copy_tile(B + (k * 256) * N + bx * 256, N, K - k * 256, N - bx * 256, B_s, 256, 256, tilec::from_f16());
                 tilec::gemm_tile<false, false, float>(64, 256, 256, A_s, 256, B_s, 256, acc, 256);
             }
-            for (int64_t i = 0; i < std::min<int64_t>(64, M - by * 64); ++i) {
+            for (int64_t i = 0; i < tilec::imin(64, M - by * 64); ++i) {
                 #pragma omp simd
-                for (int64_t j = 0; j < std::min<int64_t>(256, N - bx * 256); ++j) {
+                for (int64_t j = 0; j < tilec::imin(256, N - bx * 256); ++j) {
                     C[(by * 64 + i) * N + (bx * 256 + j)] = tilec::f32_to_f16(tilec::relu(acc[i * 256 + j] + tilec::f16_to_f32(bias[bx * 256 + j])));
                 }
             }
@@ -71,14 +69,33 @@ static int gemm_bias_relu_k0(const tilec_f16* __restrict A, const tilec_f16* __r
 
 }  // namespace
 
-extern "C" int gemm_bias_relu(const tilec_f16* A, const tilec_f16* B, const tilec_f16* bias, tilec_f16* C, int64_t M, int64_t K, int64_t N) {
+// ---- the C ABI: argument checks, workspace, and the kernels in launch order
+extern "C" size_t gemm_bias_relu_workspace_size(int64_t M, int64_t K, int64_t N) {
+    if (M < 1 || K < 1 || N < 1) return 0;  // dimensions are at least 1
+    return (size_t)0;
+}
+
+extern "C" int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16* B, const tilec_f16* bias, tilec_f16* C, int64_t M, int64_t K, int64_t N, void* tilec_workspace, size_t tilec_workspace_bytes) {
     // Arguments: pointers must be non-null, every dimension at least 1, and every `assume` hold.
     if (!A || !B || !bias || !C) return TILEC_ERR_NULL_POINTER;  // NULL tensor
     if (M < 1 || K < 1 || N < 1) return TILEC_ERR_BAD_DIM;  // dimensions are at least 1
     if (tilec::overlap(C, (size_t)(M) * (size_t)(N) * 2, A, (size_t)(M) * (size_t)(K) * 2)) return TILEC_ERR_ALIAS;  // C overlaps A
     if (tilec::overlap(C, (size_t)(M) * (size_t)(N) * 2, B, (size_t)(K) * (size_t)(N) * 2)) return TILEC_ERR_ALIAS;  // C overlaps B
     if (tilec::overlap(C, (size_t)(M) * (size_t)(N) * 2, bias, (size_t)1 * (size_t)(N) * 2)) return TILEC_ERR_ALIAS;  // C overlaps bias
+    (void)tilec_workspace;
+    (void)tilec_workspace_bytes;
     int tilec_status = TILEC_OK;
-    if ((tilec_status = gemm_bias_relu_k0(A, B, bias, C, M, K, N)) != TILEC_OK) return tilec_status;
+    if ((tilec_status = tilec_launch_gemm_bias_relu_k0(A, B, bias, C, M, K, N)) != TILEC_OK) return tilec_status;
+    return tilec_status;
+}
+
+extern "C" int gemm_bias_relu(const tilec_f16* A, const tilec_f16* B, const tilec_f16* bias, tilec_f16* C, int64_t M, int64_t K, int64_t N) {
+    const size_t tilec_bytes = gemm_bias_relu_workspace_size(M, K, N);
+    if (tilec_bytes == 0)
+        return gemm_bias_relu_with_workspace(A, B, bias, C, M, K, N, nullptr, 0);
+    void* tilec_workspace = tilec::workspace_alloc(tilec_bytes);
+    if (!tilec_workspace) return TILEC_ERR_OUT_OF_MEMORY;
+    const int tilec_status = gemm_bias_relu_with_workspace(A, B, bias, C, M, K, N, tilec_workspace, tilec_bytes);
+    tilec::workspace_free(tilec_workspace);
     return tilec_status;
 }

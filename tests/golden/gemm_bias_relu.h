@@ -2,6 +2,7 @@
 #ifndef TILEC_GEMM_BIAS_RELU_H
 #define TILEC_GEMM_BIAS_RELU_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifndef TILEC_COMMON_DEFINED
@@ -18,6 +19,9 @@ enum {
     TILEC_ERR_SHAPE = 4,         /* tensor shapes are inconsistent */
     TILEC_ERR_ALIAS = 5,         /* an output overlaps another tensor */
     TILEC_ERR_OUT_OF_MEMORY = 6, /* out of memory for scratch or workspace buffers */
+    TILEC_ERR_WORKSPACE = 7,     /* the workspace is NULL or smaller than NAME_workspace_size() */
+    TILEC_ERR_LAUNCH = 8,        /* the device rejected a kernel launch */
+    TILEC_ERR_UNSUPPORTED = 9,   /* a dimension is larger than this build supports on the device */
 };
 
 static inline const char* tilec_status_string(int status) {
@@ -29,6 +33,9 @@ static inline const char* tilec_status_string(int status) {
     case TILEC_ERR_SHAPE: return "tensor shapes are inconsistent";
     case TILEC_ERR_ALIAS: return "an output overlaps another tensor";
     case TILEC_ERR_OUT_OF_MEMORY: return "out of memory for scratch or workspace buffers";
+    case TILEC_ERR_WORKSPACE: return "the workspace is NULL or smaller than NAME_workspace_size()";
+    case TILEC_ERR_LAUNCH: return "the device rejected a kernel launch";
+    case TILEC_ERR_UNSUPPORTED: return "a dimension is larger than this build supports on the device";
     default: return "unknown tilec status";
     }
 }
@@ -54,6 +61,13 @@ extern "C" {
  * touching the outputs when an argument is invalid.
  */
 int gemm_bias_relu(const tilec_f16* A, const tilec_f16* B, const tilec_f16* bias, tilec_f16* C, int64_t M, int64_t K, int64_t N);
+
+/* Bytes of scratch memory gemm_bias_relu_with_workspace needs for these dimensions (0: none). */
+size_t gemm_bias_relu_workspace_size(int64_t M, int64_t K, int64_t N);
+
+/* gemm_bias_relu with caller-provided scratch memory of at least gemm_bias_relu_workspace_size() bytes
+ * (may be NULL when that is 0): no allocation happens in the call. */
+int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16* B, const tilec_f16* bias, tilec_f16* C, int64_t M, int64_t K, int64_t N, void* workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus
 }

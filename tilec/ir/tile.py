@@ -144,6 +144,7 @@ class Alloc:
     scope: str  # shared | fragment | local
     dtype: str
     shape: tuple  # expressions (Const for static sizes)
+    layout: object = None  # GPU targets: how threads hold it (ir/layout.py), set by the layout pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,13 +156,40 @@ class Fill:
 @dataclass(frozen=True, slots=True)
 class Region:
     buf: str
-    offsets: tuple | None = None  # a window of a global tensor starting at offsets
+    offsets: tuple | None = None  # a window of a global tensor starting at offsets; for a
+    #                               shared buffer with a leading stage axis, the stage index
 
 
 @dataclass(frozen=True, slots=True)
 class Copy:
     src: Region
     dst: Region
+    async_: bool = False  # issued now, complete after a later `wait` (GPU cp.async)
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Close the group of async copies issued since the last commit."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait until at most `pending` committed groups of async copies are still in flight."""
+
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """All threads of the block reach this point, and their shared-memory writes are visible."""
+
+
+@dataclass(frozen=True, slots=True)
+class Let:
+    """A scalar local: `name = value` (value computed once, read by the statements after it)."""
+
+    name: str
+    value: object
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +199,8 @@ class Gemm:
     c: str
     transpose_a: bool = False
     transpose_b: bool = False
+    a_stage: object = None  # stage index into a multi-buffered shared operand (pipeline pass)
+    b_stage: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +209,15 @@ class Reduce:
     src: str
     dst: str
     axis: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Allreduce:
+    """Combine the partial row values (`fn` in sum max min) that the threads sharing each row of
+    `buf` accumulated, so every thread holds the whole row's value (a no-op with one thread)."""
+
+    fn: str
+    buf: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +234,8 @@ class For:
     kind: str  # range | parallel | pipelined
     body: tuple
     stages: int = 1
+    by: object = None  # GPU parallel loops: the layout (ir/layout.py) that splits the iterations
+    #                    over threads (each thread runs the iterations whose elements it holds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +263,13 @@ class TileKernel:
     body: tuple
     comment: str = ""
     swizzle: int = 0
+    # Variants: several kernels may fill the same launch `slot`; the launcher runs the first whose
+    # `when` (a Dim condition on the dimensions, None = always) holds.
+    slot: int = 0
+    when: object = None
+    # GPU targets: compile-time capacities of dynamic extents held on chip, ((symbol, (cap, ...)),
+    # ...): one instantiation per capacity, the launcher picks the smallest that holds the value
+    capacities: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +280,13 @@ class TileProgram:
     kernels: tuple
     workspaces: tuple  # TensorDecl
     meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def slots(self) -> list:
+        """The kernels grouped by launch slot, in launch order: [[variant, ...], ...]."""
+        out: dict = {}
+        for k in self.kernels:
+            out.setdefault(k.slot, []).append(k)
+        return [out[s] for s in sorted(out)]
 
 
 # ---- traversal ---------------------------------------------------------------------------
@@ -320,26 +375,42 @@ def print_stmts(stmts, indent: int) -> list:
     out = []
     for s in stmts:
         if isinstance(s, Alloc):
-            out.append(f"{pad}{s.name} = {s.scope}({s.dtype}, [{', '.join(fmt(x) for x in s.shape)}])")
+            lay = f"  # layout: {s.layout}" if s.layout is not None else ""
+            out.append(f"{pad}{s.name} = {s.scope}({s.dtype}, [{', '.join(fmt(x) for x in s.shape)}])"
+                       f"{lay}")
         elif isinstance(s, Fill):
             if isinstance(s.value, Const) and s.value.value == 0:
                 out.append(f"{pad}clear({s.buf})")
             else:
                 out.append(f"{pad}fill({s.buf}, {fmt(s.value)})")
         elif isinstance(s, Copy):
-            out.append(f"{pad}copy({_region(s.src)}, {_region(s.dst)})")
+            out.append(f"{pad}copy{'_async' if s.async_ else ''}({_region(s.src)}, {_region(s.dst)})")
+        elif isinstance(s, Commit):
+            out.append(f"{pad}commit()")
+        elif isinstance(s, Wait):
+            out.append(f"{pad}wait({s.pending})")
+        elif isinstance(s, Barrier):
+            out.append(f"{pad}barrier()")
+        elif isinstance(s, Let):
+            out.append(f"{pad}{s.name} = {fmt(s.value)}")
         elif isinstance(s, Gemm):
             kw = "".join([", transpose_a=True" if s.transpose_a else "",
                           ", transpose_b=True" if s.transpose_b else ""])
-            out.append(f"{pad}gemm({s.a}, {s.b}, {s.c}{kw})")
+            a = s.a if s.a_stage is None else f"{s.a}[{fmt(s.a_stage)}]"
+            b = s.b if s.b_stage is None else f"{s.b}[{fmt(s.b_stage)}]"
+            out.append(f"{pad}gemm({a}, {b}, {s.c}{kw})")
         elif isinstance(s, Reduce):
             out.append(f"{pad}reduce({s.fn}, {s.src}, {s.dst}, axis={s.axis})")
+        elif isinstance(s, Allreduce):
+            out.append(f"{pad}allreduce({s.fn}, {s.buf})")
         elif isinstance(s, Store):
             out.append(f"{pad}{s.buf}[{', '.join(fmt(i) for i in s.idx)}] = {fmt(s.value)}")
         elif isinstance(s, For):
             ext = ", ".join(fmt(x) for x in s.extents)
             if s.kind == "pipelined":
                 ext += f", stages={s.stages}"
+            if s.by:
+                ext += f", by={s.by}"
             out.append(f"{pad}for {', '.join(s.vars)} in {s.kind}({ext}):")
             out += print_stmts(s.body, indent + 1)
         elif isinstance(s, If):
@@ -365,6 +436,10 @@ def print_kernel(k: TileKernel) -> str:
     lines = []
     if k.comment:
         lines += [f"# {c}" for c in k.comment.splitlines()]
+    if k.when is not None:
+        lines.append(f"# variant of launch {k.slot}, when {k.when}")
+    for sym, caps in k.capacities:
+        lines.append(f"# {sym} held on chip up to a capacity of {' | '.join(str(c) for c in caps)}")
     o = ", ".join(_decl(p) for p in outs)
     lines.append(f"kernel {k.name}({', '.join(_decl(p) for p in ins)}) -> "
                  f"{o if len(outs) == 1 else '(' + o + ')'}:")

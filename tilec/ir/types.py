@@ -173,7 +173,7 @@ class Dim:
 
     def c(self, sym=lambda s: s) -> str:
         """C expression (dims are non-negative, so C's / and % agree with Python's)."""
-        return self.render(_C, "tilec_cdiv", sym)
+        return self.render(_C, "tilec::cdiv", sym)
 
     def render(self, ops: dict, cdiv: str, sym=lambda s: s, parent: int = 0) -> str:
         if self.op == "sym":
@@ -181,7 +181,8 @@ class Dim:
         if self.op == "const":
             return str(self.args[0])
         if self.op in ("cdiv", "min", "max"):
-            name = cdiv if self.op == "cdiv" else self.op
+            name = cdiv if self.op == "cdiv" else (
+                self.op if cdiv == "cdiv" else f"tilec::i{self.op}")
             return f"{name}({self.args[0].render(ops, cdiv, sym)}, {self.args[1].render(ops, cdiv, sym)})"
         p = _PREC[self.op]
         a = self.args[0].render(ops, cdiv, sym, p)

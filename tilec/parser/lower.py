@@ -600,12 +600,14 @@ def _src(e) -> str:
 
 # ---- schedules ------------------------------------------------------------------
 SCHEDULE_KEYS = ("tile", "threads", "stages", "swizzle", "precision", "fuse", "warp_specialize")
-TARGETS = ("cuda", "hip", "cpu")
 
 
 def build_schedule(t: ast.TargetSchedule) -> Schedule:
-    if t.target not in TARGETS:
-        raise error(f"unknown target '{t.target}'", t.loc, "targets are " + ", ".join(TARGETS))
+    from .. import targets
+
+    if t.target not in targets.TARGETS:
+        raise error(f"unknown target '{t.target}'", t.loc,
+                    "targets are " + ", ".join(targets.names()))
     fields: dict = {}
     locs = []
     for it in t.items:

@@ -315,10 +315,10 @@ def _toposort(groups, home, mat) -> list:
     return order
 
 
-def run(m: Module, opts=None) -> Module:
+def run(m: Module, opts) -> Module:
     plans = []
     for g in m.graphs:
-        fuse = m.schedule_for(g.name, (opts or {}).get("target", "cpu")).fuse
+        fuse = m.schedule_for(g.name, opts["target"].name).fuse
         try:
             plans.append(Fuser(g, fuse).run())
         except CyclicPartition:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from .. import targets
 from ..diagnostics import error
 from ..ir import tile as T
 from ..ir.fused import Group, Plan
@@ -265,7 +264,7 @@ class GroupLowering:
 
     def lower_elementwise(self) -> TileKernel:
         S = self.grp.domain
-        br, bc = self.target.ew_tile
+        br, bc = self.target.resources.ew_tile
         rows, cols = numel(S[:-1]), (S[-1] if S else Dim.const(1))
         bx, by = self.names.fresh("bx"), self.names.fresh("by")
         i, j = self.names.fresh("i"), self.names.fresh("j")
@@ -274,15 +273,15 @@ class GroupLowering:
         guard = land(ilt(r, dim_to_expr(rows)), ilt(c, dim_to_expr(cols)))
         body = [For((i, j), (iconst(br), iconst(bc)), "parallel",
                     tuple(self.store_outputs(self.grp.outputs, idx, guard)))]
-        return self.kernel([dim_to_expr(cols.cdiv(bc)), dim_to_expr(rows.cdiv(br))], [bx, by], 1,
-                           body, "elementwise")
+        return self.kernel([dim_to_expr(cols.cdiv(bc)), dim_to_expr(rows.cdiv(br))], [bx, by],
+                           self.target.resources.ew_threads, body, "elementwise")
 
     def lower_reduce(self) -> TileKernel:
         S, axes = self.grp.domain, self.grp.axes
         kept = [d for a, d in enumerate(S) if a not in axes]
         red = [d for a, d in enumerate(S) if a in axes]
         rows, cols = numel(kept), numel(red)
-        br = self.sched.tile_size("M", self.target.row_block)
+        br = self.sched.tile_size("M", self.target.resources.row_block)
         bx = self.names.fresh("bx")
         i, j = self.names.fresh("i"), self.names.fresh("j")
         vi, vj = T.Var(i), T.Var(j)
@@ -346,8 +345,8 @@ class GroupLowering:
         for o in red_outs:
             at = keep_idx if self.ops[o].type.shape == keep_shape else drop_idx
             body.append(For((i,), (BR,), "parallel", tuple(self.store_outputs([o], at, row_ok))))
-        return self.kernel([dim_to_expr(rows.cdiv(br))], [bx], 1, body,
-                           f"row reduction over axes {tuple(axes)}")
+        return self.kernel([dim_to_expr(rows.cdiv(br))], [bx], self.target.resources.row_threads,
+                           body, f"row reduction over axes {tuple(axes)}")
 
     def lower_attention(self) -> TileKernel:
         role = dict(self.grp.roles)
@@ -357,9 +356,9 @@ class GroupLowering:
         shape = pv.type.shape
         batch, L, Dv = shape[:-2], shape[-2], shape[-1]
         S, Dk = qk.type.shape[-1], self.ops[q_id].type.shape[-1]
-        bm, bn = self.target.attn_tile
-        bm, bn = self.sched.tile_size("M", bm), self.sched.tile_size("N", bn)
-        stages = self.sched.stages or 1
+        res = self.target.resources
+        bm, bn = self.sched.tile_size("M", res.attn_tile[0]), self.sched.tile_size("N", res.attn_tile[1])
+        stages = self.sched.stages or res.attn_stages
         bx, bz = self.names.fresh("bx"), self.names.fresh("bz")
         bidx = decompose(T.Var(bz), batch)
         row0 = imul(T.Var(bx), iconst(bm))
@@ -429,7 +428,7 @@ class GroupLowering:
         if batch:
             grid.append(dim_to_expr(numel(batch)))
             bvars.append(bz)
-        return self.kernel(grid, bvars, 1 if self.target.name == "cpu" else 128, body,
+        return self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
                            "attention with online softmax (the L x S scores never leave the block)")
 
 
@@ -437,23 +436,22 @@ def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
     taken = {p.name for p in g.params + g.outputs} | set(g.symbols)
     taken |= {b.name for _, b in plan.buffers}
     kernels = []
-    for grp in plan.groups:
+    for n, grp in enumerate(plan.groups):
         names = Names(taken)
         k = GroupLowering(g, plan, grp, target, sched, names).lower()
-        kernels.append(replace(k, name=f"{g.name}_k{grp.id}"))
+        kernels.append(replace(k, name=f"{g.name}_k{grp.id}", slot=n))
     ws = tuple(TensorDecl(b.name, b.type.dtype, b.type.shape, "workspace")
                for _, b in plan.buffers if b.kind == "workspace")
     return TileProgram(g.name, tuple(kernels), ws)
 
 
-def run(m: Module, opts=None) -> Module:
-    tname = (opts or {}).get("target", "cpu")
-    target = targets.get(tname)
+def run(m: Module, opts) -> Module:
+    target = opts["target"]
     progs = []
     for g, plan in zip(m.graphs, m.plans):
-        sched = m.schedule_for(g.name, tname)
+        sched = m.schedule_for(g.name, target.name)
         for p in g.params + g.outputs:
-            if p.type.dtype not in target.dtypes:
-                raise error(f"{p.type.dtype} is not supported on target {tname}", p.loc)
+            if p.type.dtype not in target.resources.dtypes:
+                raise error(f"{p.type.dtype} is not supported on target {target.name}", p.loc)
         progs.append(tile_graph(g, plan, target, sched))
     return replace(m, programs=tuple(progs))

@@ -1,16 +1,24 @@
-"""Target descriptions: resources, default tile sizes, and schedule validation."""
+"""A target is one registry entry: its resources, its Tile IR lowering steps, its renderer, its
+templates and its toolchain. Nothing outside `tilec/targets` lists target names or asks which
+target it is compiling for; passes read what they need from the `Target` they are given.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
 
-from ..diagnostics import error
+from ..diagnostics import TilecError, error
 from ..ir.graph import Schedule
 
 
 @dataclass(frozen=True)
-class Target:
-    name: str
+class Resources:
+    """What one block of the target may use, and the default tiles the tile pass starts from."""
+
     warp: int  # threads per warp/wavefront (1 on the CPU)
     max_threads: int
     tile_memory: int  # bytes of on-chip tile memory per block (shared memory; CPU: L2 budget)
@@ -19,37 +27,122 @@ class Target:
     gemm_stages: int
     gemm_threads: int
     row_block: int  # rows per block for reductions
+    row_threads: int  # threads per block of a row kernel
     ew_tile: tuple  # (rows, cols) per block for elementwise kernels
+    ew_threads: int
     attn_tile: tuple  # (M, N) for attention
+    attn_threads: int
+    attn_stages: int
     dtypes: tuple  # storage dtypes it supports
+    async_copy: bool = False  # global -> shared copies can be issued ahead (cp.async)
+    # (condition on M, (M, N, K), threads, stages): GEMM variants the launcher picks from by the
+    # dims at run time, tried in order before the default tile (decode sizes, skinny problems)
+    gemm_variants: tuple = ()
+    # 16-bit float dtypes the matrix units multiply (others take the scalar path)
+    mma_dtypes: tuple = ()
+
+
+class Toolchain:
+    """The compiler a target's Makefile runs: how to find it and which version it is (the
+    version is part of the compile-cache key)."""
+
+    def __init__(self, env: str, default: str, what: str):
+        self.env, self.default, self.what = env, default, what
+
+    def command(self) -> str:
+        return os.environ.get(self.env, self.default)
+
+    def missing(self) -> list:
+        out = []
+        if shutil.which("make") is None:
+            out.append("make")
+        if shutil.which(self.command().split()[0]) is None:
+            out.append(f"{self.command()} (set {self.env} to another {self.what})")
+        return out
+
+    def version(self) -> str:
+        return _version(self.command())
+
+
+@functools.cache
+def _version(cmd: str) -> str:
+    try:
+        out = subprocess.run(cmd.split() + ["--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+    lines = [x for x in (out.stdout + out.stderr).splitlines() if x.strip()]
+    return lines[-1] if lines else "unknown"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    resources: Resources
+    toolchain: Toolchain
+    # Tile IR lowering after `tile`: ((pass name, fn(program, target, options) -> program), ...)
+    lowering: tuple = ()
+    # render_files(target, source, module, jinja env, banner, options) -> {filename: text};
+    # None: the target cannot build yet
+    render_files: object = None
+    templates: str = ""  # folder under tilec/templates
+    source_ext: str = ".cpp"
+    device_library: str = ""  # header tilec writes beside the sources
+    arch_choices: tuple = ()  # values of --arch
+    default_arch: tuple = ()
+    runtime: str = ""  # module in tilec.runtimes that `tilec run` uses
+    options: dict = field(default_factory=dict)
+
+    @property
+    def buildable(self) -> bool:
+        return self.render_files is not None
 
     def gemm_config(self, s: Schedule) -> tuple:
-        bm, bn, bk = self.gemm_tile
+        r = self.resources
+        bm, bn, bk = r.gemm_tile
         return (s.tile_size("M", bm), s.tile_size("N", bn), s.tile_size("K", bk),
-                s.stages or self.gemm_stages, s.threads or self.gemm_threads)
+                s.stages or r.gemm_stages, s.threads or r.gemm_threads)
 
     def validate(self, s: Schedule, operand_bytes: int = 2):
         """Reject schedules this target cannot run, naming the limit."""
-        threads = s.threads or self.gemm_threads
-        if threads > self.max_threads:
-            raise error(f"threads {threads} exceeds the {self.name} limit of {self.max_threads}",
+        r = self.resources
+        threads = s.threads or r.gemm_threads
+        if threads > r.max_threads:
+            raise error(f"threads {threads} exceeds the {self.name} limit of {r.max_threads}",
                         s.loc_of("threads"))
-        if threads % self.warp:
+        if threads % r.warp:
             raise error(f"threads {threads} is not a multiple of the {self.name} warp size "
-                        f"({self.warp})", s.loc_of("threads"))
+                        f"({r.warp})", s.loc_of("threads"))
         bm, bn, bk, stages, _ = self.gemm_config(s)
-        for axis, size, gran in zip("MNK", (bm, bn, bk), self.mma):
+        for axis, size, gran in zip("MNK", (bm, bn, bk), r.mma):
             if size % gran:
                 raise error(f"tile {axis}={size} is not a multiple of the {self.name} matrix-unit "
                             f"shape ({axis}={gran})", s.loc_of(f"tile.{axis}"))
-        need = self.tile_bytes(bm, bn, bk, stages, operand_bytes)
-        if need > self.tile_memory:
+        need = (bm * bk + bk * bn) * operand_bytes * stages
+        if need > r.tile_memory:
             raise error(f"schedule needs {_kib(need)} of tile memory per block on {self.name}; "
-                        f"the limit is {_kib(self.tile_memory)}", s.loc_of("tile"),
+                        f"the limit is {_kib(r.tile_memory)}", s.loc_of("tile"),
                         "use smaller tiles or fewer stages")
 
-    def tile_bytes(self, bm, bn, bk, stages, operand_bytes) -> int:
-        return (bm * bk + bk * bn) * operand_bytes * stages
+    def parse_arch(self, text: str | None) -> tuple:
+        """`--arch a,b`: validated against the target's choices (default when None)."""
+        if text is None:
+            return self.default_arch
+        archs = tuple(a.strip() for a in text.split(",") if a.strip())
+        if not self.arch_choices:
+            raise error(f"target {self.name} takes no --arch")
+        for a in archs:
+            if a not in self.arch_choices:
+                raise error(f"unknown --arch '{a}' for target {self.name}; choose from "
+                            f"{', '.join(self.arch_choices)}")
+        if not archs:
+            raise error("--arch needs at least one architecture")
+        return archs
+
+    def check_toolchain(self):
+        missing = self.toolchain.missing()
+        if missing:
+            raise TilecError(f"cannot build for target {self.name}: {' and '.join(missing)} "
+                             "not found")
 
 
 def _kib(n: int) -> str:

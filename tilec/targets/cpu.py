@@ -1,334 +1,45 @@
-"""C++ (OpenMP) rendering of lowered Tile IR: Python decides every line; templates lay them out.
-
-Blocks of the grid are distributed over OpenMP threads; each thread owns one copy of the block's
-tile buffers (shared/fragment/local scopes all live in the thread's scratch). 16-bit floats are
-stored as bits and computed in float, rounded wherever the program's dtype says f16/bf16.
+"""The CPU target: C++17 + OpenMP. Blocks of the grid are distributed over OpenMP threads; each
+thread owns one copy of the block's tile buffers (every scope lives in the thread's scratch).
+16-bit floats are stored as bits and computed in float, rounded wherever the program's dtype says
+f16/bf16. The GEMM tile kernel and the elementwise functions live in `tilec_cpu.h`.
 """
 
 from __future__ import annotations
 
-import math
-
 from ..ir import tile as T
-from ..ir.types import Dim, is_float, is_int
+from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline
+from .abi import launcher_context
+from .base import Resources, Target, Toolchain
+from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
 
-CTYPE = {"f16": "float", "bf16": "float", "f32": "float", "f64": "double", "i8": "int8_t",
-         "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "bool": "bool",
-         "i4": "int32_t", "u4": "int32_t"}
-# element type of tensors at the C ABI
-ABI_TYPE = {"f16": "tilec_f16", "bf16": "tilec_bf16", "f32": "float", "f64": "double",
-            "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
-            "i4": "uint8_t", "u4": "uint8_t", "bool": "bool"}
-CXX_KEYWORDS = set("""alignas alignof and and_eq asm auto bitand bitor bool break case catch char
-char8_t char16_t char32_t class compl concept const consteval constexpr constinit const_cast
-continue co_await co_return co_yield decltype default delete do double dynamic_cast else enum
-explicit export extern false float for friend goto if inline int long mutable namespace new
-noexcept not not_eq nullptr operator or or_eq private protected public register reinterpret_cast
-requires return short signed sizeof static static_assert static_cast struct switch template this
-thread_local throw true try typedef typeid typename union unsigned using virtual void volatile
-wchar_t while xor xor_eq main tilec std int8_t int16_t int32_t int64_t uint8_t uint16_t size_t
-INFINITY NAN""".split())
+ALL_DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4", "u4")
 
 
-def cname(n: str) -> str:
-    """User names are kept readable; C++ keywords and reserved names get a trailing underscore."""
-    return n + "_" if n in CXX_KEYWORDS or n.startswith("tilec_") else n
+class CpuRenderer(CStyleRenderer):
+    """C++ for one kernel's body: a grid block's statements, run by one OpenMP thread."""
 
+    def load_alloc(self, e: T.Load) -> str:
+        a = self.allocs[e.buf]
+        return f"{cname(e.buf)}[{self.linear([self.expr(s) for s in a.shape], e.idx)}]"
 
-def cdim(d: Dim) -> str:
-    return d.c(cname)
-
-
-def pdim(d: Dim) -> str:
-    """A dimension as a C operand: parenthesized unless it is a name or a number."""
-    text = cdim(d)
-    return text if d.op in ("sym", "const") else f"({text})"
-
-
-def _float_lit(v: float, dtype: str) -> str:
-    if math.isinf(v):
-        s = "INFINITY" if dtype != "f64" else "HUGE_VAL"
-        return s if v > 0 else "-" + s
-    if math.isnan(v):
-        return "NAN"
-    r = repr(float(v))
-    if "e" not in r and "." not in r and "inf" not in r:
-        r += ".0"
-    return r + ("" if dtype == "f64" else "f")
-
-
-_UNARY = {
-    "exp": "tilec::exp_f32({x})", "exp2": "std::exp2({x})", "log": "std::log({x})",
-    "log2": "std::log2({x})", "sqrt": "std::sqrt({x})", "rsqrt": "({one} / std::sqrt({x}))",
-    "sin": "std::sin({x})", "cos": "std::cos({x})", "tanh": "std::tanh({x})", "erf": "std::erf({x})",
-    "sigmoid": "tilec::sigmoid({x})", "relu": "tilec::relu({x})", "gelu": "tilec::gelu({x})",
-    "gelu_tanh": "tilec::gelu_tanh({x})", "silu": "tilec::silu({x})",
-    "softplus": "tilec::softplus({x})", "mish": "tilec::mish({x})", "abs": "std::abs({x})",
-    "neg": "(-{x})",
-}
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "idiv": "/", "imod": "%",
-          "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-# C precedence of the infix operators we print (higher binds tighter)
-_CPREC = {"mul": 13, "div": 13, "idiv": 13, "imod": 13, "add": 12, "sub": 12, "lt": 10, "le": 10,
-          "gt": 10, "ge": 10, "eq": 9, "ne": 9}
-
-
-def _infix(op: str, a: str, b: str) -> str:
-    """`a op b` with operands already parenthesized as needed (see Emitter.operand)."""
-    return f"{a} {_INFIX[op]} {b}"
-
-
-class Emitter:
-    """Renders one kernel's statements and expressions to C++ lines."""
-
-    def __init__(self, kernel: T.TileKernel, allocs: dict):
-        self.k = kernel
-        self.globals = {p.name: p for p in kernel.params}
-        self.allocs = allocs  # name -> Alloc
-        self.lines: list[str] = []
-        self.tmp = 0
-        self.hoisted: dict = {}  # Load -> name of a local holding it
-        self._readers = None
-
-    # ---- expressions
-    def expr(self, e) -> str:
-        if isinstance(e, T.Var):
-            return cname(e.name)
-        if isinstance(e, T.Const):
-            if e.dtype == "bool":
-                return "true" if e.value else "false"
-            if is_float(e.dtype):
-                return _float_lit(float(e.value), e.dtype)
-            v = int(e.value)
-            if e.dtype == "i64":  # index arithmetic: int64_t operands keep it 64-bit
-                return str(v) if -2**31 < v < 2**31 else f"INT64_C({v})"
-            return f"({CTYPE[e.dtype]}){v}"
-        if isinstance(e, T.Load):
-            return self.load(e)
-        if isinstance(e, T.Cast):
-            return self.cast(self.expr(e.x), e.x.dtype if hasattr(e.x, "dtype") else "i64", e.dtype)
-        if isinstance(e, T.Unary):
-            x = self.expr(e.x)
-            if e.fn in ("neg", "not"):  # prefix operators bind tighter than any infix one
-                x = self.operand(e.x, 14, False)
-            if e.fn == "not":
-                return f"(!{x})" if e.dtype == "bool" else f"(~{x})"
-            if e.fn == "exp" and e.dtype == "f64":
-                s = f"std::exp({x})"
-            else:
-                s = _UNARY[e.fn].format(x=x, one="1.0" if e.dtype == "f64" else "1.0f")
-            return self.rounded(s, e.dtype)
-        if isinstance(e, T.Binary):
-            return self.rounded(self.binary(e), e.dtype)
-        if isinstance(e, T.Compare):
-            return self.infix(e)
-        if isinstance(e, T.Select):
-            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
-        raise TypeError(f"cannot render {e!r}")
-
-    def binary(self, e: T.Binary) -> str:
-        f = e.fn
-        if f == "pow":
-            x, n = self.expr(e.a), e.exponent
-            if float(n).is_integer() and abs(n) <= 4:  # small powers: multiplications
-                n = int(n)
-                if n == 0:
-                    return "1" if is_int(e.dtype) else _float_lit(1.0, e.dtype)
-                prod = " * ".join(["tilec_x"] * abs(n))
-                body = f"({prod})" if n > 0 else f"({_float_lit(1.0, e.dtype)} / ({prod}))"
-                return f"([&]{{ const auto tilec_x = {x}; return {body}; }}())"
-            return f"std::pow({x}, {_float_lit(float(n), e.dtype)})"
-        if f in _INFIX:
-            return self.infix(e)
-        a, b = self.expr(e.a), self.expr(e.b)
-        if f == "floordiv":
-            return f"tilec::floordiv<{CTYPE[e.dtype]}>({a}, {b})"
-        if f == "mod":
-            return f"tilec::floormod<{CTYPE[e.dtype]}>({a}, {b})"
-        if f in ("maximum", "minimum"):
-            return f"tilec::{f}({a}, {b})"
-        if f == "min":
-            return f"std::min<int64_t>({a}, {b})"
-        if f == "cdiv":
-            return f"tilec_cdiv({a}, {b})"
-        if f in ("and", "or"):
-            if e.dtype == "bool":
-                return f"({a} {'&&' if f == 'and' else '||'} {b})"
-            return f"({a} {'&' if f == 'and' else '|'} {b})"
-        raise TypeError(f"cannot render binary {f}")
-
-    def infix(self, e) -> str:
-        """Infix operators print without parentheses; `operand` adds them where C needs them."""
-        p = _CPREC[e.fn]
-        return f"{self.operand(e.a, p, False)} {_INFIX[e.fn]} {self.operand(e.b, p, True)}"
-
-    def operand(self, e, parent: int, right: bool) -> str:
-        text = self.expr(e)
-        mine = _CPREC.get(getattr(e, "fn", None)) if isinstance(e, (T.Binary, T.Compare)) else None
-        if mine is not None and e.dtype not in ("f16", "bf16") and \
-           (mine < parent or (right and mine == parent)):
-            return f"({text})"
-        return text
-
-    @staticmethod
-    def rounded(s: str, dtype: str) -> str:
-        if dtype == "f16":
-            return f"tilec::round_f16({s})"
-        if dtype == "bf16":
-            return f"tilec::round_bf16({s})"
-        return s
-
-    def cast(self, x: str, src: str, dst: str) -> str:
-        if src == dst or (CTYPE.get(src) == CTYPE[dst] == "float" and dst == "f32"):
-            return x  # 16-bit floats are already held as (exactly representable) floats
-        if dst == "bool":
-            return f"({x} != 0)"
-        if is_float(dst):
-            return self.rounded(f"(({CTYPE[dst]})({x}))", dst)
-        if is_float(src):
-            return f"tilec::sat_cast<{CTYPE[dst]}>({x})"
-        if src == "bool":
-            return f"(({CTYPE[dst]})({x} ? 1 : 0))"
-        return f"tilec::sat_int<{CTYPE[dst]}>({x})"
-
-    def linear(self, shape_c: list, idx) -> str:
-        """Row-major linear offset of `idx` in a buffer whose dims render as `shape_c`."""
-        n = len(idx)
-        acc = None
-        for k, (d, i) in enumerate(zip(shape_c, idx)):
-            if acc is None:
-                acc = self.operand(i, 13 if n > 1 else 0, False)
-            else:
-                acc = f"{acc} * {d} + {self.operand(i, 12, True)}"
-                if k < n - 1:
-                    acc = f"({acc})"
-        return acc or "0"
-
-    def load(self, e: T.Load) -> str:
-        if e in self.hoisted:
-            return self.hoisted[e]
-        if e.buf in self.allocs:
-            a = self.allocs[e.buf]
-            return f"{cname(e.buf)}[{self.linear([self.expr(s) for s in a.shape], e.idx)}]"
-        p = self.globals[e.buf]
-        dims = [pdim(d) for d in p.shape]
-        if p.dtype in ("u4", "i4"):
-            row = self.linear(dims[:-1], e.idx[:-1]) if len(dims) > 1 else "0"
-            return (f"tilec::load_{p.dtype}({cname(p.name)}, {row}, {self.expr(e.idx[-1])}, "
-                    f"{dims[-1]})")
-        ref = f"{cname(p.name)}[{self.linear(dims, e.idx)}]"
-        if p.dtype == "f16":
-            return f"tilec::f16_to_f32({ref})"
-        if p.dtype == "bf16":
-            return f"tilec::bf16_to_f32({ref})"
-        return ref
-
-    def store_expr(self, buf: str, value) -> str:
-        """A stored value; a final cast to the buffer's dtype is the store's own conversion."""
-        if buf in self.globals and isinstance(value, T.Cast) and hasattr(value.x, "dtype") and \
-           value.dtype == self.globals[buf].dtype:
-            value = value.x
-        vd = value.dtype if hasattr(value, "dtype") else "i64"
-        return self.store_value(buf, self.expr(value), vd)
-
-    def store_value(self, buf: str, value: str, vdtype: str) -> str:
-        if buf in self.allocs:  # 16-bit tiles hold rounded values in float storage
-            return self.cast(value, vdtype, self.allocs[buf].dtype)
-        p = self.globals[buf]
-        v = self.cast(value, vdtype, "f32" if p.dtype in ("f16", "bf16") else p.dtype)
-        if p.dtype == "f16":
-            return f"tilec::f32_to_f16({v})"
-        if p.dtype == "bf16":
-            return f"tilec::f32_to_bf16({v})"
-        return v
-
-    # ---- statements
-    def emit(self, line: str, depth: int):
-        self.lines.append("    " * depth + line)
-
-    def stmts(self, ss, depth: int):
-        ss = [x for x in ss if not isinstance(x, T.Alloc)]  # carved out before the block loop
-        k = 0
-        while k < len(ss):
-            if k + 1 < len(ss) and self.fusable_reduce(ss[k], ss[k + 1]):
-                self.store_and_reduce(ss[k], ss[k + 1], depth)
-                k += 2
-                continue
-            getattr(self, "s_" + type(ss[k]).__name__)(ss[k], depth)
-            k += 1
-
-    def fusable_reduce(self, loop, red) -> bool:
-        """`for i, j in parallel(..): t[i, j] = e` then `reduce(op, t, d)`: one pass can do both."""
-        if not (isinstance(loop, T.For) and loop.kind == "parallel" and len(loop.vars) == 2 and
-                isinstance(red, T.Reduce) and len(loop.body) == 1):
-            return False
-        st = loop.body[0]
-        t = self.allocs.get(red.src)
-        return (isinstance(st, T.Store) and st.buf == red.src and t is not None and
-                len(t.shape) == 2 and st.idx == tuple(T.Var(v) for v in loop.vars) and
-                loop.extents[1] == t.shape[1])
-
-    def store_and_reduce(self, loop: T.For, red: T.Reduce, depth: int):
-        """The producing loop accumulates the reduction as it goes; the row buffer is written only
-        when something else reads it."""
-        st = loop.body[0]
-        (vi, vj), (ei, ej) = loop.vars, loop.extents
-        keep = self.readers()[red.src] > 1
-        ct = CTYPE[_stored(self.allocs[red.dst].dtype)]
-        tt = CTYPE[_stored(self.allocs[red.src].dtype)]
-        decls, clauses, update, result = _reduce_parts(red.fn, ct)
-        self.emit(f"for (int64_t {cname(vi)} = 0; {cname(vi)} < {self.expr(ei)}; ++{cname(vi)}) {{"
-                  f"  // and reduce({red.fn}) into {red.dst}", depth)
-        scoped = []
-        for load in _invariant_loads(loop.body, vj, set(self.allocs)):
-            name = f"tilec_h{self.tmp}"
-            self.tmp += 1
-            self.emit(f"const {CTYPE[_stored(self.allocs[load.buf].dtype)]} {name} = "
-                      f"{self.load(load)};", depth + 1)
-            self.hoisted[load] = name
-            scoped.append(load)
-        for line in decls:
-            self.emit(line, depth + 1)
-        self.emit(f"#pragma omp simd {clauses}", depth + 1)
-        self.emit(f"for (int64_t {cname(vj)} = 0; {cname(vj)} < {self.expr(ej)}; ++{cname(vj)}) {{",
-                  depth + 1)
-        self.emit(f"const {tt} tilec_v = {self.store_expr(st.buf, st.value)};", depth + 2)
-        if keep:
-            a = self.allocs[st.buf]
-            self.emit(f"{cname(st.buf)}[{self.linear([self.expr(x) for x in a.shape], st.idx)}] = tilec_v;",
-                      depth + 2)
-        self.emit(update, depth + 2)
-        self.emit("}", depth + 1)
-        self.emit(f"{cname(red.dst)}[{cname(vi)}] = {result};", depth + 1)
-        self.emit("}", depth)
-        for load in scoped:
-            del self.hoisted[load]
-
-    def readers(self) -> dict:
-        """How many statements of the kernel read each tile buffer (computed once)."""
-        if self._readers is None:
-            counts: dict = {}
-            for st in T.walk_stmts(self.k.body):
-                names = []
-                if isinstance(st, T.Reduce):
-                    names.append(st.src)
-                elif isinstance(st, T.Gemm):
-                    names += [st.a, st.b, st.c]
-                elif isinstance(st, T.Copy):
-                    names.append(st.src.buf)
-                for e in [getattr(st, "value", None), getattr(st, "cond", None)]:
-                    if e is not None and not isinstance(e, str):
-                        names += [x.buf for x in T.walk_exprs(e) if isinstance(x, T.Load)]
-                for n in set(names):
-                    counts[n] = counts.get(n, 0) + 1
-            self._readers = counts
-        return self._readers
+    def s_Store(self, s: T.Store, depth):
+        if s.buf in self.allocs:
+            a = self.allocs[s.buf]
+            ref = f"{cname(s.buf)}[{self.linear([self.expr(x) for x in a.shape], s.idx)}]"
+        else:
+            p = self.globals[s.buf]
+            ref = f"{cname(s.buf)}[{self.global_offset(p, s.idx)}]"
+        self.emit(f"{ref} = {self.store_expr(s.buf, s.value)};", depth)
 
     def s_Fill(self, s: T.Fill, depth):
         a = self.allocs[s.buf]
         n = " * ".join(f"({self.expr(x)})" for x in a.shape)
-        v = self.cast(self.expr(s.value), s.value.dtype, _stored(a.dtype))
-        self.emit(f"std::fill_n({cname(s.buf)}, {n}, ({CTYPE[_stored(a.dtype)]}){v});", depth)
+        st = self.storage(a.dtype)
+        v = self.cast(self.expr(s.value), s.value.dtype, st)
+        self.emit(f"std::fill_n({cname(s.buf)}, {n}, ({self.ctype(st)}){v});", depth)
+
+    def s_Allreduce(self, s: T.Allreduce, depth):
+        pass  # one thread holds each row: its partial is the row's value
 
     def s_Copy(self, s: T.Copy, depth):
         dst = self.allocs[s.dst.buf]
@@ -340,9 +51,10 @@ class Emitter:
         for d, o in zip(dims, offs):
             start = o if start is None else f"({start}) * {d} + {o}"
         conv = {"f16": "tilec::from_f16()", "bf16": "tilec::from_bf16()"}.get(
-            src.dtype, f"tilec::cast_to<{CTYPE[_stored(dst.dtype)]}>()")
+            src.dtype, f"tilec::cast_to<{self.ctype(self.storage(dst.dtype))}>()")
         self.emit(f"// copy {T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> {s.dst.buf}",
                   depth)
+
         def left(dim, off):  # how much of the tensor remains from `off` on
             return dim if off == "0" else f"{dim} - {off}"
         self.emit(f"tilec::copy_tile({cname(src.name)} + {start}, {dims[-1]}, "
@@ -354,8 +66,9 @@ class Emitter:
         m, n = (self.expr(x) for x in c.shape)
         k = self.expr(a.shape[0] if s.transpose_a else a.shape[1])
         lda, ldb, ldc = self.expr(a.shape[1]), self.expr(b.shape[1]), n
-        ct = CTYPE[_stored(c.dtype)]
-        if ct in ("float", "double") and CTYPE[_stored(a.dtype)] == ct == CTYPE[_stored(b.dtype)]:
+        ct = self.ctype(self.storage(c.dtype))
+        if ct in ("float", "double") and \
+           self.ctype(self.storage(a.dtype)) == ct == self.ctype(self.storage(b.dtype)):
             self.emit(f"tilec::gemm_tile<{str(s.transpose_a).lower()}, {str(s.transpose_b).lower()}, "
                       f"{ct}>({m}, {n}, {k}, {cname(s.a)}, {lda}, {cname(s.b)}, {ldb}, "
                       f"{cname(s.c)}, {ldc});", depth)
@@ -369,160 +82,112 @@ class Emitter:
         self.emit(f"for (int64_t tilec_j = 0; tilec_j < {n}; ++tilec_j)", depth + 2)
         self.emit(f"{cname(s.c)}[tilec_i * {ldc} + tilec_j] += ({ct}){ia} * ({ct}){ib};", depth + 3)
 
-    def s_Reduce(self, s: T.Reduce, depth):
-        src, dst = self.allocs[s.src], self.allocs[s.dst]
-        rows, cols = (self.expr(x) for x in src.shape)
-        ct = CTYPE[_stored(dst.dtype)]
-        decls, clauses, update, result = _reduce_parts(s.fn, ct)
-        self.emit(f"for (int64_t tilec_r = 0; tilec_r < {rows}; ++tilec_r) {{"
-                  f"  // reduce({s.fn}) along axis 1", depth)
-        for line in decls:
-            self.emit(line, depth + 1)
-        self.emit(f"const auto* __restrict tilec_row = {cname(s.src)} + tilec_r * {cols};", depth + 1)
-        self.emit(f"#pragma omp simd {clauses}", depth + 1)
-        self.emit(f"for (int64_t tilec_c = 0; tilec_c < {cols}; ++tilec_c) {{ "
-                  f"const {ct} tilec_v = tilec_row[tilec_c]; {update} }}", depth + 1)
-        self.emit(f"{cname(s.dst)}[tilec_r] = {result};", depth + 1)
-        self.emit("}", depth)
-
-    def s_Store(self, s: T.Store, depth):
-        if s.buf in self.allocs:
-            a = self.allocs[s.buf]
-            ref = f"{cname(s.buf)}[{self.linear([self.expr(x) for x in a.shape], s.idx)}]"
-        else:
-            p = self.globals[s.buf]
-            ref = f"{cname(s.buf)}[{self.linear([pdim(d) for d in p.shape], s.idx)}]"
-        self.emit(f"{ref} = {self.store_expr(s.buf, s.value)};", depth)
-
-    def s_For(self, s: T.For, depth):
-        simd = s.kind == "parallel" and _simd_ok(s.body)
-        last = len(s.vars) - 1
-        scoped = []
-        for n, (v, ext) in enumerate(zip(s.vars, s.extents)):
-            d = depth + n
-            if n == last and last > 0 and s.kind == "parallel":
-                # tile-buffer values that do not vary along the innermost loop are read once per
-                # outer iteration: g++ does not vectorize the inner loop when it must reload them
-                for load in _invariant_loads(s.body, s.vars[-1], set(self.allocs)):
-                    name = f"tilec_h{self.tmp}"
-                    self.tmp += 1
-                    ct = CTYPE[_stored(self.allocs[load.buf].dtype)]
-                    self.emit(f"const {ct} {name} = {self.load(load)};", d)
-                    self.hoisted[load] = name
-                    scoped.append(load)
-            if simd and n == last:
-                self.emit("#pragma omp simd", d)
+    # ---- parallel loops: the innermost one is vectorized (`omp simd`), with a vector reduction
+    # for each reduction store (a store of combine(buf[idx], v) whose idx does not use the
+    # innermost variable)
+    def parallel(self, s: T.For, depth):
+        *outer, inner = list(zip(s.vars, s.extents))
+        for n, (v, ext) in enumerate(outer):
             self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)}) {{",
-                      d)
-        self.stmts(s.body, depth + len(s.vars))
-        for n in reversed(range(len(s.vars))):
+                      depth + n)
+        d = depth + len(outer)
+        v, ext = inner
+        reductions = _reduction_stores(s.body, v)
+        if not all(isinstance(x, (T.Store, T.If, T.Let, T.For)) for x in s.body) or \
+           any(isinstance(x, T.For) for x in s.body):
+            # a nested loop or another statement kind: a plain (non-vectorized) inner loop
+            self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)}) {{", d)
+            self.stmts(s.body, d + 1)
+            self.emit("}", d)
+        elif reductions:
+            self.reducing_loop(s.body, v, ext, reductions, d)
+        else:
+            self.emit("#pragma omp simd", d)
+            self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)}) {{", d)
+            self.stmts(s.body, d + 1)
+            self.emit("}", d)
+        for n in reversed(range(len(outer))):
             self.emit("}", depth + n)
-        for load in scoped:  # the locals go out of scope with the loop
-            del self.hoisted[load]
 
-    def s_If(self, s: T.If, depth):
-        self.emit(f"if ({self.expr(s.cond)}) {{", depth)
-        self.stmts(s.body, depth + 1)
-        if s.orelse:
-            self.emit("} else {", depth)
-            self.stmts(s.orelse, depth + 1)
+    def reducing_loop(self, body, v, ext, reductions: list, depth):
+        """Each reduction store accumulates into a local (vectorized with an OpenMP reduction
+        clause); the buffer is updated once after the loop. A float max/min also tracks NaN,
+        which must win as in NumPy (OpenMP's vector max/min would drop it)."""
+        accs, clauses, after = {}, [], []
+        for st in reductions:
+            fn = {"add": "sum", "maximum": "max", "minimum": "min"}[st.value.fn]
+            ct = self.ctype(self.storage(self.allocs[st.buf].dtype))
+            acc = self.fresh("tilec_acc")
+            flt = ct in ("float", "double")
+            init = {"sum": "0",
+                    "max": f"-std::numeric_limits<{ct}>::infinity()" if flt else
+                           f"std::numeric_limits<{ct}>::lowest()",
+                    "min": f"std::numeric_limits<{ct}>::infinity()" if flt else
+                           f"std::numeric_limits<{ct}>::max()"}[fn]
+            self.emit(f"{ct} {acc} = {init};", depth)
+            clauses.append(f"reduction({ {'sum': '+', 'max': 'max', 'min': 'min'}[fn] }:{acc})")
+            result = acc
+            if flt and fn != "sum":
+                nan = acc + "_nan"
+                self.emit(f"int {nan} = 0;", depth)
+                clauses.append(f"reduction(|:{nan})")
+                result = f"({nan} ? std::numeric_limits<{ct}>::quiet_NaN() : {acc})"
+            accs[st] = (fn, acc, flt)
+            ref = self.load_alloc(T.Load(st.buf, st.idx, self.allocs[st.buf].dtype))
+            after.append(f"{ref} += {result};" if fn == "sum" else
+                         f"{ref} = tilec::{'maximum' if fn == 'max' else 'minimum'}({ref}, {result});")
+        self.emit(f"#pragma omp simd {' '.join(clauses)}", depth)
+        self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)}) {{", depth)
+        self.reducing_body(body, accs, depth + 1)
         self.emit("}", depth)
+        for line in after:
+            self.emit(line, depth)
 
-
-def _reduce_parts(fn: str, ct: str) -> tuple:
-    """How a loop reduces `tilec_v` into `tilec_acc`: (declarations, OpenMP reduction clauses,
-    update statement, the result). A float max/min also tracks NaN, which must win as in NumPy
-    (the vectorized max/min of OpenMP would drop it)."""
-    flt = ct in ("float", "double")
-    init = {"sum": "0",
-            "max": f"-std::numeric_limits<{ct}>::infinity()" if flt else
-                   f"std::numeric_limits<{ct}>::lowest()",
-            "min": f"std::numeric_limits<{ct}>::infinity()" if flt else
-                   f"std::numeric_limits<{ct}>::max()"}[fn]
-    update = {"sum": "tilec_acc += tilec_v;",
-              "max": "tilec_acc = tilec_v > tilec_acc ? tilec_v : tilec_acc;",
-              "min": "tilec_acc = tilec_v < tilec_acc ? tilec_v : tilec_acc;"}[fn]
-    decls = [f"{ct} tilec_acc = {init};"]
-    clauses = f"reduction({ {'sum': '+', 'max': 'max', 'min': 'min'}[fn] }:tilec_acc)"
-    result = "tilec_acc"
-    if flt and fn != "sum":
-        decls.append("int tilec_nan = 0;")
-        clauses += " reduction(|:tilec_nan)"
-        update += " tilec_nan |= tilec_v != tilec_v;"
-        result = f"(tilec_nan ? std::numeric_limits<{ct}>::quiet_NaN() : tilec_acc)"
-    return decls, clauses, update, result
-
-
-def _stored(dtype: str) -> str:
-    """Dtype of tile-buffer elements on the CPU: 16-bit floats are kept as f32."""
-    return "f32" if dtype in ("f16", "bf16") else ("i32" if dtype in ("u4", "i4") else dtype)
-
-
-def _invariant_loads(body, var: str, allocs: set) -> list:
-    """Loads of tile buffers in `body` whose index does not use `var` and whose buffer `body`
-    does not write (so reading them once before the loop is exact), in first-use order."""
-    written, exprs = set(), []
-
-    def visit(stmts):
-        for st in stmts:
-            if isinstance(st, T.Store):
-                written.add(st.buf)
-                exprs.extend(st.idx)
-                exprs.append(st.value)
+    def reducing_body(self, body, accs: dict, depth):
+        for st in body:
+            if st in accs:
+                fn, acc, flt = accs[st]
+                x = self.fresh("tilec_v")
+                self.emit(f"const auto {x} = {self.expr(st.value.b)};", depth)
+                if fn == "sum":
+                    self.emit(f"{acc} += {x};", depth)
+                else:
+                    op = ">" if fn == "max" else "<"
+                    self.emit(f"{acc} = {x} {op} {acc} ? {x} : {acc};", depth)
+                    if flt:
+                        self.emit(f"{acc}_nan |= {x} != {x};", depth)
             elif isinstance(st, T.If):
-                exprs.append(st.cond)
-                visit(st.body)
-                visit(st.orelse)
-    visit(body)
-    out = []
-    for e in exprs:
-        for x in T.walk_exprs(e):
-            if isinstance(x, T.Load) and x.buf in allocs and x.buf not in written and x not in out \
-               and not any(isinstance(y, T.Var) and y.name == var for i in x.idx
-                           for y in T.walk_exprs(i)):
-                out.append(x)
-    return out
+                self.emit(f"if ({self.expr(st.cond)}) {{", depth)
+                self.reducing_body(st.body, accs, depth + 1)
+                if st.orelse:
+                    self.emit("} else {", depth)
+                    self.reducing_body(st.orelse, accs, depth + 1)
+                self.emit("}", depth)
+            else:
+                self.stmts([st], depth)
 
 
-def _simd_ok(body) -> bool:
-    return all(isinstance(s, (T.Store, T.If)) for s in body)
+def _reduction_stores(body, var: str) -> list:
+    """Stores `b[idx] = combine(b[idx], v)` in `body` (branches included) whose index does not
+    use the loop variable `var`: reductions along the loop."""
+    return [st for st in T.walk_stmts(body) if is_reduction_store(st)
+            and not any(isinstance(x, T.Var) and x.name == var for i in st.idx for x in T.walk_exprs(i))]
 
 
-def collect_allocs(stmts, out: dict):
-    out.update((a.name, a) for a in T.walk_stmts(stmts) if isinstance(a, T.Alloc))
-    return out
+def is_reduction_store(st) -> bool:
+    """`b[idx] = combine(b[idx], v)` with combine in add, maximum, minimum."""
+    return (isinstance(st, T.Store) and isinstance(st.value, T.Binary) and
+            st.value.fn in ("add", "maximum", "minimum") and isinstance(st.value.a, T.Load) and
+            st.value.a.buf == st.buf and st.value.a.idx == st.idx)
 
 
 # ---- whole-program rendering ---------------------------------------------------------------
-STATUSES = (
-    ("TILEC_OK", 0, "success"),
-    ("TILEC_ERR_NULL_POINTER", 1, "a tensor pointer is NULL"),
-    ("TILEC_ERR_BAD_DIM", 2, "a dimension is less than 1"),
-    ("TILEC_ERR_ASSUME", 3, "an assume promise of the kernel does not hold"),
-    ("TILEC_ERR_SHAPE", 4, "tensor shapes are inconsistent"),
-    ("TILEC_ERR_ALIAS", 5, "an output overlaps another tensor"),
-    ("TILEC_ERR_OUT_OF_MEMORY", 6, "out of memory for scratch or workspace buffers"),
-)
-
-
-def _bytes_expr(dtype: str, shape) -> str:
-    shape = tuple(shape) or (Dim.const(1),)  # a rank-0 workspace holds one element
-    n = " * ".join(f"(size_t)({cdim(d)})" for d in shape[:-1]) or "(size_t)1"
-    last = f"(size_t)({cdim(shape[-1])})"
-    if dtype in ("u4", "i4"):
-        return f"{n} * (({last} + 1) / 2)"
-    size = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i32": 4,
-            "i64": 8, "bool": 1}[dtype]
-    return f"{n} * {last} * {size}"
-
-
-def render_kernel(k: T.TileKernel, index: int, symbols, threads_expr: str) -> dict:
-    allocs = collect_allocs(k.body, {})
-    em = Emitter(k, allocs)
+def render_kernel(k: T.TileKernel, symbols, threads_expr: str) -> dict:
+    em = CpuRenderer(k)
     em.stmts(k.body, 0)
     buffers, off = [], "0"
-    for a in allocs.values():
-        ct = CTYPE[_stored(a.dtype)]
+    for a in em.allocs.values():
+        ct = em.ctype(em.storage(a.dtype))
         count = " * ".join(f"({em.expr(x)})" for x in a.shape)
         buffers.append(dict(name=a.name, cname=cname(a.name), ctype=ct, scope=a.scope, count=count,
                             offset=off))
@@ -530,7 +195,7 @@ def render_kernel(k: T.TileKernel, index: int, symbols, threads_expr: str) -> di
     params = []
     for p in k.params:
         if p.kind == "scalar":
-            params.append(f"{CTYPE[p.dtype]} {cname(p.name)}")
+            params.append(f"{em.ctype(p.dtype)} {cname(p.name)}")
         else:
             const = "const " if p.kind == "input" else ""
             params.append(f"{const}{ABI_TYPE[p.dtype]}* __restrict {cname(p.name)}")
@@ -544,78 +209,48 @@ def render_kernel(k: T.TileKernel, index: int, symbols, threads_expr: str) -> di
         if n < len(k.block_vars) - 1:
             e = f"({e}) % tilec_grid[{n}]"
         bvars.append(dict(name=cname(v), expr=e))
-    return dict(name=k.name, index=index, comment=k.comment, params=params, grid=grid,
+    return dict(name=k.name, comment=k.comment, params=params, grid=grid,
                 buffers=buffers, per_thread=off if buffers else "0", threads=threads_expr,
                 block_vars=bvars, body=em.lines, tile_ir=T.print_kernel(k).splitlines())
 
 
-def render_program(g, prog: T.TileProgram, sched, env, banner: str) -> dict:
-    """Sources for one kernel: {filename: text}."""
-    threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
-    kernels = [render_kernel(k, n, g.symbols, threads) for n, k in enumerate(prog.kernels)]
-    abi, arg_docs, checks, scalars = [], [], [], []
-    tensors = [(p, "input") for p in g.params] + [(p, "output") for p in g.outputs]
-    for p, role in tensors:
-        if p.is_scalar:
-            abi.append(f"{ABI_TYPE[p.type.dtype]} {cname(p.name)}")
-            arg_docs.append(f"{p.name}: {p.type.dtype} scalar")
-        else:
-            const = "const " if role == "input" else ""
-            abi.append(f"{const}{ABI_TYPE[p.type.dtype]}* {cname(p.name)}")
-            arg_docs.append(f"{p.name}: {p.type} ({role})")
-    abi += [f"int64_t {cname(s)}" for s in g.symbols]
-    arg_docs += [f"{s}: dimension" for s in g.symbols]
-    ptrs = [cname(p.name) for p, _ in tensors if not p.is_scalar]
-    if ptrs:
-        checks.append(dict(fail=" || ".join(f"!{x}" for x in ptrs), code="TILEC_ERR_NULL_POINTER",
-                           why="NULL tensor"))
-    if g.symbols:
-        checks.append(dict(fail=" || ".join(f"{cname(s)} < 1" for s in g.symbols),
-                           code="TILEC_ERR_BAD_DIM", why="dimensions are at least 1"))
-    for a in g.assumes:
-        checks.append(dict(fail=f"!({a.cond.c(cname)})", code="TILEC_ERR_ASSUME",
-                           why=f"assume {a.text}"))
-    seen = set()
-    for p, _ in tensors:
-        for d in p.type.shape:
-            if d.op not in ("sym", "const") and d not in seen:
-                seen.add(d)
-                checks.append(dict(fail=f"({cdim(d)}) < 1", code="TILEC_ERR_BAD_DIM",
-                                   why=f"{p.name} has dimension {d}"))
-    for op in g.ops:
-        if op.kind == "dequant":
-            K = g.op_map()[op.args[0]].type.shape[0]
-            R = g.op_map()[op.args[1]].type.shape[0]
-            G = op.attr("group")
-            checks.append(dict(fail=f"({cdim(R)}) * {G} < ({cdim(K)})", code="TILEC_ERR_SHAPE",
-                               why=f"dequant group={G} needs {R} * {G} >= {K}"))
-    for o in g.outputs:
-        for p, _ in tensors:
-            if p is o or p.is_scalar:
-                continue
-            a, b = cname(o.name), cname(p.name)
-            checks.append(dict(
-                fail=f"tilec::overlap({a}, {_bytes_expr(o.type.dtype, o.type.shape)}, {b}, "
-                     f"{_bytes_expr(p.type.dtype, p.type.shape)})",
-                code="TILEC_ERR_ALIAS", why=f"{o.name} overlaps {p.name}"))
-    for p in g.params:
-        if p.is_scalar:
-            conv = {"f16": "tilec::f16_to_f32", "bf16": "tilec::bf16_to_f32"}.get(p.type.dtype, "")
-            scalars.append(dict(ctype=CTYPE[p.type.dtype], local=f"tilec_s_{p.name}",
-                                expr=f"{conv}({cname(p.name)})"))
-    workspaces = [dict(cname=cname(w.name), ctype=ABI_TYPE[w.dtype], decl=f"{w.name}: {w.dtype}"
-                       f"[{', '.join(str(d) for d in w.shape)}]",
-                       bytes=_bytes_expr(w.dtype, w.shape)) for w in prog.workspaces]
-    calls = []
-    scalar_names = {p.name for p in g.params if p.is_scalar}
-    for k in prog.kernels:
-        args = [f"tilec_s_{p.name}" if p.name in scalar_names else cname(p.name) for p in k.params]
-        args += [cname(s) for s in g.symbols]
-        calls.append(f"{k.name}({', '.join(args)})")
-    doc_lines = (g.doc or "").splitlines() or [""]
-    ctx = dict(banner=banner, name=g.name, kernels=kernels, abi_params=abi, checks=checks,
-               scalars=scalars, workspaces=workspaces, calls=calls, statuses=STATUSES,
-               title=f"{g.name}: {doc_lines[0]}" if g.doc else g.name, doc_lines=doc_lines,
-               arg_docs=arg_docs)
-    return {f"{g.name}.cpp": env.get_template("cpu/kernel.cpp.j2").render(ctx),
-            f"{g.name}.h": env.get_template("cpu/header.h.j2").render(ctx)}
+def render(target, src, m, env, banner, options) -> dict:
+    files = {}
+    for g, prog in zip(m.graphs, m.programs):
+        sched = m.schedule_for(g.name, target.name)
+        threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
+        ctx = launcher_context(g, prog, [], [])
+        ctx.update(banner=banner("//"), kernels=[render_kernel(k, g.symbols, threads)
+                                                for k in prog.kernels],
+                   header_includes=[], target_doc=[])
+        files[f"{g.name}.cpp"] = env.get_template("cpu/kernel.cpp.j2").render(ctx)
+        files[f"{g.name}.h"] = env.get_template("common/header.h.j2").render(ctx)
+    files["tilec_cpu.h"] = env.loader.get_source(env, "cpu/tilec_cpu.h")[0]
+    files["Makefile"] = env.get_template("cpu/Makefile.j2").render(
+        banner=banner("#"), names=[g.name for g in m.graphs])
+    return files
+
+
+CPU = Target(
+    name="cpu",
+    resources=Resources(
+        warp=1, max_threads=1024, tile_memory=4 << 20, mma=(1, 1, 1), gemm_tile=(128, 256, 256),
+        gemm_stages=1, gemm_threads=1, row_block=1, row_threads=1, ew_tile=(2, 16384),
+        ew_threads=1, attn_tile=(64, 64), attn_threads=1, attn_stages=1, dtypes=ALL_DTYPES),
+    toolchain=Toolchain("CXX", "g++", "C++17 compiler"),
+    lowering=(
+        # no async copies on the CPU: pipelined K loops run as plain loops
+        ("pipeline", pipeline.run),
+        # `if base + i < n` guards -> clamped trip counts, so inner loops vectorize unmasked
+        ("hoist_guards", hoist_guards.run),
+        # reduce -> reduction stores joined to the loop that fills the row (needs guards hoisted)
+        ("lower_reductions", lower_reductions.run),
+        # values invariant along the inner loop read once per row (after reductions are loops)
+        ("hoist_loads", hoist_loads.run),
+    ),
+    render_files=render,
+    templates="cpu",
+    source_ext=".cpp",
+    device_library="tilec_cpu.h",
+    runtime="cpu",
+)

@@ -495,8 +495,28 @@ static inline void copy_tile(const S* __restrict src, int64_t ld, int64_t nr, in
     }
 }
 
+// ---- index helpers ---------------------------------------------------------------------------
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+// x ** N for a small constant N, as repeated multiplication ((x * x) * x ...), 1 / that for N < 0
+template <int N, typename T> static inline T ipow(T x) {
+    if constexpr (N < 0) {
+        return T(1) / ipow<-N>(x);
+    } else {
+        T p = x;
+        for (int i = 1; i < N; ++i) p = p * x;
+        return p;
+    }
+}
+
 // ---- host-side helpers for launchers ---------------------------------------------------------
 static inline size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+// Each workspace buffer starts on a 256-byte boundary of the caller's workspace block.
+static inline size_t workspace_align(size_t n) { return (n + 255) & ~(size_t)255; }
+// The plain entry point's workspace (the _with_workspace entry point takes the caller's).
+static inline void* workspace_alloc(size_t bytes) { return std::aligned_alloc(256, workspace_align(bytes)); }
+static inline void workspace_free(void* p) { std::free(p); }
 
 // Owns a 64-byte aligned allocation; `data` is NULL when the allocation failed (or size is 0).
 struct Scratch {

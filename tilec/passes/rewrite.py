@@ -1,0 +1,102 @@
+"""Tile IR mutators shared by the lowering passes: expression substitution and statement maps.
+Each returns the same object when nothing changed."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+from ..ir import tile as T
+
+_EXPR_FIELDS = ("x", "a", "b", "cond")
+
+
+def map_expr(e, fn):
+    """Rewrite expression `e` bottom-up: `fn(node)` returns a replacement or None to keep it."""
+    if e is None or isinstance(e, (str, int, float)):
+        return e
+    changes = {}
+    for f in _EXPR_FIELDS:
+        sub = getattr(e, f, None)
+        if sub is not None and not isinstance(sub, str):
+            new = map_expr(sub, fn)
+            if new is not sub:
+                changes[f] = new
+    if isinstance(e, T.Load):
+        idx = tuple(map_expr(i, fn) for i in e.idx)
+        if any(a is not b for a, b in zip(idx, e.idx)):
+            changes["idx"] = idx
+    if changes:
+        e = replace(e, **changes)
+    out = fn(e)
+    return e if out is None else out
+
+
+def subst(e, mapping: dict):
+    """`e` with the variables named in `mapping` replaced by expressions."""
+    return map_expr(e, lambda x: mapping.get(x.name) if isinstance(x, T.Var) else None)
+
+
+def map_exprs(st, fn):
+    """Statement `st` (and everything nested in it) with every expression rewritten by `fn`."""
+    changes = {}
+    for f in fields(st):
+        v = getattr(st, f.name)
+        if f.name == "body" or f.name == "orelse":
+            new = tuple(map_exprs(x, fn) for x in v)
+            if any(a is not b for a, b in zip(new, v)):
+                changes[f.name] = new
+        elif f.name in ("value", "cond", "a_stage", "b_stage") and v is not None \
+                and not isinstance(v, (str, bool)):
+            new = map_expr(v, fn)
+            if new is not v:
+                changes[f.name] = new
+        elif f.name in ("idx", "extents", "shape"):
+            new = tuple(map_expr(x, fn) for x in v)
+            if any(a is not b for a, b in zip(new, v)):
+                changes[f.name] = new
+        elif isinstance(v, T.Region) and v.offsets is not None:
+            offs = tuple(map_expr(x, fn) for x in v.offsets)
+            if any(a is not b for a, b in zip(offs, v.offsets)):
+                changes[f.name] = replace(v, offsets=offs)
+    return replace(st, **changes) if changes else st
+
+
+def map_stmts(stmts: tuple, fn) -> tuple:
+    """Rewrite a statement list bottom-up: `fn(stmt)` returns a list of statements (possibly the
+    statement itself) to put in its place, or None to keep it."""
+    out = []
+    for st in stmts:
+        if isinstance(st, T.For):
+            body = map_stmts(st.body, fn)
+            st = st if body == st.body else replace(st, body=body)
+        elif isinstance(st, T.If):
+            body, orelse = map_stmts(st.body, fn), map_stmts(st.orelse, fn)
+            if body != st.body or orelse != st.orelse:
+                st = replace(st, body=body, orelse=orelse)
+        new = fn(st)
+        out.extend([st] if new is None else new)
+    return tuple(out)
+
+
+def uses_var(e, names) -> bool:
+    """Does expression `e` read any of the variables `names`?"""
+    if e is None:
+        return False
+    return any(isinstance(x, T.Var) and x.name in names for x in T.walk_exprs(e))
+
+
+def loads_in(st) -> list:
+    """Every Load in statement `st` (nested statements, indices and conditions included)."""
+    out = []
+    for s in T.walk_stmts([st]):
+        for f in ("value", "cond"):
+            e = getattr(s, f, None)
+            if e is not None and not isinstance(e, str):
+                out += [x for x in T.walk_exprs(e) if isinstance(x, T.Load)]
+        for i in getattr(s, "idx", ()) or ():
+            out += [x for x in T.walk_exprs(i) if isinstance(x, T.Load)]
+    return out
+
+
+def stores_in(st) -> list:
+    return [s for s in T.walk_stmts([st]) if isinstance(s, T.Store)]

@@ -1,0 +1,127 @@
+"""The C ABI every target shares: status codes, the launcher's argument list and checks, the
+workspace layout, and the choice among kernel variants. Targets add only their trailing
+arguments (a stream) and how one kernel is launched.
+
+For a source kernel NAME the header declares
+
+    size_t NAME_workspace_size(dims...);
+    int NAME_with_workspace(inputs..., outputs..., dims..., void* workspace, size_t bytes[, stream]);
+    int NAME(inputs..., outputs..., dims...[, stream]);   // allocates the workspace itself
+"""
+
+from __future__ import annotations
+
+from ..ir import tile as T
+from .cstyle import ABI_TYPE, bytes_expr, cdim, cname
+
+STATUSES = (
+    ("TILEC_OK", 0, "success"),
+    ("TILEC_ERR_NULL_POINTER", 1, "a tensor pointer is NULL"),
+    ("TILEC_ERR_BAD_DIM", 2, "a dimension is less than 1"),
+    ("TILEC_ERR_ASSUME", 3, "an assume promise of the kernel does not hold"),
+    ("TILEC_ERR_SHAPE", 4, "tensor shapes are inconsistent"),
+    ("TILEC_ERR_ALIAS", 5, "an output overlaps another tensor"),
+    ("TILEC_ERR_OUT_OF_MEMORY", 6, "out of memory for scratch or workspace buffers"),
+    ("TILEC_ERR_WORKSPACE", 7, "the workspace is NULL or smaller than NAME_workspace_size()"),
+    ("TILEC_ERR_LAUNCH", 8, "the device rejected a kernel launch"),
+    ("TILEC_ERR_UNSUPPORTED", 9, "a dimension is larger than this build supports on the device"),
+)
+WORKSPACE_ALIGN = 256
+
+
+def scalar_params(g) -> set:
+    return {p.name for p in g.params if p.is_scalar}
+
+
+def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: list) -> dict:
+    """Everything the shared header and launcher templates print for one source kernel."""
+    abi, arg_docs, checks, scalars = [], [], [], []
+    tensors = [(p, "input") for p in g.params] + [(p, "output") for p in g.outputs]
+    for p, role in tensors:
+        if p.is_scalar:
+            abi.append(f"{ABI_TYPE[p.type.dtype]} {cname(p.name)}")
+            arg_docs.append(f"{p.name}: {p.type.dtype} scalar")
+        else:
+            const = "const " if role == "input" else ""
+            abi.append(f"{const}{ABI_TYPE[p.type.dtype]}* {cname(p.name)}")
+            arg_docs.append(f"{p.name}: {p.type} ({role})")
+    dims = [f"int64_t {cname(s)}" for s in g.symbols]
+    arg_docs += [f"{s}: dimension" for s in g.symbols]
+    ptrs = [cname(p.name) for p, _ in tensors if not p.is_scalar]
+    if ptrs:
+        checks.append(dict(fail=" || ".join(f"!{x}" for x in ptrs), code="TILEC_ERR_NULL_POINTER",
+                           why="NULL tensor"))
+    checks += dim_checks(g)
+    for o in g.outputs:
+        for p, _ in tensors:
+            if p is o or p.is_scalar:
+                continue
+            a, b = cname(o.name), cname(p.name)
+            checks.append(dict(
+                fail=f"tilec::overlap({a}, {bytes_expr(o.type.dtype, o.type.shape)}, {b}, "
+                     f"{bytes_expr(p.type.dtype, p.type.shape)})",
+                code="TILEC_ERR_ALIAS", why=f"{o.name} overlaps {p.name}"))
+    for p in g.params:
+        if p.is_scalar:
+            conv = {"f16": "tilec::f16_to_f32", "bf16": "tilec::bf16_to_f32"}.get(p.type.dtype, "")
+            scalars.append(dict(ctype=_REG.get(p.type.dtype, ABI_TYPE[p.type.dtype]),
+                                local=f"tilec_s_{p.name}", expr=f"{conv}({cname(p.name)})"))
+    # workspaces: one block, each buffer at an aligned offset
+    workspaces, offset = [], "(size_t)0"
+    for w in prog.workspaces:
+        size = bytes_expr(w.dtype, w.shape)
+        workspaces.append(dict(cname=cname(w.name), ctype=ABI_TYPE[w.dtype], offset=offset,
+                               decl=f"{w.name}: {w.dtype}[{', '.join(str(d) for d in w.shape)}]"))
+        offset = f"tilec::workspace_align({offset} + {size})"
+    scalar_names = scalar_params(g)
+    launches = []
+    for variants in prog.slots():
+        opts = []
+        for k in variants:
+            args = [f"tilec_s_{p.name}" if p.name in scalar_names else cname(p.name)
+                    for p in k.params]
+            args += [cname(s) for s in g.symbols] + target_args
+            cond = None if k.when is None else k.when.c(cname)
+            opts.append(dict(call=f"tilec_launch_{k.name}({', '.join(args)})", when=cond,
+                             name=k.name))
+        launches.append(opts)
+    doc_lines = (g.doc or "").splitlines() or [""]
+    return dict(name=g.name, abi_params=abi + dims + target_params, dims=dims,
+                dim_args=[cname(s) for s in g.symbols],
+                call_args=[cname(p.name) for p, _ in tensors] + [cname(s) for s in g.symbols],
+                target_params=target_params, target_args=target_args, checks=checks,
+                dim_checks=dim_checks(g),
+                scalars=scalars, workspaces=workspaces, workspace_bytes=offset,
+                workspace_align=WORKSPACE_ALIGN, launches=launches, statuses=STATUSES,
+                title=f"{g.name}: {doc_lines[0]}" if g.doc else g.name, doc_lines=doc_lines,
+                arg_docs=arg_docs)
+
+
+_REG = {"f16": "float", "bf16": "float"}
+
+
+def dim_checks(g) -> list:
+    """Dimensions at least 1, every `assume`, derived shapes at least 1, dequant group sizes."""
+    checks = []
+    if g.symbols:
+        checks.append(dict(fail=" || ".join(f"{cname(s)} < 1" for s in g.symbols),
+                           code="TILEC_ERR_BAD_DIM", why="dimensions are at least 1"))
+    for a in g.assumes:
+        checks.append(dict(fail=f"!({a.cond.c(cname)})", code="TILEC_ERR_ASSUME",
+                           why=f"assume {a.text}"))
+    seen = set()
+    for p in list(g.params) + list(g.outputs):
+        for d in p.type.shape:
+            if d.op not in ("sym", "const") and d not in seen:
+                seen.add(d)
+                checks.append(dict(fail=f"({cdim(d)}) < 1", code="TILEC_ERR_BAD_DIM",
+                                   why=f"{p.name} has dimension {d}"))
+    ops = g.op_map()
+    for op in g.ops:
+        if op.kind == "dequant":
+            K = ops[op.args[0]].type.shape[0]
+            R = ops[op.args[1]].type.shape[0]
+            G = op.attr("group")
+            checks.append(dict(fail=f"({cdim(R)}) * {G} < ({cdim(K)})", code="TILEC_ERR_SHAPE",
+                               why=f"dequant group={G} needs {R} * {G} >= {K}"))
+    return checks

@@ -1,0 +1,328 @@
+"""The C-style renderer shared by every target: expressions (precedence, literals, casts,
+16-bit rounding), names, and the statements that print the same everywhere (stores, branches,
+sequential loops, scalar locals). Targets subclass it with their tables and the statements that
+differ (tile copies, tile GEMMs, parallel loops, barriers).
+
+Python decides every line; templates only lay the lines out.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..ir import tile as T
+from ..ir.types import Dim, is_float, is_int
+
+CXX_KEYWORDS = set("""alignas alignof and and_eq asm auto bitand bitor bool break case catch char
+char8_t char16_t char32_t class compl concept const consteval constexpr constinit const_cast
+continue co_await co_return co_yield decltype default delete do double dynamic_cast else enum
+explicit export extern false float for friend goto if inline int long mutable namespace new
+noexcept not not_eq nullptr operator or or_eq private protected public register reinterpret_cast
+requires return short signed sizeof static static_assert static_cast struct switch template this
+thread_local throw true try typedef typeid typename union unsigned using virtual void volatile
+wchar_t while xor xor_eq main tilec std int8_t int16_t int32_t int64_t uint8_t uint16_t size_t
+INFINITY NAN threadIdx blockIdx blockDim gridDim warpSize half""".split())
+
+# element type of tensors at the C ABI (16-bit floats as raw bits)
+ABI_TYPE = {"f16": "tilec_f16", "bf16": "tilec_bf16", "f32": "float", "f64": "double",
+            "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
+            "i4": "uint8_t", "u4": "uint8_t", "bool": "bool"}
+BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8,
+         "bool": 1, "i4": 1, "u4": 1}
+
+
+def cname(n: str) -> str:
+    """User names are kept readable; C++ keywords and reserved names get a trailing underscore."""
+    return n + "_" if n in CXX_KEYWORDS or n.startswith("tilec_") else n
+
+
+def cdim(d: Dim) -> str:
+    return d.c(cname)
+
+
+def pdim(d: Dim) -> str:
+    """A dimension as a C operand: parenthesized unless it is a name or a number."""
+    text = cdim(d)
+    return text if d.op in ("sym", "const") else f"({text})"
+
+
+def float_lit(v: float, dtype: str) -> str:
+    if math.isinf(v):
+        s = "INFINITY" if dtype != "f64" else "HUGE_VAL"
+        return s if v > 0 else "-" + s
+    if math.isnan(v):
+        return "NAN"
+    r = repr(float(v))
+    if "e" not in r and "." not in r and "inf" not in r:
+        r += ".0"
+    return r + ("" if dtype == "f64" else "f")
+
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "idiv": "/", "imod": "%",
+          "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+# C precedence of the infix operators we print (higher binds tighter)
+_CPREC = {"mul": 13, "div": 13, "idiv": 13, "imod": 13, "add": 12, "sub": 12, "lt": 10, "le": 10,
+          "gt": 10, "ge": 10, "eq": 9, "ne": 9}
+
+
+class CStyleRenderer:
+    """Renders one Tile IR kernel's statements and expressions to C-family lines."""
+
+    # register type of a value of each dtype (16-bit floats compute in float)
+    CTYPE = {"f16": "float", "bf16": "float", "f32": "float", "f64": "double", "i8": "int8_t",
+             "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "bool": "bool",
+             "i4": "int32_t", "u4": "int32_t"}
+    # elementwise functions of float values; {x} is the argument, {one} the literal 1
+    UNARY = {
+        "exp": "tilec::exp_f32({x})", "exp2": "std::exp2({x})", "log": "std::log({x})",
+        "log2": "std::log2({x})", "sqrt": "std::sqrt({x})", "rsqrt": "({one} / std::sqrt({x}))",
+        "sin": "std::sin({x})", "cos": "std::cos({x})", "tanh": "std::tanh({x})",
+        "erf": "std::erf({x})", "sigmoid": "tilec::sigmoid({x})", "relu": "tilec::relu({x})",
+        "gelu": "tilec::gelu({x})", "gelu_tanh": "tilec::gelu_tanh({x})",
+        "silu": "tilec::silu({x})", "softplus": "tilec::softplus({x})", "mish": "tilec::mish({x})",
+        "abs": "std::abs({x})", "neg": "(-{x})",
+    }
+    UNARY_F64 = {"exp": "std::exp({x})"}
+    INDEX_TYPE = "int64_t"  # loop variables and tile indices
+
+    def __init__(self, kernel: T.TileKernel):
+        self.k = kernel
+        self.globals = {p.name: p for p in kernel.params}
+        self.allocs = {a.name: a for a in T.walk_stmts(kernel.body) if isinstance(a, T.Alloc)}
+        self.lets: dict = {}  # Let name -> dtype
+        self.lines: list[str] = []
+        self.tmp = 0
+
+    # ---- names and types
+    def fresh(self, base: str = "tilec_t") -> str:
+        self.tmp += 1
+        return f"{base}{self.tmp}"
+
+    @staticmethod
+    def storage(dtype: str) -> str:
+        """Dtype of a tile-buffer element: 16-bit floats are kept as f32, 4-bit ints as i32."""
+        return "f32" if dtype in ("f16", "bf16") else ("i32" if dtype in ("u4", "i4") else dtype)
+
+    def ctype(self, dtype: str) -> str:
+        return self.CTYPE[dtype]
+
+    # ---- expressions
+    def expr(self, e) -> str:
+        if isinstance(e, T.Var):
+            return cname(e.name)
+        if isinstance(e, T.Const):
+            return self.const(e)
+        if isinstance(e, T.Load):
+            return self.load(e)
+        if isinstance(e, T.Cast):
+            return self.cast(self.expr(e.x), e.x.dtype if hasattr(e.x, "dtype") else "i64", e.dtype)
+        if isinstance(e, T.Unary):
+            x = self.expr(e.x)
+            if e.fn in ("neg", "not"):  # prefix operators bind tighter than any infix one
+                x = self.operand(e.x, 14, False)
+            if e.fn == "not":
+                return f"(!{x})" if e.dtype == "bool" else f"(~{x})"
+            table = dict(self.UNARY, **self.UNARY_F64) if e.dtype == "f64" else self.UNARY
+            s = table[e.fn].format(x=x, one="1.0" if e.dtype == "f64" else "1.0f")
+            return self.rounded(s, e.dtype)
+        if isinstance(e, T.Binary):
+            return self.rounded(self.binary(e), e.dtype)
+        if isinstance(e, T.Compare):
+            return self.infix(e)
+        if isinstance(e, T.Select):
+            return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        raise TypeError(f"cannot render {e!r}")
+
+    def const(self, e: T.Const) -> str:
+        if e.dtype == "bool":
+            return "true" if e.value else "false"
+        if is_float(e.dtype):
+            return float_lit(float(e.value), e.dtype)
+        v = int(e.value)
+        if e.dtype == "i64":  # index arithmetic: int64_t operands keep it 64-bit
+            return str(v) if -2**31 < v < 2**31 else f"INT64_C({v})"
+        return f"({self.ctype(e.dtype)}){v}"
+
+    def binary(self, e: T.Binary) -> str:
+        f = e.fn
+        if f == "pow":
+            x, n = self.expr(e.a), e.exponent
+            if float(n).is_integer() and abs(n) <= 4:  # small powers: multiplications
+                n = int(n)
+                if n == 0:
+                    return "1" if is_int(e.dtype) else float_lit(1.0, e.dtype)
+                t = self.ctype(e.dtype)
+                return f"tilec::ipow<{n}>(({t})({x}))"
+            return f"std::pow({x}, {float_lit(float(n), e.dtype)})"
+        if f in _INFIX:
+            return self.infix(e)
+        a, b = self.expr(e.a), self.expr(e.b)
+        if f == "floordiv":
+            return f"tilec::floordiv<{self.ctype(e.dtype)}>({a}, {b})"
+        if f == "mod":
+            return f"tilec::floormod<{self.ctype(e.dtype)}>({a}, {b})"
+        if f in ("maximum", "minimum"):
+            return f"tilec::{f}({a}, {b})"
+        if f == "min":
+            return f"tilec::imin({a}, {b})"
+        if f == "cdiv":
+            return f"tilec::cdiv({a}, {b})"
+        if f in ("and", "or"):
+            if e.dtype == "bool":
+                return f"({a} {'&&' if f == 'and' else '||'} {b})"
+            return f"({a} {'&' if f == 'and' else '|'} {b})"
+        raise TypeError(f"cannot render binary {f}")
+
+    def infix(self, e) -> str:
+        """Infix operators print without parentheses; `operand` adds them where C needs them."""
+        p = _CPREC[e.fn]
+        return f"{self.operand(e.a, p, False)} {_INFIX[e.fn]} {self.operand(e.b, p, True)}"
+
+    def operand(self, e, parent: int, right: bool) -> str:
+        text = self.expr(e)
+        mine = _CPREC.get(getattr(e, "fn", None)) if isinstance(e, (T.Binary, T.Compare)) else None
+        if mine is not None and e.dtype not in ("f16", "bf16") and \
+           (mine < parent or (right and mine == parent)):
+            return f"({text})"
+        return text
+
+    @staticmethod
+    def rounded(s: str, dtype: str) -> str:
+        if dtype == "f16":
+            return f"tilec::round_f16({s})"
+        if dtype == "bf16":
+            return f"tilec::round_bf16({s})"
+        return s
+
+    def cast(self, x: str, src: str, dst: str) -> str:
+        if src == dst or (self.ctype(src) == self.ctype(dst) == "float" and dst == "f32"):
+            return x  # 16-bit floats are already held as (exactly representable) floats
+        if dst == "bool":
+            return f"({x} != 0)"
+        if is_float(dst):
+            return self.rounded(f"(({self.ctype(dst)})({x}))", dst)
+        if is_float(src):
+            return f"tilec::sat_cast<{self.ctype(dst)}>({x})"
+        if src == "bool":
+            return f"(({self.ctype(dst)})({x} ? 1 : 0))"
+        return f"tilec::sat_int<{self.ctype(dst)}>({x})"
+
+    def linear(self, shape_c: list, idx) -> str:
+        """Row-major linear offset of `idx` in a buffer whose dims render as `shape_c`."""
+        n = len(idx)
+        acc = None
+        for k, (d, i) in enumerate(zip(shape_c, idx)):
+            if acc is None:
+                acc = self.operand(i, 13 if n > 1 else 0, False)
+            else:
+                acc = f"{acc} * {d} + {self.operand(i, 12, True)}"
+                if k < n - 1:
+                    acc = f"({acc})"
+        return acc or "0"
+
+    def global_offset(self, p: T.TensorDecl, idx) -> str:
+        return self.linear([pdim(d) for d in p.shape], idx)
+
+    def load(self, e: T.Load) -> str:
+        if e.buf in self.allocs:
+            return self.load_alloc(e)
+        return self.load_global(e)
+
+    def load_global(self, e: T.Load) -> str:
+        p = self.globals[e.buf]
+        if p.dtype in ("u4", "i4"):
+            dims = [pdim(d) for d in p.shape]
+            row = self.linear(dims[:-1], e.idx[:-1]) if len(dims) > 1 else "0"
+            return (f"tilec::load_{p.dtype}({cname(p.name)}, {row}, {self.expr(e.idx[-1])}, "
+                    f"{dims[-1]})")
+        return self.from_storage(f"{cname(p.name)}[{self.global_offset(p, e.idx)}]", p.dtype)
+
+    @staticmethod
+    def from_storage(ref: str, dtype: str) -> str:
+        """A value read from memory in its storage form, as a register value."""
+        if dtype == "f16":
+            return f"tilec::f16_to_f32({ref})"
+        if dtype == "bf16":
+            return f"tilec::bf16_to_f32({ref})"
+        return ref
+
+    @staticmethod
+    def to_storage(v: str, dtype: str) -> str:
+        if dtype == "f16":
+            return f"tilec::f32_to_f16({v})"
+        if dtype == "bf16":
+            return f"tilec::f32_to_bf16({v})"
+        return v
+
+    def load_alloc(self, e: T.Load) -> str:
+        raise NotImplementedError
+
+    def store_expr(self, buf: str, value) -> str:
+        """A stored value; a final cast to the buffer's dtype is the store's own conversion."""
+        if buf in self.globals and isinstance(value, T.Cast) and hasattr(value.x, "dtype") and \
+           value.dtype == self.globals[buf].dtype:
+            value = value.x
+        vd = value.dtype if hasattr(value, "dtype") else "i64"
+        return self.store_value(buf, self.expr(value), vd)
+
+    def store_value(self, buf: str, value: str, vdtype: str) -> str:
+        if buf in self.allocs:
+            return self.alloc_value(buf, value, vdtype)
+        p = self.globals[buf]
+        v = self.cast(value, vdtype, "f32" if p.dtype in ("f16", "bf16") else p.dtype)
+        return self.to_storage(v, p.dtype)
+
+    def alloc_value(self, buf: str, value: str, vdtype: str) -> str:
+        """A value converted for a tile buffer (16-bit tiles hold rounded values as floats)."""
+        return self.cast(value, vdtype, self.allocs[buf].dtype)
+
+    # ---- statements
+    def emit(self, line: str, depth: int):
+        self.lines.append("    " * depth + line)
+
+    def stmts(self, ss, depth: int):
+        for s in ss:
+            getattr(self, "s_" + type(s).__name__)(s, depth)
+
+    def s_Alloc(self, s: T.Alloc, depth):
+        pass  # buffers are laid out by the kernel template
+
+    def s_If(self, s: T.If, depth):
+        self.emit(f"if ({self.expr(s.cond)}) {{", depth)
+        self.stmts(s.body, depth + 1)
+        if s.orelse:
+            self.emit("} else {", depth)
+            self.stmts(s.orelse, depth + 1)
+        self.emit("}", depth)
+
+    def s_Let(self, s: T.Let, depth):
+        dt = getattr(s.value, "dtype", "i64")
+        self.lets[s.name] = dt
+        self.emit(f"const {self.ctype(dt)} {cname(s.name)} = {self.expr(s.value)};", depth)
+
+    def s_For(self, s: T.For, depth):
+        if s.kind == "parallel":
+            self.parallel(s, depth)
+            return
+        for n, (v, ext) in enumerate(zip(s.vars, s.extents)):
+            self.emit(f"for ({self.INDEX_TYPE} {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; "
+                      f"++{cname(v)}) {{", depth + n)
+        self.stmts(s.body, depth + len(s.vars))
+        for n in reversed(range(len(s.vars))):
+            self.emit("}", depth + n)
+
+    def parallel(self, s: T.For, depth):
+        raise NotImplementedError
+
+    def s_Allreduce(self, s: T.Allreduce, depth):
+        raise NotImplementedError
+
+
+def bytes_expr(dtype: str, shape, cast: str = "(size_t)") -> str:
+    """Bytes of a dense tensor (4-bit tensors: each row rounded up to whole bytes)."""
+    shape = tuple(shape) or (Dim.const(1),)  # a rank-0 workspace holds one element
+    n = " * ".join(f"{cast}({cdim(d)})" for d in shape[:-1]) or f"{cast}1"
+    last = f"{cast}({cdim(shape[-1])})"
+    if dtype in ("u4", "i4"):
+        return f"{n} * (({last} + 1) / 2)"
+    return f"{n} * {last} * {BYTES[dtype]}"
