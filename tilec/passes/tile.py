@@ -185,18 +185,48 @@ class GroupLowering:
         return self.cast(v, self.bufs[o].type.dtype)
 
     # ---- operand tiles for GEMMs
-    def operand(self, oid: int, dst: str, rows, cols, nrows, ncols, batch_idx, batch_shape):
+    def in_memory(self, oid: int) -> bool:
+        return oid in self.bufs and oid not in self.members
+
+    def _stored(self, oid: int):
+        """(buffer op, transposed) when operand `oid` is a tensor in memory, possibly transposed;
+        (None, False) otherwise."""
+        op = self.ops[oid]
+        if self.in_memory(oid):
+            return oid, False
+        if op.kind == "transpose" and self.in_memory(op.args[0]):
+            return op.args[0], True
+        return None, False
+
+    def mma_dtype(self, a_id: int, b_id: int):
+        """The 16-bit dtype both GEMM operands hold exactly, if the target's matrix units multiply
+        it: an input of that dtype, its conversion to f32, or a dequantization whose scale has
+        it (then the dequantized weight is rounded to it, as weight-only kernels do)."""
+        def natural(oid):
+            op = self.ops[oid]
+            if op.kind == "cast" and not self.in_memory(oid):
+                oid, op = op.args[0], self.ops[op.args[0]]
+            if op.kind == "dequant" and not self.in_memory(oid):
+                return self.ops[op.args[1]].type.dtype
+            return op.type.dtype
+        a, b = natural(a_id), natural(b_id)
+        return a if a == b and a in self.target.resources.mma_dtypes else None
+
+    def operand(self, oid: int, dst: str, rows, cols, nrows, ncols, batch_idx, batch_shape,
+                as_dtype: str | None = None):
         """Fill tile `dst` ([nrows, ncols]) with operand `oid` at (rows, cols): a tile copy when
-        the operand sits in memory (possibly transposed), else a parallel loop computing it.
+        the operand sits in memory (possibly transposed, or converted from `as_dtype`), else a
+        parallel loop computing it (converted to `as_dtype` when given).
         Returns (statements, transposed)."""
         op = self.ops[oid]
         shape = op.type.shape
         full = bcast_index(shape, batch_shape + shape[-2:], tuple(batch_idx) + (rows, cols))
-        src, trans = oid, False
-        if op.kind == "transpose" and oid not in self.bufs and op.args[0] in self.bufs and \
-           op.args[0] not in self.members:
-            src, trans = op.args[0], True
-        if src in self.bufs and src not in self.members and self.bufs[src].type.dtype not in ("u4", "i4"):
+        src, trans = self._stored(oid)
+        if src is None and as_dtype and op.kind == "cast" and not self.in_memory(oid):
+            src, trans = self._stored(op.args[0])
+            if src is not None and self.bufs[src].type.dtype != as_dtype:
+                src = None
+        if src is not None and self.bufs[src].type.dtype not in ("u4", "i4"):
             self.used.add(src)
             offs = full[:-2] + ((full[-1], full[-2]) if trans else full[-2:])
             return [Copy(Region(self.bufs[src].name, offs), Region(dst))], trans
@@ -205,7 +235,10 @@ class GroupLowering:
         at = bcast_index(shape, batch_shape + shape[-2:], tuple(batch_idx) + (r, c))
         guard = land(ilt(r, dim_to_expr(shape[-2])), ilt(c, dim_to_expr(shape[-1])))
         val = self.value(oid, at)
-        zero = T.Const(0.0 if is_float(op.type.dtype) else 0, op.type.dtype)
+        dt = as_dtype or op.type.dtype
+        if as_dtype:
+            val = self.cast(val, as_dtype)
+        zero = T.Const(0.0 if is_float(dt) else 0, dt)
         body = If(guard, (Store(dst, (T.Var(i), T.Var(j)), val),),
                   (Store(dst, (T.Var(i), T.Var(j)), zero),))
         return [For((i, j), (nrows, ncols), "parallel", (body,))], False
@@ -241,12 +274,14 @@ class GroupLowering:
             bvars.append(bz)
         bidx = decompose(T.Var(bz), batch)
         row0, col0 = imul(T.Var(by), iconst(bm)), imul(T.Var(bx), iconst(bn))
-        a_dt, b_dt = self.ops[a_id].type.dtype, self.ops[b_id].type.dtype
+        mma_dt = self.mma_dtype(a_id, b_id)
+        a_dt = mma_dt or self.ops[a_id].type.dtype
+        b_dt = mma_dt or self.ops[b_id].type.dtype
         As, Bs, acc = (self.names.fresh(n) for n in ("A_s", "B_s", "acc"))
         k = self.names.fresh("k")
         k0 = imul(T.Var(k), iconst(bk))
-        load_a, ta = self.operand(a_id, As, row0, k0, iconst(bm), iconst(bk), bidx, batch)
-        load_b, tb = self.operand(b_id, Bs, k0, col0, iconst(bk), iconst(bn), bidx, batch)
+        load_a, ta = self.operand(a_id, As, row0, k0, iconst(bm), iconst(bk), bidx, batch, mma_dt)
+        load_b, tb = self.operand(b_id, Bs, k0, col0, iconst(bk), iconst(bn), bidx, batch, mma_dt)
         body = [Alloc(As, "shared", a_dt, (iconst(bk), iconst(bm)) if ta else (iconst(bm), iconst(bk))),
                 Alloc(Bs, "shared", b_dt, (iconst(bn), iconst(bk)) if tb else (iconst(bk), iconst(bn))),
                 Alloc(acc, "fragment", mm.type.dtype, (iconst(bm), iconst(bn))),
@@ -297,13 +332,13 @@ class GroupLowering:
         row_ok = ilt(r, dim_to_expr(rows))
         BR, COLS = iconst(br), dim_to_expr(cols)
         body = []
-        # read each row of the inputs once: cache them in local memory
+        # read each row of the inputs once: cache them on chip (a fragment of the block)
         for rd in self.grp.reads:
             op = self.ops[rd]
             if op.type.shape == S and any(S[a] != Dim.const(1) for a in axes) and op.type.shape:
                 cache = self.names.fresh(self.bufs[rd].name + "_row")
                 dt = widened(op.type.dtype)
-                body.append(Alloc(cache, "local", dt, (BR, COLS)))
+                body.append(Alloc(cache, "fragment", dt, (BR, COLS)))
                 body.append(For((i, j), (BR, COLS), "parallel",
                                 (If(row_ok, (Store(cache, (vi, vj), self.cast(self.load(rd, full), dt)),)),)))
                 self.on_chip(rd, full, T.Load(cache, (vi, vj), dt), cached=True)
@@ -315,7 +350,7 @@ class GroupLowering:
                 src = self.value(op.args[0], full)
                 if not (isinstance(src, T.Load) and src.idx == (vi, vj)):
                     tmp = self.names.fresh("t")
-                    body.append(Alloc(tmp, "local", widened(src.dtype), (BR, COLS)))
+                    body.append(Alloc(tmp, "fragment", widened(src.dtype), (BR, COLS)))
                     body.append(For((i, j), (BR, COLS), "parallel",
                                     (If(row_ok, (Store(tmp, (vi, vj), src),)),)))
                     src = T.Load(tmp, (vi, vj), widened(src.dtype))
@@ -324,7 +359,7 @@ class GroupLowering:
                         self.on_chip(op.args[0], full, src)
                 dst = self.names.fresh("row_" + op.attr("fn"))
                 dt = widened(op.type.dtype)
-                body.append(Alloc(dst, "local", dt, (BR,)))
+                body.append(Alloc(dst, "fragment", dt, (BR,)))
                 body.append(Reduce(op.attr("fn"), src.buf, dst, 1))
                 # accumulate wide, then round to the declared dtype (e.g. an f16 sum)
                 self.on_chip(m, [keep_idx, drop_idx], self.cast(T.Load(dst, (vi,), dt), op.type.dtype))
@@ -333,7 +368,7 @@ class GroupLowering:
                 buf = self.names.fresh("v")
                 dt = widened(op.type.dtype)
                 at = keep_idx if op.type.shape == keep_shape else drop_idx
-                body.append(Alloc(buf, "local", dt, (BR,)))
+                body.append(Alloc(buf, "fragment", dt, (BR,)))
                 body.append(For((i,), (BR,), "parallel",
                                 (If(row_ok, (Store(buf, (vi,), self.cast(self.value(m, at), dt)),)),)))
                 self.on_chip(m, [keep_idx, drop_idx], T.Load(buf, (vi,), dt))
