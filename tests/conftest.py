@@ -20,6 +20,11 @@ def pytest_addoption(parser):
                      help="rewrite tests/golden/* from the current compiler output")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: runs kernels on a CUDA GPU (skipped without one)")
+    config.addinivalue_line("markers", "nvcc: compiles CUDA sources with nvcc (no GPU needed)")
+
+
 @pytest.fixture
 def update_golden(request):
     return request.config.getoption("--update-golden")
@@ -45,15 +50,17 @@ def build_text(text: str, name: str = "test.tile", target: str = "cpu", options=
     return m0, out
 
 
-def check_text(text: str, dims: dict | None = None, seed: int | None = None, name="test.tile"):
+def check_text(text: str, dims: dict | None = None, seed: int | None = None, name="test.tile",
+               target: str = "cpu", options=None):
     """Build and run every kernel of `text` on fresh random inputs; assert each output is within
     its dtype's tolerance of the reference interpreter. Returns {kernel: RunResult}."""
-    m0, out = build_text(text, name)
+    m0, out = build_text(text, name, target, options)
     seed = int.from_bytes(os.urandom(4), "little") if seed is None else seed
     results = {}
+    runtime = driver.get_target(target).runtime
     for g in m0.graphs:
         d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols})
-        r = run_kernel(out / f"lib{g.name}.so", g, d, seed, repeat=1)
+        r = run_kernel(out / f"lib{g.name}.so", g, d, seed, repeat=1, runtime=runtime)
         for o in r.errors:
             assert r.errors[o] <= r.tolerances[o], (
                 f"{g.name}.{o} dims={d} seed={seed}: max rel error {r.errors[o]:.3e} > "

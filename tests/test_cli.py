@@ -133,8 +133,17 @@ def test_missing_file_is_an_error_not_a_traceback():
 
 
 def test_unbuildable_target_is_explained(tmp_path):
-    r = tilec("build", SAMPLES / "softmax.tile", "--target", "cuda", "-o", tmp_path)
-    assert r.returncode == 1 and "target 'cuda' cannot be rendered yet" in r.stderr
+    r = tilec("build", SAMPLES / "softmax.tile", "--target", "hip", "-o", tmp_path)
+    assert r.returncode == 1 and "target 'hip' cannot be rendered yet" in r.stderr
+
+
+def test_unknown_arch_is_an_error(tmp_path):
+    r = tilec("build", SAMPLES / "softmax.tile", "--target", "cuda", "--arch", "sm_75",
+              "-o", tmp_path)
+    assert r.returncode == 1
+    assert "unknown --arch 'sm_75' for target cuda; choose from sm_80" in r.stderr
+    r = tilec("build", SAMPLES / "softmax.tile", "--target", "cpu", "--arch", "sm_80", "-o", tmp_path)
+    assert r.returncode == 1 and "target cpu takes no --arch" in r.stderr
 
 
 # ---- the launcher's C ABI --------------------------------------------------------------------

@@ -295,7 +295,7 @@ class GroupLowering:
         body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel",
                         tuple(self.store_outputs(self.grp.outputs, tuple(bidx) + (r, c), guard))))
         return self.kernel(grid, bvars, threads, body, "GEMM with fused prologue/epilogue",
-                           self.sched.swizzle or 0)
+                           self.sched.swizzle or self.target.resources.gemm_swizzle)
 
     def lower_elementwise(self) -> TileKernel:
         S = self.grp.domain

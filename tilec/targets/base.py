@@ -40,6 +40,11 @@ class Resources:
     gemm_variants: tuple = ()
     # 16-bit float dtypes the matrix units multiply (others take the scalar path)
     mma_dtypes: tuple = ()
+    # compile-time sizes a run-time extent of an on-chip buffer may get (specialize pass): one
+    # kernel variant each; for GEMM operands (attention's head dim) and for rows of row kernels
+    matrix_capacities: tuple = ()
+    row_capacities: tuple = ()
+    gemm_swizzle: int = 0  # default block rasterization panel of GEMM kernels (0: none)
 
 
 class Toolchain:

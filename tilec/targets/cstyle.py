@@ -84,6 +84,9 @@ class CStyleRenderer:
     }
     UNARY_F64 = {"exp": "std::exp({x})"}
     INDEX_TYPE = "int64_t"  # loop variables and tile indices
+    # names the renderer itself introduces (user names starting with tilec_ are renamed)
+    INTERNAL = frozenset(("tilec_j0", "tilec_v", "tilec_q", "tilec_g", "tilec_tid", "tilec_lane",
+                          "tilec_warp"))
 
     def __init__(self, kernel: T.TileKernel):
         self.k = kernel
@@ -109,7 +112,7 @@ class CStyleRenderer:
     # ---- expressions
     def expr(self, e) -> str:
         if isinstance(e, T.Var):
-            return cname(e.name)
+            return e.name if e.name in self.INTERNAL else cname(e.name)
         if isinstance(e, T.Const):
             return self.const(e)
         if isinstance(e, T.Load):

@@ -1,18 +1,536 @@
-"""The CUDA target (NVIDIA GPUs, sm_80 and later)."""
+"""The CUDA target (NVIDIA GPUs, sm_80 and later): one thread block per grid block of the Tile IR.
+
+Lowering (after `tile`): software pipelining with cp.async stages, reductions as loops plus
+`allreduce`, compile-time capacities for on-chip extents (one kernel variant each), layouts for
+every fragment and shared buffer, and barriers. The renderer prints what those passes decided:
+parallel loops run per thread over the register groups of their layout, with 16-byte vector
+loads and stores where the index runs along the columns; tile copies, GEMMs and reductions are
+calls into `tilec_cuda.h`.
+"""
 
 from __future__ import annotations
 
+from ..ir import tile as T
+from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows
+from ..passes import barriers, layout, lower_reductions, pipeline, specialize
+from ..passes.hoist_guards import conjuncts, split_bound
+from ..passes.rewrite import uses_var
+from .abi import launcher_context
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
+from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, pdim
+
+# element type of tile buffers in memory (shared) and in registers (fragments): 16-bit floats
+# keep their bits, everything else its C type
+STORE = {"f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double", "i8": "int8_t",
+         "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "bool": "bool",
+         "u4": "uint8_t", "i4": "uint8_t"}
+SIXTEEN = ("f16", "bf16")
+
+
+def kind(dtype: str) -> str:
+    """The tilec_cuda.h storage kind (memory <-> register conversion) of a dtype."""
+    return {"f16": "tilec::F16", "bf16": "tilec::BF16"}.get(dtype, f"tilec::Plain<{STORE[dtype]}>")
+
+
+class LoopContext:
+    """Where the statements of a split parallel loop are being rendered: the loop's layout and
+    variables, and the vector loads/stores hoisted around its element loop."""
+
+    def __init__(self, layout, full: tuple, ivar, jvar, streaming: bool):
+        self.layout, self.full, self.ivar, self.jvar = layout, full, ivar, jvar
+        self.streaming = streaming
+        self.rows_of = layout.rows_layout() if isinstance(layout, (MmaLayout, VecLayout)) else None
+        self.vec_loads: dict = {}  # Load -> register array name
+        self.vec_stores: dict = {}  # id(Store) -> register array name
+        self.rows_loop = isinstance(layout, (MmaRows, VecRows))
+
+
+class CudaRenderer(CStyleRenderer):
+    UNARY = {
+        "exp": "tilec::exp({x})", "exp2": "tilec::exp2({x})", "log": "tilec::log({x})",
+        "log2": "tilec::log2({x})", "sqrt": "tilec::sqrt({x})", "rsqrt": "({one} / tilec::sqrt({x}))",
+        "sin": "tilec::sin({x})", "cos": "tilec::cos({x})", "tanh": "tilec::tanh({x})",
+        "erf": "tilec::erf({x})", "sigmoid": "tilec::sigmoid({x})", "relu": "tilec::relu({x})",
+        "gelu": "tilec::gelu({x})", "gelu_tanh": "tilec::gelu_tanh({x})",
+        "silu": "tilec::silu({x})", "softplus": "tilec::softplus({x})", "mish": "tilec::mish({x})",
+        "abs": "tilec::abs({x})", "neg": "(-{x})",
+    }
+    UNARY_F64 = {}
+
+    def __init__(self, kernel: T.TileKernel, target):
+        super().__init__(kernel)
+        self.target = target
+        self.ctx: LoopContext | None = None
+
+    def binary(self, e: T.Binary) -> str:
+        if e.fn == "pow" and not (float(e.exponent).is_integer() and abs(e.exponent) <= 4):
+            return f"tilec::pow({self.expr(e.a)}, {_lit(e.exponent, e.dtype)})"
+        return super().binary(e)
+
+    # ---- buffers
+    def is_sixteen(self, buf: str) -> bool:
+        return self.allocs[buf].dtype in SIXTEEN
+
+    def shared_layout_type(self, a: T.Alloc) -> str:
+        return a.layout.cpp_type(STORE[a.dtype])
+
+    def smem_ref(self, a: T.Alloc, idx) -> str:
+        """`buf[offset]` of element idx of a shared tile (a leading index picks the stage)."""
+        *stage, r, c = idx
+        off = f"{self.shared_layout_type(a)}::offset({self.expr(r)}, {self.expr(c)})"
+        if stage:
+            off = f"({self.expr(stage[0])}) * {a.layout.size()} + {off}"
+        return f"{cname(a.name)}[{off}]"
+
+    def reg_index(self, a: T.Alloc, idx) -> str:
+        ctx = self.ctx
+        if ctx is None:
+            raise AssertionError(f"fragment {a.name} is accessed outside a loop split by its layout")
+        if a.layout == ctx.layout and idx == ctx.full and not ctx.streaming:
+            return "tilec_q" if ctx.layout.vec == 1 else f"tilec_q * {ctx.layout.vec} + tilec_v"
+        if ctx.rows_of is not None and a.layout == ctx.rows_of and idx == (T.Var(ctx.ivar),):
+            return "0" if ctx.streaming else ctx.layout.row_slot("tilec_q")
+        raise AssertionError(f"fragment {a.name} (layout {a.layout}) is accessed at "
+                             f"[{', '.join(map(T.fmt, idx))}] in a loop split by {ctx.layout}")
+
+    def load_alloc(self, e: T.Load) -> str:
+        a = self.allocs[e.buf]
+        if a.scope == "shared":
+            return self.from_storage(self.smem_ref(a, e.idx), a.dtype)
+        return self.from_storage(self.reg_read(a, self.reg_index(a, e.idx)), a.dtype)
+
+    @staticmethod
+    def reg_read(a: T.Alloc, slot: str) -> str:
+        """Register `slot` of fragment `a`; 16-bit fragments pack two slots per 32-bit register."""
+        if a.dtype in SIXTEEN:
+            return f"tilec::get16({cname(a.name)}, {slot})"
+        return f"{cname(a.name)}[{slot}]"
+
+    @staticmethod
+    def reg_write(a: T.Alloc, slot: str, value: str) -> str:
+        if a.dtype in SIXTEEN:
+            return f"tilec::set16({cname(a.name)}, {slot}, {value});"
+        return f"{cname(a.name)}[{slot}] = {value};"
+
+    def load(self, e: T.Load) -> str:
+        if self.ctx is not None and e in self.ctx.vec_loads:
+            return f"{self.ctx.vec_loads[e]}[tilec_v]"
+        return super().load(e)
+
+    def alloc_value(self, buf: str, value: str, vdtype: str) -> str:
+        dt = self.allocs[buf].dtype
+        if dt in SIXTEEN:
+            return self.to_storage(self.cast(value, vdtype, "f32"), dt)
+        return self.cast(value, vdtype, dt)
+
+    def store_expr(self, buf: str, value) -> str:
+        if buf in self.allocs and self.is_sixteen(buf) and isinstance(value, T.Cast) and \
+           value.dtype == self.allocs[buf].dtype and hasattr(value.x, "dtype"):
+            value = value.x  # the conversion to 16 bits is the store's own
+        return super().store_expr(buf, value)
+
+    # ---- statements
+    def s_Store(self, s: T.Store, depth):
+        if s.buf in self.allocs:
+            a = self.allocs[s.buf]
+            if a.scope == "shared":
+                self.emit(f"{self.smem_ref(a, s.idx)} = {self.store_expr(s.buf, s.value)};", depth)
+            else:
+                self.emit(self.reg_write(a, self.reg_index(a, s.idx), self.store_expr(s.buf, s.value)),
+                          depth)
+            return
+        p = self.globals[s.buf]
+        ctx = self.ctx
+        if ctx is not None and id(s) in ctx.vec_stores:
+            v = s.value
+            if isinstance(v, T.Cast) and v.dtype == p.dtype and hasattr(v.x, "dtype"):
+                v = v.x
+            reg = "f32" if p.dtype in SIXTEEN else p.dtype
+            self.emit(f"{ctx.vec_stores[id(s)]}[tilec_v] = "
+                      f"{self.cast(self.expr(v), getattr(v, 'dtype', 'i64'), reg)};", depth)
+            return
+        line = f"{cname(s.buf)}[{self.global_offset(p, s.idx)}] = {self.store_expr(s.buf, s.value)};"
+        if ctx is not None and ctx.rows_loop:  # every thread holding the row has the value
+            line = f"if ({ctx.layout.leader()}) {line}"
+        self.emit(line, depth)
+
+    def s_Fill(self, s: T.Fill, depth):
+        a = self.allocs[s.buf]
+        v = self.alloc_value(s.buf, self.expr(s.value), s.value.dtype)
+        if a.scope == "shared":
+            n = a.layout.size() * (_const(a.shape[0]) if len(a.shape) == 3 else 1)
+            self.emit(f"for (int tilec_e = tilec_tid; tilec_e < {n}; tilec_e += {self.k.threads}) "
+                      f"{cname(s.buf)}[tilec_e] = {v};", depth)
+            return
+        self.emit("#pragma unroll", depth)
+        self.emit(f"for (int tilec_e = 0; tilec_e < {a.layout.slots()}; ++tilec_e) "
+                  f"{self.reg_write(a, 'tilec_e', v)}", depth)
+
+    def s_Copy(self, s: T.Copy, depth):
+        dst = self.allocs[s.dst.buf]
+        src = self.globals[s.src.buf]
+        rows, cols = (_const(x) for x in dst.shape[-2:])
+        dims = [pdim(d) for d in src.shape]
+        offs = [self.operand(o, 12, True) for o in s.src.offsets]
+        start = None  # row-major offset of the window's first element
+        for d, o in zip(dims, offs):
+            start = o if start is None else f"({start}) * {d} + {o}"
+
+        def left(dim, off):  # how much of the tensor remains from `off` on
+            return dim if off == "0" else f"{dim} - {off}"
+        ptr = cname(dst.name)
+        if s.dst.offsets:
+            ptr = f"{ptr} + ({self.expr(s.dst.offsets[0])}) * {dst.layout.size()}"
+        self.emit(f"// {'issue ' if s.async_ else ''}copy "
+                  f"{T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> {s.dst.buf}", depth)
+        self.emit(f"tilec::copy_g2s<{rows}, {cols}, {self.k.threads}, {self.shared_layout_type(dst)}, "
+                  f"{str(s.async_).lower()}>({ptr}, {cname(src.name)} + {start}, {dims[-1]}, "
+                  f"{left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])});", depth)
+
+    def s_Commit(self, s, depth):
+        self.emit("tilec::cp_async_commit();", depth)
+
+    def s_Wait(self, s: T.Wait, depth):
+        self.emit(f"tilec::cp_async_wait<{s.pending}>();", depth)
+
+    def s_Barrier(self, s, depth):
+        self.emit("__syncthreads();", depth)
+
+    def s_Allreduce(self, s: T.Allreduce, depth):
+        a = self.allocs[s.buf]
+        op = {"sum": "tilec::OpSum", "max": "tilec::OpMax", "min": "tilec::OpMin"}[s.fn]
+        if isinstance(a.layout, MmaRows):
+            assert a.layout.warps_n == 1, "row values of an accumulator split across warps"
+            self.emit(f"tilec::quad_allreduce<{op}>({cname(s.buf)});", depth)
+        elif isinstance(a.layout, VecRows):
+            self.emit(f"{cname(s.buf)}[0] = tilec::block_allreduce<{op}, {self.k.threads}>"
+                      f"({cname(s.buf)}[0]);", depth)
+        else:
+            raise AssertionError(f"allreduce of {s.buf} with layout {a.layout}")
+
+    def s_Gemm(self, s: T.Gemm, depth):
+        a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]
+        L = c.layout
+        bk = _const(a.shape[-2] if s.transpose_a else a.shape[-1])
+        warps = f"{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}"
+
+        def ptr(buf, stage):
+            base = cname(buf)
+            if stage is None:
+                return base
+            return f"{base} + ({self.expr(stage)}) * {self.allocs[buf].layout.size()}"
+        lb = self.shared_layout_type(b)
+        r = self.target.resources
+        mma = (b.dtype in r.mma_dtypes and a.dtype == b.dtype and c.dtype == "f32" and
+               bk % 16 == 0 and L.wm % 16 == 0 and b.layout.cols * 2 % 16 == 0)
+        tb = str(s.transpose_b).lower()
+        if a.scope != "shared":
+            assert mma and isinstance(a.layout, MmaLayout) and a.layout.warps_n == 1, \
+                f"gemm with {s.a} in registers needs an mma layout with whole rows per warp"
+            self.emit(f"tilec::gemm_rs<{warps}, {tb}, {lb}, {kind(b.dtype)}>({cname(s.a)}, "
+                      f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
+            return
+        la = self.shared_layout_type(a)
+        ta = str(s.transpose_a).lower()
+        if mma and a.layout.cols * 2 % 16 == 0:
+            self.emit(f"tilec::gemm_ss<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}>("
+                      f"{ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
+        else:
+            acc = STORE[c.dtype]
+            self.emit(f"tilec::gemm_simt<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}, "
+                      f"{kind(b.dtype)}, {acc}>({ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, "
+                      f"{cname(s.c)});", depth)
+
+    # ---- parallel loops, split over threads by their layout
+    def parallel(self, s: T.For, depth):
+        L = s.by
+        assert L is not None, f"parallel loop over ({', '.join(s.vars)}) has no layout"
+        streaming = L.groups() is None
+        rows_loop = isinstance(L, (MmaRows, VecRows))
+        if len(s.vars) == 2:
+            ivar, jvar = s.vars
+        elif rows_loop:
+            ivar, jvar = s.vars[0], None
+        else:
+            ivar, jvar = None, s.vars[0]
+        d = depth
+        if streaming:
+            ext = self.expr(s.extents[-1])
+            self.emit(f"for (int64_t tilec_g = tilec_tid; tilec_g * {L.vec} < {ext}; "
+                      f"tilec_g += {self.k.threads}) {{", d)
+            row, col0, valid = "0", f"tilec_g * {L.vec}", None
+        else:
+            self.emit("#pragma unroll", d)
+            self.emit(f"for (int tilec_q = 0; tilec_q < {L.groups()}; ++tilec_q) {{", d)
+            row, col0, valid = L.row("tilec_q"), L.col0("tilec_q"), L.valid("tilec_q")
+        d += 1
+        conds = [valid] if valid else []
+        if ivar is not None:
+            self.emit(f"const int {cname(ivar)} = {row};", d)
+            self.emit(f"(void){cname(ivar)};", d)
+            if _const(s.extents[0]) != L.rows:
+                conds.append(f"{cname(ivar)} < {self.expr(s.extents[0])}")
+        elif L.rows != 1:
+            raise AssertionError(f"1-D loop over columns split by a {L.rows}-row layout")
+        body, guard, orelse = s.body, [], ()
+        if len(body) == 1 and isinstance(body[0], T.If):
+            guard, body, orelse = conjuncts(body[0].cond), body[0].body, body[0].orelse
+        col_bounds, other = [], []
+        for cnd in guard:
+            if jvar is None or not uses_var(cnd, (jvar,)):
+                conds.append(self.expr(cnd))
+                continue
+            hit = split_bound(cnd, (jvar,))
+            if hit is None:
+                other.append(cnd)
+            else:
+                col_bounds.append(hit[1:])
+        if jvar is not None and (streaming or _const(s.extents[-1]) != L.cols):
+            col_bounds.append((T.iconst(0), s.extents[-1]))
+        ok = None
+        if conds and not orelse:  # the whole group is skipped where a row condition fails
+            self.emit(f"if ({' && '.join(conds)}) {{", d)
+            d += 1
+        elif conds:  # ... or takes the else branch
+            ok = "tilec_ok"
+            self.emit(f"const bool tilec_ok = {' && '.join(conds)};", d)
+        outer = self.ctx
+        self.ctx = LoopContext(L, tuple(T.Var(v) for v in s.vars), ivar, jvar, streaming)
+        if jvar is None:
+            self.emit("const int tilec_v = 0;", d)
+            self.emit("(void)tilec_v;", d)
+            self.branch([ok] if ok else [], body, orelse, d)
+        else:
+            self.vector_group(body, orelse, ok, jvar, col0, col_bounds, other, L.vec, d)
+        self.ctx = outer
+        if conds and not orelse:
+            self.emit("}", d - 1)
+        self.emit("}", depth)
+
+    def branch(self, conds: list, body, orelse, d):
+        if not conds:
+            self.stmts(body, d)
+            return
+        self.emit(f"if ({' && '.join(conds)}) {{", d)
+        self.stmts(body, d + 1)
+        if orelse:
+            self.emit("} else {", d)
+            self.stmts(orelse, d + 1)
+        self.emit("}", d)
+
+    def vector_group(self, body, orelse, ok, jvar, col0, col_bounds, other, vec, d):
+        """One group of `vec` consecutive columns: its global loads along the columns as vector
+        loads, the body per column, its global stores along the columns as vector stores; only
+        the first tilec_n columns (those inside every column bound) are valid, and with an else
+        branch only where `ok` holds."""
+        self.emit(f"const int64_t tilec_j0 = {col0};", d)
+        n = str(vec)
+        for base, bound in col_bounds:
+            lim = self.expr(T.isub(bound, base)) if not (isinstance(base, T.Const) and base.value == 0) \
+                else self.expr(bound)
+            n = f"tilec::imin({n}, {lim} - tilec_j0)"
+        self.emit(f"const int64_t tilec_n = {n};", d)
+        nload = f"({ok} ? tilec_n : 0)" if ok else "tilec_n"
+        ctx = self.ctx
+        for ld in _column_loads(body, jvar, self.globals):
+            name = self.fresh("tilec_ld")
+            p = self.globals[ld.buf]
+            at = ld.idx[:-1] + (_at_j0(ld.idx[-1], jvar),)
+            if p.dtype in ("u4", "i4"):
+                dims = [pdim(x) for x in p.shape]
+                row = self.linear(dims[:-1], at[:-1]) if len(dims) > 1 else "0"
+                self.emit(f"int32_t {name}[{vec}];", d)
+                self.emit(f"tilec::load_vec4<{vec}, {str(p.dtype == 'i4').lower()}>({name}, "
+                          f"{cname(p.name)}, {row}, {self.expr(at[-1])}, {dims[-1]}, {nload});", d)
+            else:
+                ptr = f"{cname(p.name)} + {self.global_offset(p, at)}"
+                self.emit(f"{kind(p.dtype)}::reg {name}[{vec}];", d)
+                self.emit(f"tilec::load_vec<{vec}, {kind(p.dtype)}>({name}, {ptr}, {nload});", d)
+            ctx.vec_loads[ld] = name
+        stores = [] if other or orelse else [
+            st for st in body if isinstance(st, T.Store) and st.buf in self.globals and
+            _unit_stride(st.idx, jvar)]
+        for st in stores:
+            name = self.fresh("tilec_st")
+            self.emit(f"{kind(self.globals[st.buf].dtype)}::reg {name}[{vec}];", d)
+            ctx.vec_stores[id(st)] = name
+        self.emit("#pragma unroll", d)
+        self.emit(f"for (int tilec_v = 0; tilec_v < {vec}; ++tilec_v) {{", d)
+        self.emit(f"const int64_t {cname(jvar)} = tilec_j0 + tilec_v;", d + 1)
+        self.emit(f"(void){cname(jvar)};", d + 1)
+        elem = ([ok] if ok else []) + ["tilec_v < tilec_n"] + [self.expr(c) for c in other]
+        self.branch(elem, body, orelse, d + 1)
+        self.emit("}", d)
+        for st in stores:
+            p = self.globals[st.buf]
+            at = st.idx[:-1] + (_at_j0(st.idx[-1], jvar),)
+            self.emit(f"tilec::store_vec<{vec}, {kind(p.dtype)}>({cname(p.name)} + "
+                      f"{self.global_offset(p, at)}, {ctx.vec_stores[id(st)]}, tilec_n);", d)
+
+
+def _const(e):
+    return e.value if isinstance(e, T.Const) else None
+
+
+def _lit(v, dtype):
+    from .cstyle import float_lit
+    return float_lit(float(v), dtype)
+
+
+def _unit_stride(idx, jvar: str) -> bool:
+    """The index walks the last axis one element per column: (..., base + j) with nothing else
+    depending on j."""
+    if not idx:
+        return False
+    *lead, last = idx
+    if any(uses_var(i, (jvar,)) for i in lead):
+        return False
+    if isinstance(last, T.Var):
+        return last.name == jvar
+    return (isinstance(last, T.Binary) and last.fn == "add" and isinstance(last.b, T.Var) and
+            last.b.name == jvar and not uses_var(last.a, (jvar,)))
+
+
+def _at_j0(last, jvar: str):
+    """The last index with the column variable replaced by the group's first column."""
+    if isinstance(last, T.Var):
+        return T.Var("tilec_j0")
+    return T.Binary("add", last.a, T.Var("tilec_j0"), "i64")
+
+
+def _column_loads(body, jvar: str, globals_: dict) -> list:
+    """Global loads in `body` (outside nested branches) that walk the columns with unit stride:
+    loaded once per group as vectors. Every element of the group that runs `body` reads them."""
+    out = []
+    for st in body:
+        if isinstance(st, (T.If, T.For)):
+            continue
+        exprs = [getattr(st, "value", None)] + list(getattr(st, "idx", ()) or ())
+        for e in exprs:
+            if e is None or isinstance(e, str):
+                continue
+            for x in T.walk_exprs(e):
+                if isinstance(x, T.Load) and x.buf in globals_ and x not in out and \
+                   globals_[x.buf].dtype != "bool" and _unit_stride(x.idx, jvar):
+                    out.append(x)
+    return out
+
+
+# ---- whole-program rendering ----------------------------------------------------------------
+def render_kernel(k: T.TileKernel, symbols, target) -> dict:
+    em = CudaRenderer(k, target)
+    em.stmts(k.body, 1)
+    shared, frags, off = [], [], 0
+    for a in em.allocs.values():
+        if a.scope == "shared":
+            n = a.layout.size() * (_const(a.shape[0]) if len(a.shape) == 3 else 1)
+            size = n * (BYTES[a.dtype] if a.dtype not in ("u4", "i4") else 1)
+            shared.append(dict(name=cname(a.name), ctype=STORE[a.dtype], offset=off,
+                               what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}"))
+            off += (size + 127) // 128 * 128
+        elif a.dtype in SIXTEEN:  # two 16-bit values per register
+            frags.append(dict(name=cname(a.name), ctype="uint32_t", slots=(a.layout.slots() + 1) // 2,
+                              what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}, "
+                                   "16-bit pairs"))
+        else:
+            frags.append(dict(name=cname(a.name), ctype=STORE[a.dtype], slots=a.layout.slots(),
+                              what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}"))
+    params = []
+    for p in k.params:
+        if p.kind == "scalar":
+            params.append(f"{em.ctype(p.dtype)} {cname(p.name)}")
+        else:
+            const = "const " if p.kind == "input" else ""
+            params.append(f"{const}{ABI_TYPE[p.dtype]}* __restrict__ {cname(p.name)}")
+    params += [f"int64_t {cname(s)}" for s in symbols]
+    grid = [em.expr(g) for g in k.grid] + ["1"] * (3 - len(k.grid))
+    # matrix kernels: registers matter more than a second block per SM (no spills)
+    gemm = any(isinstance(s, T.Gemm) for s in T.walk_stmts(k.body))
+    bounds = f"{k.threads}, 1" if gemm else f"{k.threads}"
+    return dict(name=k.name, comment=k.comment, params=params, bounds=bounds, args=[
+        cname(p.name) for p in k.params] + [cname(s) for s in symbols], grid=grid,
+        block_vars=block_vars(k), threads=k.threads, smem=off, shared=shared, frags=frags,
+        body=em.lines, tile_ir=T.print_kernel(k).splitlines())
+
+
+def block_vars(k: T.TileKernel) -> list:
+    """The Tile IR's block variables from the linear block index `tilec_b`: x fastest; with a
+    rasterization panel (`swizzle`), blocks walk panels of `swizzle` block rows column by column,
+    so consecutive blocks share operand tiles in L2."""
+    names = [cname(v) for v in k.block_vars]
+    out = []
+    if k.swizzle and len(names) >= 2:
+        sw = k.swizzle
+        per = "tilec_grid[0] * tilec_grid[1]"
+        out.append(("tilec_lin", f"tilec_b % ({per})"))
+        out.append(("tilec_panel", f"tilec_lin / ({sw} * tilec_grid[0])"))
+        out.append(("tilec_rows", f"tilec::imin(tilec_grid[1] - tilec_panel * {sw}, {sw})"))
+        out.append(("tilec_in", f"tilec_lin % ({sw} * tilec_grid[0])"))
+        out.append((names[1], f"tilec_panel * {sw} + tilec_in % tilec_rows"))
+        out.append((names[0], "tilec_in / tilec_rows"))
+        if len(names) == 3:
+            out.append((names[2], f"tilec_b / ({per})"))
+        return out
+    for n, v in enumerate(names):
+        e = "tilec_b"
+        if n > 0:
+            e = f"tilec_b / ({' * '.join(f'tilec_grid[{m}]' for m in range(n))})"
+        if n < len(names) - 1:
+            e = f"({e}) % tilec_grid[{n}]"
+        out.append((v, e))
+    return out
+
+
+def _gencode(arch: str) -> str:
+    num = arch[3:]
+    return f"-gencode arch=compute_{num},code=sm_{num}"
+
+
+def render(target, src, m, env, banner, options) -> dict:
+    archs = options.get("arch") or target.default_arch
+    files = {}
+    for g, prog in zip(m.graphs, m.programs):
+        ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"])
+        ctx.update(banner=banner("//"), kernels=[render_kernel(k, g.symbols, target)
+                                                for k in prog.kernels],
+                   header_includes=["cuda_runtime_api.h"],
+                   target_doc=["tilec_stream: the CUDA stream the kernels run on (0: default)",
+                               "Tensor pointers are device memory."])
+        files[f"{g.name}.cu"] = env.get_template("cuda/kernel.cu.j2").render(ctx)
+        files[f"{g.name}.h"] = env.get_template("common/header.h.j2").render(ctx)
+    files["tilec_cuda.h"] = env.loader.get_source(env, "cuda/tilec_cuda.h")[0]
+    last = archs[-1][3:]
+    files["Makefile"] = env.get_template("cuda/Makefile.j2").render(
+        banner=banner("#"), names=[g.name for g in m.graphs],
+        gencode=" ".join(_gencode(a) for a in archs) +
+        f" -gencode arch=compute_{last},code=compute_{last}", archs=", ".join(archs))
+    return files
+
 
 CUDA = Target(
     name="cuda",
     resources=Resources(
         warp=32, max_threads=1024, tile_memory=227 * 1024, mma=(16, 8, 16),
         gemm_tile=(128, 128, 32), gemm_stages=4, gemm_threads=128, row_block=1, row_threads=256,
-        ew_tile=(1, 4096), ew_threads=256, attn_tile=(128, 64), attn_threads=128, attn_stages=2,
-        dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=("f16", "bf16")),
+        ew_tile=(1, 4096), ew_threads=256, attn_tile=(128, 64), attn_threads=256, attn_stages=2,
+        dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN,
+        matrix_capacities=(64, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
+        gemm_swizzle=8),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
+    lowering=(
+        # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass
+        ("pipeline", pipeline.run),
+        # reduce -> per-thread partials + allreduce, joined to the loop that fills the row
+        ("lower_reductions", lower_reductions.run),
+        # run-time on-chip extents -> one variant per capacity (+ a streaming row variant)
+        ("specialize", specialize.run),
+        # thread layouts of fragments, swizzles of shared tiles; needs static shapes
+        ("layout", layout.run),
+        # barriers between shared-memory writers and readers; needs the final statement order
+        ("barriers", barriers.run),
+    ),
+    render_files=render,
     templates="cuda",
     source_ext=".cu",
     device_library="tilec_cuda.h",

@@ -1,0 +1,950 @@
+#!/usr/bin/env python3
+"""GPU benchmark: tilec's CUDA kernels (bench/gpu.tile) against cuBLAS, cuBLASLt, torch.compile, SDPA and
+tinygemm, in one process, on the same inputs, on one NVIDIA H200.
+
+Ceilings, measured first: the device copy bandwidth (torch `dst.copy_(src)` on 2 GiB of f16; GB/s count the
+bytes read + written), the f16 matrix rate (torch.matmul 8192^3), and tilec's own copy_f16 at 32768x8192.
+
+Cases (goals in brackets; a missed goal is reported, it does not fail the run):
+  gemm       C = A @ B, f16 at 2048^3, 4096^3, 8192^3 and 4000^3 (no tile multiple), bf16 at 4096^3,
+             vs torch.mm (cuBLAS)                                         [4096^3, 8192^3: >= 0.6x cuBLAS]
+  epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs cuBLASLt's bias+ReLU epilogue
+             (torch._addmm_activation), eager and torch.compile
+                                                        [>= 0.6x cuBLASLt; fused faster than unfused]
+  softmax    softmax(X, -1), f16 32768x8192, vs torch.softmax and torch.compile
+  rmsnorm    X * rsqrt(mean(X^2, -1) + eps) * w, same size, vs F.rms_norm and torch.compile
+  chain      silu(X * 0.5 + 1) * X, same size, vs eager and torch.compile
+             [these three: >= 0.9x the copy ceiling, counting one read + one write of X; >= 1x torch.compile]
+  w4a16      bf16 A[M, 8192] @ dequant(u4 W[8192, 8192], one bf16 scale per 128 rows), M = 1 and 16,
+             vs cuBLAS on the dense bf16 weights and tinygemm (torch._weight_int4pack_mm)
+                                                        [M=1: >= 2.5x cuBLAS, >= 1x tinygemm]
+  attention  softmax(Q K^T / sqrt(D)) V, f16, B4 H32 L=S=4096 D128, plain and causal, vs SDPA's flash backend
+             (cuDNN's for information)                                          [>= 0.8x SDPA flash, both]
+
+Method. Every case draws fresh random inputs (never zeros) from a printed seed. Each tilec output is
+poisoned with NaN before its checked call, through both entry points (NAME and NAME_with_workspace); the
+status must be 0 and max|out - ref| / max|ref| within 1e-2 (f16) or 3e-2 (bf16) of a torch reference computed
+in float in the same run (attention: SDPA flash's output). Timing: each contender is warmed up (>= 3 calls and
+>= 50 ms), then the contenders of a case are timed interleaved on the same inputs, in small batches between
+CUDA events; before each batch a GPU sleep is queued so that the whole batch is enqueued before the GPU
+reaches it (the events then time GPU work, not Python's launch overhead). Times are medians over the batches.
+When one set of operands is smaller than 3x L2, the case rotates among copies ("rotN" in the table).
+Ratios are speeds, tilec / peer = peer time / tilec time: > 1 means tilec is faster. tilec's kernels are timed
+through NAME_with_workspace with a workspace torch allocated beforehand, so nothing is allocated while timed.
+
+Run (the measurements take under a minute on the H200, torch.compile included; tilec's build comes on top.
+A failing tilec kernel makes the exit code 1; --quick runs fewer repetitions at smaller sizes):
+    python bench/gpu.py [--cases gemm,softmax,...] [--quick] [--no-compile] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import functools
+import itertools
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+TILE = ROOT / "bench" / "gpu.tile"
+F16, BF16 = torch.float16, torch.bfloat16
+TOL = {F16: 1e-2, BF16: 3e-2}
+P, I64, F32, SIZE, STATUS = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_size_t, ctypes.c_int
+MiB = 1 << 20
+
+# The C ABI of each kernel in bench/gpu.tile: the kinds of its inputs in declaration order (T: device tensor,
+# f: f32 scalar by value), its number of outputs (device tensors), and its dimension symbols in order of first
+# appearance in the inputs' shapes (one int64_t each). Every function also takes a cudaStream_t last.
+ABI = {
+    "gemm_f16": ("TT", 1, "M K N"),
+    "gemm_bf16": ("TT", 1, "M K N"),
+    "gemm_bias_relu": ("TTT", 1, "M K N"),
+    "gemm_bias_relu_unfused": ("TTT", 1, "M K N"),
+    "softmax_f16": ("T", 1, "R C"),
+    "rmsnorm_f16": ("TTf", 1, "R C"),
+    "chain_f16": ("T", 1, "R C"),
+    "copy_f16": ("T", 1, "R C"),
+    "w4a16": ("TTT", 1, "M K N"),
+    "attention": ("TTT", 1, "B H L D S"),
+    "causal_attention": ("TTT", 1, "B H L D"),
+}
+
+
+def short(ex: BaseException) -> str:
+    lines = str(ex).strip().splitlines()
+    return f"{type(ex).__name__}: {lines[0][:160] if lines else ''}"
+
+
+# ----------------------------------------------------------------------------- environment
+
+def sh(cmd: list[str]) -> str | None:
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def git_commit() -> str:
+    rev = sh(["git", "rev-parse", "--short", "HEAD"])
+    if rev is None:  # the device machine gets a copy of the work tree without .git
+        return os.environ.get("TILEC_COMMIT", "unknown")
+    dirty = sh(["git", "status", "--porcelain", "--untracked-files=no"])
+    return rev + ("+dirty" if dirty else "")
+
+
+def gpu_state() -> str | None:
+    out = sh(["nvidia-smi", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,power.draw", "--format=csv"])
+    return " | ".join(out.splitlines()) if out else None
+
+
+def environment() -> dict:
+    props = torch.cuda.get_device_properties(0)
+    try:
+        import triton
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(0),
+        "sm_count": props.multi_processor_count,
+        "l2_bytes": getattr(props, "L2_cache_size", 0) or 60 * 10**6,
+        "memory_gib": round(props.total_memory / 2**30, 1),
+        "torch": torch.__version__,
+        "triton": triton_version,
+        "cuda": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "commit": git_commit(),
+        "nvidia_smi": gpu_state(),
+    }
+
+
+# ----------------------------------------------------------------------------- build & load tilec kernels
+
+class TilecFailure(Exception):
+    """A tilec kernel could not be built, loaded or bound, or returned a non-zero status."""
+
+
+def build(out_dir: Path, arch: str) -> tuple[float, str | None]:
+    """Build bench/gpu.tile for CUDA into out_dir. Returns (wall seconds, None or what went wrong)."""
+    base = [sys.executable, "-m", "tilec.cli"]
+    opts = ["build", str(TILE), "--target", "cuda", "--arch", arch, "-o", str(out_dir)]
+    t0 = time.perf_counter()
+
+    def go(cmd):
+        print(f"$ {' '.join(cmd)}", flush=True)
+        return subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True)
+
+    r = go(base + opts)
+    if r.returncode != 0 and "No module named" in r.stderr and shutil.which("tilec"):
+        base = ["tilec"]  # not importable here, but installed as a command
+        r = go(base + opts)
+    if r.returncode != 0 and "no such option" in r.stderr.lower() and "--arch" in r.stderr:
+        print(f"WARNING: this tilec has no --arch option; building without --arch {arch}")
+        r = go(base + [o for o in opts if o not in ("--arch", arch)])
+    seconds = time.perf_counter() - t0
+    if r.returncode != 0:
+        return seconds, f"exit status {r.returncode}\n{r.stdout[-3000:]}{r.stderr[-3000:]}".rstrip()
+    if r.stdout.strip():
+        print(r.stdout.strip())
+    return seconds, None
+
+
+class Tilec:
+    """The built kernels: one shared library per kernel (libNAME.so) or one for the file (libgpu.so)."""
+
+    def __init__(self, out_dir: Path, build_error: str | None):
+        self.dir, self.build_error, self.kernels = out_dir, build_error, {}
+
+    def kernel(self, name: str) -> Kernel:
+        if self.build_error:
+            raise TilecFailure("the tilec build failed")
+        if name not in self.kernels:
+            for path in (self.dir / f"lib{name}.so", self.dir / "libgpu.so"):
+                if path.exists():
+                    try:
+                        lib = ctypes.CDLL(str(path))
+                    except OSError as ex:
+                        raise TilecFailure(f"cannot load {path.name}: {ex}") from ex
+                    break
+            else:
+                raise TilecFailure(f"neither lib{name}.so nor libgpu.so in {self.dir}")
+            self.kernels[name] = Kernel(name, lib)
+        return self.kernels[name]
+
+
+def typed(lib, symbol: str, argtypes: list, restype):
+    try:
+        fn = getattr(lib, symbol)
+    except AttributeError as ex:
+        raise TilecFailure(f"symbol {symbol} missing from the library") from ex
+    fn.argtypes, fn.restype = argtypes, restype
+    return fn
+
+
+class Kernel:
+    """One kernel's three entry points, typed from its ABI description."""
+
+    def __init__(self, name: str, lib):
+        kinds, n_out, dims = ABI[name]
+        self.name, self.kinds, self.n_out, self.dims = name, kinds, n_out, dims.split()
+        head = [F32 if k == "f" else P for k in kinds] + [P] * n_out + [I64] * len(self.dims)
+        self.plain = typed(lib, name, [*head, P], STATUS)
+        self.workspace_size = typed(lib, f"{name}_workspace_size", [I64] * len(self.dims), SIZE)
+        self.with_workspace = typed(lib, f"{name}_with_workspace", [*head, P, SIZE, P], STATUS)
+
+    def bind(self, inputs: Sequence, outputs: Sequence[torch.Tensor], dims: Sequence[int]) -> Call:
+        return Call(self, inputs, outputs, dims)
+
+
+def device_ptr(t: torch.Tensor) -> P:
+    if not (t.is_cuda and t.is_contiguous()):
+        raise TilecFailure("tilec takes dense row-major device tensors")
+    return P(t.data_ptr())
+
+
+class Call:
+    """A kernel call with its arguments converted once (a timed call is one ctypes call) and its workspace
+    allocated by torch here, outside any timed region."""
+
+    def __init__(self, k: Kernel, inputs: Sequence, outputs: Sequence[torch.Tensor], dims: Sequence[int]):
+        if (len(inputs), len(outputs), len(dims)) != (len(k.kinds), k.n_out, len(k.dims)):
+            raise TilecFailure(f"{k.name} takes {len(k.kinds)} inputs, {k.n_out} outputs and dims "
+                               f"{' '.join(k.dims)}")
+        args = [F32(x) if kind == "f" else device_ptr(x) for kind, x in zip(k.kinds, inputs)]
+        args += [device_ptr(t) for t in outputs] + [I64(d) for d in dims]
+        stream = P(torch.cuda.current_stream().cuda_stream)
+        n = k.workspace_size(*dims)
+        if n > 64 << 30:
+            raise TilecFailure(f"{k.name}_workspace_size returned {n} bytes")
+        self.workspace = torch.empty(n, dtype=torch.uint8, device="cuda") if n else None
+        ws = P(self.workspace.data_ptr()) if n else P(None)
+        self.k, self.outputs, self.workspace_bytes = k, list(outputs), n
+        self.plain_args = (*args, stream)
+        self.ws_args = (*args, ws, SIZE(n), stream)
+
+    def __call__(self) -> None:  # the timed entry point
+        self._status(self.k.with_workspace(*self.ws_args), "_with_workspace")
+
+    def call_plain(self) -> None:
+        self._status(self.k.plain(*self.plain_args), "")
+
+    def _status(self, st: int, suffix: str) -> None:
+        if st != 0:  # tilec_status_string is a static inline in the header: the number is all we get
+            raise TilecFailure(f"{self.k.name}{suffix} returned status {st}")
+
+
+def rotate(calls: Sequence[Callable]) -> Callable:
+    """One callable that goes round the copies of a case's operands, copy 0 first."""
+    if len(calls) == 1:
+        return calls[0]
+    it = itertools.cycle(calls)
+    return lambda: next(it)()
+
+
+# ----------------------------------------------------------------------------- checking
+
+def rel_error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    """max|got - ref| / max|ref| in float32; inf when got has a NaN or an infinity."""
+    g, r = got.float(), ref.float()
+    if not bool(torch.isfinite(g).all()):
+        return math.inf
+    return float((g - r).abs().max()) / max(float(r.abs().max()), 1e-30)
+
+
+def poison(t: torch.Tensor) -> None:
+    t.fill_(float("nan") if t.is_floating_point() else 0x7E)
+
+
+def check_tilec(call: Call, refs: Sequence[torch.Tensor]) -> float:
+    """Run the kernel through both entry points (NAME_with_workspace, which is timed, and NAME) on poisoned
+    outputs and return the worst relative error of all outputs. A non-zero status raises TilecFailure,
+    which also names the error of the other entry point."""
+    worst, statuses = 0.0, []
+    for entry in (call, call.call_plain):
+        for out in call.outputs:
+            poison(out)
+        try:
+            entry()
+        except TilecFailure as ex:
+            statuses.append(str(ex))
+            continue
+        torch.cuda.synchronize()
+        worst = max([worst, *(rel_error(o, r) for o, r in zip(call.outputs, refs))])
+    if statuses:
+        other = f" (the other entry point: max rel error {worst:.1e})" if len(statuses) == 1 else ""
+        raise TilecFailure("; ".join(statuses) + other)
+    return worst
+
+
+# ----------------------------------------------------------------------------- timing
+
+# torch.cuda._sleep spins for a number of SM clock cycles. The H200 clocks at most 1.98 GHz, so a sleep asked
+# for at 2e9 cycles/s lasts at least as long as asked.
+SLEEP_HZ = 2.0e9
+BATCH_GPU_S = 2e-4  # a batch of calls between two events lasts about this long (event resolution ~0.5 us)
+MAX_BATCH = 20
+MAX_SLEEP_S = 0.02
+
+
+def gpu_sleep(seconds: float) -> None:
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        sleep(int(seconds * SLEEP_HZ))
+
+
+def event() -> torch.cuda.Event:
+    return torch.cuda.Event(enable_timing=True)
+
+
+@dataclass
+class Entry:
+    """A contender in a case: a tilec kernel or a peer."""
+    label: str
+    fn: Callable[[], object] | None = None  # None: it could not be set up, or it failed (see why)
+    why: str = ""
+    is_tilec: bool = False
+    err: float | None = None  # tilec: its checked error; a peer: the error of its first result, if it has one
+    tol: float | None = None
+    failed: str | None = None  # tilec: why it failed its check (then it is still timed)
+    time: float | None = None  # median seconds per call
+    stats: dict = field(default_factory=dict)
+
+
+def warm_up(fn: Callable) -> tuple[float, float]:
+    """At least 3 calls and 50 ms. Returns (GPU seconds per call, CPU seconds to enqueue one call)."""
+    t0, n = time.perf_counter(), 0
+    while n < 3 or time.perf_counter() - t0 < 0.05:
+        fn()
+        torch.cuda.synchronize()
+        n += 1
+    start, end = event(), event()
+    gpu_sleep(0.005)
+    t1 = time.perf_counter()
+    start.record()
+    for _ in range(3):
+        fn()
+    end.record()
+    enqueue = (time.perf_counter() - t1) / 3
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 3e3, enqueue  # elapsed_time is in milliseconds
+
+
+def time_all(entries: Sequence[Entry], reps: int, ref: torch.Tensor | None = None) -> None:
+    """Time the entries that have a callable, interleaved: `reps` rounds, each one batch of each entry, in an
+    order that rotates from round to round. Sets e.time (median seconds per call) and e.stats; an entry
+    that raises gets fn = None and why. A peer whose first call returns a tensor shaped like `ref` gets its
+    error against ref in e.err."""
+    plans = []
+    for e in entries:
+        if e.fn is None:
+            continue
+        try:
+            first = e.fn()
+            if ref is not None and isinstance(first, torch.Tensor) and first.shape == ref.shape:
+                e.err = rel_error(first, ref)
+            t_gpu, t_enqueue = warm_up(e.fn)
+        except Exception as ex:  # a peer missing in this torch, a tilec status: reported, the run goes on
+            e.fn, e.why = None, ("FAIL: " if e.is_tilec else "n/a: ") + short(ex)
+            continue
+        batch = max(1, min(MAX_BATCH, math.ceil(BATCH_GPU_S / max(t_gpu, 1e-7))))
+        # sleep long enough for the whole batch to be enqueued behind it (doubled below if it was not)
+        sleep = min(MAX_SLEEP_S, max(1e-4, 2 * batch * t_enqueue))
+        plans.append({"e": e, "batch": batch, "sleep": sleep, "samples": []})
+    for r in range(reps):
+        for i in range(len(plans)):
+            p = plans[(i + r) % len(plans)]
+            e = p["e"]
+            if e.fn is None:
+                continue
+            start, end = event(), event()
+            gpu_sleep(p["sleep"])
+            t0 = time.perf_counter()
+            start.record()
+            try:
+                for _ in range(p["batch"]):
+                    e.fn()
+            except Exception as ex:
+                e.fn, e.why = None, ("FAIL: " if e.is_tilec else "n/a: ") + short(ex)
+                continue
+            end.record()
+            enqueue = time.perf_counter() - t0
+            p["samples"].append((start, end, enqueue <= p["sleep"]))
+            if enqueue > p["sleep"]:  # the GPU may have waited for Python in this batch: sleep longer
+                p["sleep"] = min(MAX_SLEEP_S, 2 * enqueue)  # capped: a call that synchronizes never fits
+    torch.cuda.synchronize()  # also surfaces an asynchronous fault of any kernel timed above
+    for p in plans:
+        e, samples = p["e"], p["samples"]
+        if e.fn is None or not samples:
+            continue
+        clean = [s.elapsed_time(t) / 1e3 / p["batch"] for s, t, ok in samples if ok]
+        every = [s.elapsed_time(t) / 1e3 / p["batch"] for s, t, _ in samples]
+        use = clean if len(clean) >= max(3, len(samples) // 2) else every
+        e.time = statistics.median(use)
+        e.stats = {"median_ms": e.time * 1e3, "min_ms": min(use) * 1e3, "max_ms": max(use) * 1e3,
+                   "batch": p["batch"], "batches": len(use), "launch_bound": use is every and
+                   len(clean) < len(every)}
+
+
+# ----------------------------------------------------------------------------- the run: rows, goals, table
+
+@dataclass
+class Work:
+    flops: float = 0.0
+    bytes: float = 0.0
+
+    def rate(self, seconds: float) -> str:
+        if self.flops:
+            return f"{self.flops / seconds / 1e12:.1f} TFLOP/s"
+        return f"{self.bytes / seconds / 1e9:.0f} GB/s"
+
+
+Goal = tuple[str, float]  # (">=" or ">", minimum speed ratio tilec / peer)
+
+
+def n_copies(set_bytes: float, l2: int) -> int:
+    """Copies of one case's operands to rotate among so that together they exceed 3x L2 (1 when one set
+    already does): a timed call then finds none of its operands left in L2 by the call before."""
+    return max(1, math.ceil(3 * l2 / set_bytes))
+
+
+class Bench:
+    def __init__(self, args, env: dict, tilec: Tilec):
+        self.args, self.env, self.tilec = args, env, tilec
+        self.reps = 8 if args.quick else 40
+        self.l2 = env["l2_bytes"]
+        self.rows: list[dict] = []
+        self.failures: list[str] = []
+        self.timings: list[dict] = []
+        self.compile_s: dict[str, float] = {}
+        self.ceilings: dict[str, float] = {}
+        self.copy_Bps: float | None = None
+        self.case, self.where, self.n_sections = "", "", 0
+
+    def section(self, case: str, what: str) -> None:
+        """Start one measurement: print it, and reseed so its inputs are fresh and reproducible."""
+        seed = self.args.seed * 1000 + self.n_sections
+        self.n_sections += 1
+        torch.manual_seed(seed)
+        self.case, self.where = case, f"{case} {what}"
+        print(f"\n-- {self.where}  (seed {seed})", flush=True)
+
+    def fail(self, msg: str) -> None:
+        self.failures.append(f"{self.where}: {msg}")
+        print(f"  FAIL: {msg}", flush=True)
+
+    def tilec_entry(self, kernel: str, make_calls: Callable[[Kernel], list[Call]],
+                    refs: Sequence[torch.Tensor], tol: float, label: str | None = None) -> Entry:
+        """Load `kernel`, bind it to each copy of the operands (make_calls, copy 0 first) and check copy 0."""
+        label = label or f"tilec {kernel}"
+        try:
+            calls = make_calls(self.tilec.kernel(kernel))
+            e = Entry(label, rotate(calls), is_tilec=True, tol=tol)
+            e.err = check_tilec(calls[0], refs)
+        except TilecFailure as ex:
+            self.fail(f"{label}: {ex}")
+            return Entry(label, why=f"FAIL: {ex}", is_tilec=True, tol=tol, failed=str(ex))
+        if not e.err <= tol:  # NaN-safe
+            e.failed = f"max rel error {e.err:.2e} > {tol:.0e}"
+            self.fail(f"{label}: {e.failed}")
+        else:
+            print(f"  {label}: max rel error {e.err:.2e} (tol {tol:.0e}) ok", flush=True)
+        return e
+
+    def peer(self, label: str, make: Callable[[], Callable[[], object]]) -> Entry:
+        """A peer built by make(); anything it raises (an API this torch lacks) makes it n/a."""
+        try:
+            return Entry(label, make())
+        except Exception as ex:
+            print(f"  {label}: n/a ({short(ex)})", flush=True)
+            return Entry(label, why=f"n/a: {short(ex)}")
+
+    def compiled(self, fn: Callable, arg_sets: Sequence[tuple], label: str = "torch.compile") -> Entry:
+        """torch.compile(fn) as a peer, called on each set of arguments in turn; compiled here, untimed."""
+        if self.args.no_compile:
+            return Entry(label, why="n/a: --no-compile")
+
+        def make():
+            cf = torch.compile(fn, dynamic=False)
+            t0 = time.perf_counter()
+            cf(*arg_sets[0])
+            torch.cuda.synchronize()
+            self.compile_s[f"{self.where}: {label}"] = dt = time.perf_counter() - t0
+            print(f"  {label}: compiled in {dt:.1f} s", flush=True)
+            return rotate([functools.partial(cf, *a) for a in arg_sets])
+        return self.peer(label, make)
+
+    def compare(self, size: str, work: Work, entries: list[Entry], goals: dict[str, Goal] | None = None,
+                ref: torch.Tensor | None = None) -> None:
+        """Time the entries interleaved and add one table row per peer of entries[0] (the tilec kernel); a
+        memory-bound measurement (bytes, no flops) also gets a row against the copy ceiling."""
+        goals = goals or {}
+        time_all(entries, self.reps, ref)
+        for e in entries:
+            if e.is_tilec and e.time is None and e.failed is None:
+                e.failed = e.why.removeprefix("FAIL: ")
+                self.fail(f"{e.label}: {e.failed}")
+        for e in entries:
+            self.timings.append({"where": self.where, "size": size, "label": e.label, "why": e.why,
+                                 "err": e.err, **e.stats})
+        main, peers = entries[0], entries[1:]
+        if work.bytes and not work.flops and self.copy_Bps:
+            peers.append(Entry("copy ceiling", time=work.bytes / self.copy_Bps))
+        for e in entries:  # one line per contender, as it is measured
+            if e.time is None:
+                print(f"  {e.label:34s} {e.why}")
+                continue
+            vs = f"  tilec {e.time / main.time:.2f}x" if main.time and e is not main else ""
+            wrong = not e.is_tilec and e.err is not None and main.tol is not None and not e.err <= main.tol
+            bad = f"  (its error vs the reference: {e.err:.1e}!)" if wrong else ""
+            lb = "  (launch-bound)" if e.stats.get("launch_bound") else ""
+            print(f"  {e.label:34s} {e.time * 1e3:9.4f} ms  {work.rate(e.time):>14s}{vs}{bad}{lb}",
+                  flush=True)
+        for peer in peers:
+            ratio = peer.time / main.time if (peer.time and main.time) else None
+            goal = goals.get(peer.label)
+            met = None
+            if goal and ratio is not None and not main.failed:
+                met = ratio >= goal[1] if goal[0] == ">=" else ratio > goal[1]
+            self.rows.append({
+                "case": self.case, "size": size, "tilec": main.label,
+                "tilec_ms": main.time * 1e3 if main.time else None,
+                "tilec_rate": work.rate(main.time) if main.time else None,
+                "pct_of_copy": (100 * work.bytes / main.time / self.copy_Bps
+                                if main.time and work.bytes and not work.flops and self.copy_Bps else None),
+                "tilec_failed": main.failed, "err": main.err, "tol": main.tol,
+                "peer": peer.label, "peer_ms": peer.time * 1e3 if peer.time else None,
+                "peer_rate": work.rate(peer.time) if peer.time else None, "peer_why": peer.why,
+                "peer_err": peer.err,
+                "peer_wrong": bool(not peer.is_tilec and peer.err is not None and main.tol is not None
+                                   and not peer.err <= main.tol),
+                "ratio": ratio, "goal": f"{goal[0]}{goal[1]:g}x" if goal else "", "met": met,
+                "has_goal": goal is not None, "flops": work.flops, "bytes": work.bytes,
+            })
+
+    def table(self) -> str:
+        lines = ["| case | size | tilec | peer | peer time | ratio | goal | met | err |",
+                 "|---|---|---:|---|---:|---:|---:|:-:|---:|"]
+        for r in self.rows:
+            if r["tilec_ms"] is None:
+                tc = f"FAIL: {r['tilec_failed'][:40]}"
+            else:
+                pct = f" {r['pct_of_copy']:.0f}%cp" if r["pct_of_copy"] is not None else ""
+                tc = f"{'FAIL ' if r['tilec_failed'] else ''}{r['tilec_ms']:.3f} ms {r['tilec_rate']}{pct}"
+            pt = (f"{r['peer_ms']:.3f} ms {r['peer_rate']}" if r["peer_ms"] is not None
+                  else r["peer_why"][:48])
+            ratio = f"{r['ratio']:.2f}x" if r["ratio"] is not None else "-"
+            met = {True: "yes", False: "**no**", None: "-" if r["has_goal"] else ""}[r["met"]]
+            err = "-" if r["err"] is None else f"{r['err']:.1e}" + (" FAIL" if r["tilec_failed"] else "")
+            peer = r["peer"] + (" (!)" if r["peer_wrong"] else "")
+            lines.append(f"| {r['case']} | {r['size']} | {tc} | {peer} | {pt} | {ratio} | {r['goal']} "
+                         f"| {met} | {err} |")
+        return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- cases
+
+def randn(*shape: int, dtype=F16, scale: float = 1.0) -> torch.Tensor:
+    t = torch.randn(*shape, device="cuda", dtype=dtype)
+    return t.mul_(scale) if scale != 1.0 else t
+
+
+def copies_of(n: int, *tensors: torch.Tensor) -> list[tuple[torch.Tensor, ...]]:
+    """n sets of the tensors: the originals, then clones (same values, other addresses)."""
+    return [tensors] + [tuple(t.clone() for t in tensors) for _ in range(n - 1)]
+
+
+def rot(n: int) -> str:
+    return f" rot{n}" if n > 1 else ""
+
+
+def rows_cols(bench: Bench) -> tuple[int, int]:
+    return (8192, 8192) if bench.args.quick else (32768, 8192)
+
+
+def ceilings(bench: Bench) -> None:
+    # Bring the GPU up from its idle clocks (345 MHz) before the first measurement: 0.3 s of matmuls.
+    A = randn(8192, 8192)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 0.3:
+        torch.mm(A, A)
+        torch.cuda.synchronize()
+    del A
+    n = (1 << 28) if bench.args.quick else (1 << 30)  # f16 elements: 512 MiB or 2 GiB
+    bench.section("ceiling", f"device copy, {2 * n // MiB} MiB f16 -> {2 * n // MiB} MiB")
+    src = randn(n)
+    dst = torch.empty_like(src)
+    copy = Entry("torch copy_", lambda: dst.copy_(src))
+    bench.compare(f"{2 * n // MiB} MiB", Work(bytes=2 * src.nbytes), [copy])
+    if copy.time is None:
+        print("  no copy ceiling: the memory-bound rows get no '% of copy'")
+    else:
+        bench.copy_Bps = 2 * src.nbytes / copy.time
+        bench.ceilings["copy_GBps"] = bench.copy_Bps / 1e9
+
+    s = 8192
+    bench.section("ceiling", f"matrix rate, torch.matmul f16 {s}^3")
+    A, B = randn(s, s, scale=0.5), randn(s, s, scale=0.5)
+    C = torch.empty(s, s, dtype=F16, device="cuda")
+    mm = Entry("torch.matmul", functools.partial(torch.matmul, A, B, out=C))
+    bench.compare(f"{s}^3", Work(flops=2 * s**3), [mm])
+    if mm.time:
+        bench.ceilings["matmul_f16_TFLOPs"] = 2 * s**3 / mm.time / 1e12
+
+    R, Cc = rows_cols(bench)
+    bench.section("copy", f"tilec copy_f16 {R}x{Cc}")
+    X = randn(R, Cc)
+    Y = torch.empty_like(X)
+    tc = bench.tilec_entry("copy_f16", lambda k: [k.bind([X], [Y], (R, Cc))], [X], tol=0.0)
+    bench.compare(f"{R}x{Cc}", Work(bytes=2 * X.nbytes), [tc])
+
+
+def gemm_one(bench: Bench, kernel: str, dtype, M: int, K: int, N: int, goal: Goal | None) -> None:
+    name = "f16" if dtype == F16 else "bf16"
+    bench.section("gemm", f"{name} C = A @ B, M={M} K={K} N={N}")
+    A, B = randn(M, K, dtype=dtype, scale=0.5), randn(K, N, dtype=dtype, scale=0.5)
+    ref = (A.float() @ B.float()).to(dtype)
+    n = n_copies((M * K + K * N + M * N) * A.element_size(), bench.l2)
+    sets = [(a, b, torch.empty(M, N, dtype=dtype, device="cuda")) for a, b in copies_of(n, A, B)]
+    tc = bench.tilec_entry(kernel, lambda k: [k.bind([a, b], [c], (M, K, N)) for a, b, c in sets],
+                           [ref], TOL[dtype])
+    # the peer writes into the same outputs (out=), so both sides touch the same memory
+    cublas = bench.peer("cuBLAS (torch.mm)",
+                        lambda: rotate([functools.partial(torch.mm, a, b, out=c) for a, b, c in sets]))
+    size = f"{name} {M}^3" if M == K == N else f"{name} {M}x{K}x{N}"
+    bench.compare(size + rot(n), Work(flops=2 * M * N * K), [tc, cublas],
+                  {"cuBLAS (torch.mm)": goal} if goal else {}, ref)
+
+
+def case_gemm(bench: Bench) -> None:
+    sizes = [2048, 4096, 4000] if bench.args.quick else [2048, 4096, 8192, 4000]
+    for s in sizes:
+        gemm_one(bench, "gemm_f16", F16, s, s, s, (">=", 0.6) if s in (4096, 8192) else None)
+    gemm_one(bench, "gemm_bf16", BF16, 4096, 4096, 4096, None)
+
+
+def linear_relu(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.relu(A @ B + bias)
+
+
+def case_epilogue(bench: Bench) -> None:
+    M = K = N = 4096
+    bench.section("epilogue", f"f16 C = relu(A @ B + bias), M=K=N={M}")
+    A, B, bias = randn(M, K, scale=0.5), randn(K, N, scale=0.5), randn(N)
+    ref = torch.relu(A.float() @ B.float() + bias.float()).half()
+    n = n_copies((M * K + K * N + M * N) * 2, bench.l2)
+    sets = [(a, b, c, torch.empty(M, N, dtype=F16, device="cuda")) for a, b, c in copies_of(n, A, B, bias)]
+
+    def tilec(kernel):
+        return bench.tilec_entry(kernel, lambda k: [k.bind([a, b, c], [o], (M, K, N)) for a, b, c, o in sets],
+                                 [ref], TOL[F16])
+    fused, unfused = tilec("gemm_bias_relu"), tilec("gemm_bias_relu_unfused")
+    if hasattr(torch, "_addmm_activation"):  # cuBLASLt's GEMM with the bias+ReLU epilogue
+        lt_label = "cuBLASLt bias+relu (_addmm_activation)"
+        lt = bench.peer(lt_label, lambda: rotate([functools.partial(torch._addmm_activation, c, a, b)
+                                                  for a, b, c, _ in sets]))
+    else:
+        lt_label = "torch.addmm + relu_"
+        lt = bench.peer(lt_label, lambda: rotate([lambda a=a, b=b, c=c: torch.addmm(c, a, b).relu_()
+                                                  for a, b, c, _ in sets]))
+    eager = bench.peer("eager relu(A @ B + bias)",
+                       lambda: rotate([functools.partial(linear_relu, a, b, c) for a, b, c, _ in sets]))
+    comp = bench.compiled(linear_relu, [(a, b, c) for a, b, c, _ in sets])
+    bench.compare(f"f16 {M}^3{rot(n)}", Work(flops=2 * M * N * K), [fused, unfused, lt, eager, comp],
+                  {lt_label: (">=", 0.6), unfused.label: (">", 1.0)}, ref)
+
+
+def memory_bound(bench: Bench, kernel: str, inputs: list, ref: torch.Tensor, peers: list[Entry]) -> None:
+    """A row-wise f16 kernel: one read and one write of X (+ small vectors) against the copy ceiling and
+    torch.compile."""
+    X = inputs[0]
+    R, C = X.shape
+    Y = torch.empty_like(X)
+    tc = bench.tilec_entry(kernel, lambda k: [k.bind(inputs, [Y], (R, C))], [ref], TOL[F16])
+    nbytes = 2 * X.nbytes + sum(t.nbytes for t in inputs[1:] if isinstance(t, torch.Tensor))
+    bench.compare(f"f16 {R}x{C}", Work(bytes=nbytes), [tc, *peers],
+                  {"copy ceiling": (">=", 0.9), "torch.compile": (">=", 1.0)}, ref)
+
+
+def softmax_eager(X: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(X, -1)
+
+
+def case_softmax(bench: Bench) -> None:
+    R, C = rows_cols(bench)
+    bench.section("softmax", f"f16 Y = softmax(X, -1), {R}x{C}")
+    X = randn(R, C, scale=2.0)
+    ref = torch.softmax(X.float(), -1).half()
+    peers = [bench.peer("torch.softmax", lambda: functools.partial(softmax_eager, X)),
+             bench.compiled(softmax_eager, [(X,)])]
+    memory_bound(bench, "softmax_f16", [X], ref, peers)
+
+
+RMS_EPS = 1e-6
+
+
+def rmsnorm_eager(X: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """In float (X.float() promotes the whole product), cast to X's dtype as the last step."""
+    return (X * torch.rsqrt((X.float() ** 2).mean(-1, keepdim=True) + RMS_EPS) * w).to(X.dtype)
+
+
+def case_rmsnorm(bench: Bench) -> None:
+    R, C = rows_cols(bench)
+    bench.section("rmsnorm", f"f16 Y = X * rsqrt(mean(X^2, -1) + {RMS_EPS:g}) * w, {R}x{C}")
+    X, w = randn(R, C), (1 + 0.1 * torch.randn(C, device="cuda")).half()
+    ref = rmsnorm_eager(X, w)
+    peers = [bench.peer("F.rms_norm", lambda: functools.partial(F.rms_norm, X, (C,), w, RMS_EPS)),
+             bench.compiled(rmsnorm_eager, [(X, w)])]
+    memory_bound(bench, "rmsnorm_f16", [X, w, RMS_EPS], ref, peers)
+
+
+def chain_eager(X: torch.Tensor) -> torch.Tensor:
+    return F.silu(X * 0.5 + 1.0) * X
+
+
+def case_chain(bench: Bench) -> None:
+    R, C = rows_cols(bench)
+    bench.section("chain", f"f16 Y = silu(X * 0.5 + 1) * X, {R}x{C}")
+    X = randn(R, C)
+    ref = chain_eager(X.float()).half()
+    peers = [bench.peer("eager", lambda: functools.partial(chain_eager, X)),
+             bench.compiled(chain_eager, [(X,)])]
+    memory_bound(bench, "chain_f16", [X], ref, peers)
+
+
+W4_GROUP = 128
+
+
+def pack_u4(q: torch.Tensor) -> torch.Tensor:
+    """tilec's u4[K, N]: uint8 [K, N/2], element n even in the low nibble, n+1 in the high one."""
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous()
+
+
+def tinygemm_weights(q: torch.Tensor, scales: torch.Tensor, A: torch.Tensor, ref: torch.Tensor, tol: float):
+    """(packed weight, scales_and_zeros) for torch._weight_int4pack_mm from the same q and scales.
+
+    Since torch 2.5 the CUDA _convert_weight_to_int4pack takes uint8 [N, K/2]: q^T packed along K, the even
+    k in the high nibble (torchao's layout); innerKTiles = 8. The nibble order is the part most likely to
+    differ between versions, so both are tried against the reference and the one that matches is kept.
+    tinygemm computes (q - 8) * scale + zero: zeros = 0."""
+    qt = q.t().contiguous()
+    sz = torch.stack([scales, torch.zeros_like(scales)], -1).contiguous()  # [K/128, N, 2]
+    tried = []
+    for even_high in (True, False):
+        hi, lo = (qt[:, 0::2], qt[:, 1::2]) if even_high else (qt[:, 1::2], qt[:, 0::2])
+        packed = torch._convert_weight_to_int4pack((hi << 4 | lo).contiguous(), 8)
+        err = rel_error(torch._weight_int4pack_mm(A, packed, W4_GROUP, sz), ref)
+        tried.append((err, even_high, packed))
+        print(f"  tinygemm, even k in the {'high' if even_high else 'low'} nibble: max rel error {err:.2e}")
+        if err <= tol:
+            break
+    err, even_high, packed = min(tried, key=lambda t: t[0])
+    if not err <= tol:
+        print(f"  WARNING: tinygemm differs from the reference with either nibble order (best {err:.2e})")
+    print(f"  tinygemm is timed with the even k in the {'high' if even_high else 'low'} nibble")
+    return packed, sz
+
+
+def w4a16_one(bench: Bench, M: int, K: int, N: int) -> None:
+    bench.section("w4a16", f"bf16 C = A @ ((Wq - 8) * scales), group {W4_GROUP}, M={M} K={K} N={N}")
+    A = randn(M, K, dtype=BF16)
+    q = torch.randint(0, 16, (K, N), dtype=torch.uint8, device="cuda")
+    scales = ((torch.rand(K // W4_GROUP, N, device="cuda") + 0.5) / 64).to(BF16)
+    W = (q.float() - 8) * scales.float().repeat_interleave(W4_GROUP, 0)
+    ref = (A.float() @ W).to(BF16)
+    dense = W.to(BF16)
+    del W
+    wq = pack_u4(q)
+    # the 32 MiB of packed weights fit in L2: every contender rotates among the same number of copies
+    n = n_copies(wq.nbytes + scales.nbytes, bench.l2)
+    sets = [(w, s, torch.empty(M, N, dtype=BF16, device="cuda")) for w, s in copies_of(n, wq, scales)]
+    tc = bench.tilec_entry("w4a16", lambda k: [k.bind([A, w, s], [c], (M, K, N)) for w, s, c in sets],
+                           [ref], TOL[BF16])
+    dense_sets = [(d[0], c) for d, (_, _, c) in zip(copies_of(n, dense), sets)]
+    cublas = bench.peer("cuBLAS bf16 dense (A @ W)",
+                        lambda: rotate([functools.partial(torch.mm, A, d, out=c) for d, c in dense_sets]))
+
+    def tinygemm():
+        packed, sz = tinygemm_weights(q, scales, A, ref, TOL[BF16])
+        return rotate([functools.partial(torch._weight_int4pack_mm, A, p, W4_GROUP, z)
+                       for p, z in copies_of(n, packed, sz)])
+    tiny = bench.peer("tinygemm (_weight_int4pack_mm)", tinygemm)
+    goals = {"cuBLAS bf16 dense (A @ W)": (">=", 2.5), "tinygemm (_weight_int4pack_mm)": (">=", 1.0)}
+    work = Work(flops=2 * M * N * K, bytes=wq.nbytes + scales.nbytes + A.nbytes + M * N * 2)
+    bench.compare(f"M={M} N=K={K}{rot(n)}", work, [tc, cublas, tiny], goals if M == 1 else {}, ref)
+    if tc.time:
+        print(f"  tilec streams {work.bytes / tc.time / 1e9:.0f} GB/s of weights + activations")
+
+
+def case_w4a16(bench: Bench) -> None:
+    for M in (1, 16):
+        w4a16_one(bench, M, 8192, 8192)
+
+
+def sdpa(q, k, v, causal: bool, backend_name: str) -> Callable[[], torch.Tensor]:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backend = getattr(SDPBackend, backend_name)
+
+    def run():
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def attention_reference(q, k, v, causal: bool) -> torch.Tensor:
+    """Float attention, one batch entry at a time (only used when SDPA's flash backend is unavailable)."""
+    out = torch.empty_like(q)
+    L, S = q.shape[-2], k.shape[-2]
+    mask = torch.ones(L, S, dtype=torch.bool, device=q.device).triu(1) if causal else None
+    for b in range(q.shape[0]):
+        s = q[b].float() @ k[b].float().transpose(-1, -2) * q.shape[-1] ** -0.5
+        if mask is not None:
+            s.masked_fill_(mask, -math.inf)
+        out[b] = (torch.softmax(s, -1) @ v[b].float()).to(q.dtype)
+    return out
+
+
+def attention_one(bench: Bench, B: int, H: int, L: int, D: int, causal: bool) -> None:
+    kernel = "causal_attention" if causal else "attention"
+    S = L
+    bench.section("attention", f"f16 {kernel} B={B} H={H} L=S={L} D={D}")
+    q, k, v = randn(B, H, L, D), randn(B, H, S, D), randn(B, H, S, D)
+    O = torch.empty_like(q)
+    try:
+        ref = sdpa(q, k, v, causal, "FLASH_ATTENTION")()
+    except Exception as ex:
+        print(f"  SDPA flash unavailable ({short(ex)}): checking against float attention instead")
+        ref = attention_reference(q, k, v, causal)
+    dims = (B, H, L, D) if causal else (B, H, L, D, S)
+    tc = bench.tilec_entry(kernel, lambda kern: [kern.bind([q, k, v], [O], dims)], [ref], TOL[F16])
+    flash = bench.peer("SDPA flash", lambda: sdpa(q, k, v, causal, "FLASH_ATTENTION"))
+    cudnn = bench.peer("SDPA cuDNN", lambda: sdpa(q, k, v, causal, "CUDNN_ATTENTION"))
+    flops = 4 * B * H * L * S * D / (2 if causal else 1)
+    bench.compare(f"B{B} H{H} L{L} D{D}{' causal' if causal else ''}", Work(flops=flops),
+                  [tc, flash, cudnn], {"SDPA flash": (">=", 0.8)}, ref)
+
+
+def case_attention(bench: Bench) -> None:
+    shape = (2, 16, 2048, 128) if bench.args.quick else (4, 32, 4096, 128)
+    for causal in (False, True):
+        attention_one(bench, *shape, causal)
+
+
+CASES = {"gemm": case_gemm, "epilogue": case_epilogue, "softmax": case_softmax, "rmsnorm": case_rmsnorm,
+         "chain": case_chain, "w4a16": case_w4a16, "attention": case_attention}
+
+
+# ----------------------------------------------------------------------------- main
+
+def plain_json(x):
+    """Standard JSON has no NaN or Infinity: an error that is inf (a NaN output) is written as "inf"."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, dict):
+        return {k: plain_json(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [plain_json(v) for v in x]
+    return x
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cases", default=",".join(CASES),
+                    help=f"comma-separated, from {','.join(CASES)} (the ceilings are always measured)")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller sizes")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile peers")
+    ap.add_argument("--json", metavar="PATH", help="also write every number as JSON")
+    ap.add_argument("--build-dir", metavar="DIR",
+                    help="build here (and reuse it) instead of in a temporary directory")
+    ap.add_argument("--arch", default="sm_90", help="passed to tilec build")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = [c for c in cases if c not in CASES]
+    if unknown:
+        ap.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    if not torch.cuda.is_available():
+        print("no CUDA device visible to torch", file=sys.stderr)
+        return 2
+    t_run = time.perf_counter()
+
+    env = environment()
+    print(f"# tilec GPU benchmark  {env['date_utc']}  commit {env['commit']}")
+    print(f"env: {env['device']}, {env['sm_count']} SMs, L2 {env['l2_bytes'] / 1e6:.0f} MB, "
+          f"{env['memory_gib']} GiB | torch {env['torch']} | triton {env['triton']} | CUDA {env['cuda']} "
+          f"| python {env['python']}")
+    print(f"nvidia-smi: {env['nvidia_smi'] or 'not available'}")
+
+    tmp = None
+    if args.build_dir:
+        out_dir = Path(args.build_dir).resolve()
+    else:
+        tmp = tempfile.TemporaryDirectory(prefix="tilec_gpu_bench_")
+        out_dir = Path(tmp.name)
+    build_s, build_error = build(out_dir, args.arch)
+    print(f"tilec build: {build_s:.1f} s{', FAILED' if build_error else ''} -> {out_dir}", flush=True)
+    bench = Bench(args, env, Tilec(out_dir, build_error))
+    if build_error:
+        print(build_error)
+        bench.failures.append(f"tilec build failed: {build_error.splitlines()[0]}")
+
+    for name, fn in [("ceilings", ceilings)] + [(c, CASES[c]) for c in cases]:
+        try:
+            fn(bench)
+        except Exception as ex:  # a crash (or a CUDA fault) in one case: report it, go on with the next
+            traceback.print_exc()
+            bench.failures.append(f"{bench.where if bench.case else name}: crashed: {short(ex)}")
+        torch.cuda.empty_cache()
+
+    env["nvidia_smi_end"] = gpu_state()
+    judged = [r for r in bench.rows if r["has_goal"]]
+    met = sum(bool(r["met"]) for r in judged)
+    not_judged = sum(r["met"] is None for r in judged)
+    copy_txt = f"{bench.ceilings['copy_GBps']:.0f} GB/s" if "copy_GBps" in bench.ceilings else "n/a"
+    mm_txt = (f"{bench.ceilings['matmul_f16_TFLOPs']:.0f} TFLOP/s" if "matmul_f16_TFLOPs" in bench.ceilings
+              else "n/a")
+    print(f"\n# tilec GPU benchmark {env['date_utc']} commit {env['commit']} on {env['device']}; "
+          f"torch {env['torch']}, build {build_s:.0f} s, compile {sum(bench.compile_s.values()):.0f} s")
+    print(f"ceilings: copy {copy_txt} (read + write), torch.matmul f16 8192^3 {mm_txt}; "
+          f"nvidia-smi at the end: {env['nvidia_smi_end'] or 'n/a'}")
+    print("ratio = tilec speed / peer speed (> 1: tilec faster); %cp = tilec GB/s / copy ceiling; rotN = N "
+          "operand copies rotated (> L2); (!) = the peer's result differs from the reference\n")
+    print(bench.table())
+    print(f"\ngoals met: {met}/{len(judged)}" + (f" ({not_judged} not judged: tilec failed or peer n/a)"
+                                                 if not_judged else "")
+          + f"   (run took {time.perf_counter() - t_run:.0f} s)")
+
+    if args.json:
+        Path(args.json).write_text(json.dumps(plain_json({
+            "env": env, "args": vars(args), "build": {"seconds": build_s, "error": build_error,
+                                                      "dir": str(out_dir)},
+            "ceilings": bench.ceilings, "compile_seconds": bench.compile_s, "rows": bench.rows,
+            "timings": bench.timings, "failures": bench.failures}), indent=2, default=str) + "\n")
+        print(f"wrote {args.json}")
+    if tmp:
+        tmp.cleanup()
+    if bench.failures:
+        print("\nTILEC FAILURES:\n  " + "\n  ".join(bench.failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Layouts: which thread of a GPU block holds element (i, j) of a tile buffer, in which register,
+and where a shared-memory tile puts it. The layout pass decides them; the renderer prints the
+index formulas these classes give (C++ expressions over the thread's ids); `dump-ir` shows them.
+
+Register layouts split a fragment into per-thread *groups* of `vec` consecutive columns: group q
+of the calling thread holds row `row(q)`, columns `col0(q) .. col0(q) + vec - 1`, in registers
+q * vec .. q * vec + vec - 1. Names the formulas use: `tilec_tid` (thread in block), `tilec_lane`,
+`tilec_warp`, and `tilec_q` for the group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class MmaLayout:
+    """The accumulator of warp-tiled mma.sync m16n8: warps_m x warps_n warps each own a
+    (rows / warps_m) x (cols / warps_n) tile of 16 x 8 mma tiles; lane l holds rows l/4 and
+    l/4 + 8 of each, columns 2 (l % 4) and 2 (l % 4) + 1."""
+
+    rows: int
+    cols: int
+    warps_m: int
+    warps_n: int
+    vec = 2
+
+    @property
+    def wm(self) -> int:  # rows per warp
+        return self.rows // self.warps_m
+
+    @property
+    def wn(self) -> int:
+        return self.cols // self.warps_n
+
+    @property
+    def mi(self) -> int:
+        return self.wm // 16
+
+    @property
+    def ni(self) -> int:
+        return self.wn // 8
+
+    def groups(self) -> int:
+        return self.mi * self.ni * 2
+
+    def slots(self) -> int:
+        return self.groups() * 2
+
+    def row(self, q: str) -> str:
+        warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
+        return (f"{warp_m} * {self.wm} + ({q}) / {self.ni * 2} * 16 + ({q}) % 2 * 8 + "
+                f"(tilec_lane >> 2)")
+
+    def col0(self, q: str) -> str:
+        warp_n = "0" if self.warps_n == 1 else f"(tilec_warp % {self.warps_n}) * {self.wn}"
+        return f"{warp_n} + ({q}) / 2 % {self.ni} * 8 + (tilec_lane & 3) * 2"
+
+    def valid(self, q: str):
+        return None
+
+    def rows_layout(self) -> MmaRows:
+        return MmaRows(self.rows, self.warps_m, self.warps_n)
+
+    def row_slot(self, q: str) -> str:
+        return f"({q}) / {self.ni * 2} * 2 + ({q}) % 2"
+
+    def __str__(self):
+        return (f"mma(warps {self.warps_m}x{self.warps_n}, warp tile {self.wm}x{self.wn}, "
+                f"{self.slots()} registers)")
+
+
+@dataclass(frozen=True)
+class MmaRows:
+    """One value per row of an MmaLayout tile, held by every lane that holds part of the row
+    (the 4 lanes of a quad, in each of the warps_n warps)."""
+
+    rows: int
+    warps_m: int
+    warps_n: int
+    vec = 1
+
+    @property
+    def mi(self) -> int:
+        return self.rows // self.warps_m // 16
+
+    def groups(self) -> int:
+        return self.mi * 2
+
+    def slots(self) -> int:
+        return self.groups()
+
+    def row(self, q: str) -> str:
+        warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
+        return (f"{warp_m} * {self.rows // self.warps_m} + ({q}) / 2 * 16 + ({q}) % 2 * 8 + "
+                f"(tilec_lane >> 2)")
+
+    def col0(self, q: str) -> str:
+        return "0"
+
+    def valid(self, q: str):
+        return None
+
+    def leader(self) -> str:
+        """The one replica of each row that writes it to memory."""
+        lead = "(tilec_lane & 3) == 0"
+        return lead if self.warps_n == 1 else f"{lead} && tilec_warp % {self.warps_n} == 0"
+
+    def __str__(self):
+        return f"mma rows ({self.groups()} per thread, shared by a quad of lanes)"
+
+
+@dataclass(frozen=True)
+class VecLayout:
+    """Vectors of `vec` consecutive columns dealt round-robin to the block's threads: vector g of
+    the row-major tile goes to thread g % threads. `cols` None: a run-time extent, walked in a
+    loop (a row too long to hold: streamed)."""
+
+    rows: int
+    cols: int | None
+    threads: int
+    vec: int
+
+    def groups(self):
+        if self.cols is None:
+            return None
+        return _cdiv(self.rows * self.cols // self.vec, self.threads)
+
+    def slots(self) -> int:
+        return self.groups() * self.vec
+
+    def _g(self, q: str) -> str:
+        return f"(tilec_tid + ({q}) * {self.threads})"
+
+    def row(self, q: str) -> str:
+        if self.rows == 1:
+            return "0"
+        return f"{self._g(q)} / {self.cols // self.vec}"
+
+    def col0(self, q: str) -> str:
+        if self.rows == 1:
+            return f"{self._g(q)} * {self.vec}"
+        return f"{self._g(q)} % {self.cols // self.vec} * {self.vec}"
+
+    def valid(self, q: str):
+        total = self.rows * self.cols // self.vec
+        if total % self.threads == 0:
+            return None
+        return f"{self._g(q)} < {total}"
+
+    def rows_layout(self) -> VecRows | None:
+        """The row values' layout; None for several rows (not supported yet)."""
+        return VecRows(self.threads) if self.rows == 1 else None
+
+    def row_slot(self, q: str) -> str:
+        return "0"
+
+    def __str__(self):
+        cols = "streamed" if self.cols is None else f"{self.slots()} registers"
+        return f"vec(threads {self.threads}, {self.vec} columns per access, {cols})"
+
+
+@dataclass(frozen=True)
+class VecRows:
+    """The one row of a VecLayout tile: every thread holds its value."""
+
+    threads: int
+    rows = 1
+    vec = 1
+
+    def groups(self) -> int:
+        return 1
+
+    def slots(self) -> int:
+        return 1
+
+    def row(self, q: str) -> str:
+        return "0"
+
+    def col0(self, q: str) -> str:
+        return "0"
+
+    def valid(self, q: str):
+        return None
+
+    def leader(self) -> str:
+        return "tilec_tid == 0"
+
+    def __str__(self):
+        return f"row value (every thread of {self.threads})"
+
+
+@dataclass(frozen=True)
+class SharedLayout:
+    """A shared-memory tile of `rows` x `cols` elements (after a leading stage axis, if any).
+    `swizzle`: 16-byte chunks of each row are XOR-permuted by the row index so that 8 rows read
+    at the same column (ldmatrix, cp.async) hit 8 different bank groups; `pad`: elements added to
+    each row instead, where the row is not a power-of-two number of chunks."""
+
+    rows: int
+    cols: int
+    elem_bytes: int
+    swizzle: bool
+    pad: int = 0
+
+    def cpp_type(self, ctype: str) -> str:
+        if self.swizzle:
+            return f"tilec::SwizzledTile<{self.rows}, {self.cols}, {ctype}>"
+        return f"tilec::PaddedTile<{self.rows}, {self.cols}, {self.pad}, {ctype}>"
+
+    def size(self) -> int:
+        """Elements one stage takes."""
+        return self.rows * (self.cols + self.pad)
+
+    def __str__(self):
+        if self.swizzle:
+            return "shared, 16-byte chunks XOR-swizzled by row"
+        return "shared, row-major" + (f", rows padded by {self.pad}" if self.pad else "")

@@ -1,0 +1,183 @@
+"""GPU layouts: every fragment gets a thread layout, every shared buffer a bank-conflict-free
+layout, and every parallel loop is split over the block's threads by the layout of the fragments
+it touches (`by=`), so each thread runs exactly the iterations whose registers it holds.
+
+* A `gemm` accumulator gets the mma.sync accumulator layout. When rows must stay inside one warp
+  (a row reduction or a second GEMM reads the tile, as in attention) the warps split the rows
+  only; otherwise the warp grid that makes warp tiles squarest.
+* A fragment written or read at [i, j] in a loop with a laid-out fragment takes its layout; a
+  1-D fragment read at [i] there takes the matching row layout (the threads that share a row each
+  hold its value: per-thread partials, combined by `allreduce`).
+* The remaining 2-D fragments (row kernels' cached rows) and loops that touch no fragment get a
+  vector layout: 16-byte vectors of columns dealt round-robin to the threads; a run-time column
+  extent (a streamed row) is walked in a loop.
+* Shared buffers that feed the matrix units are XOR-swizzled in 16-byte chunks (or padded where
+  a row is not a power-of-two number of chunks), so cp.async writes and ldmatrix reads are free
+  of bank conflicts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir import tile as T
+from ..ir.layout import MmaLayout, SharedLayout, VecLayout, VecRows
+from ..ir.types import DTYPES
+from .rewrite import loads_in, map_stmts
+
+
+def _const(e) -> int | None:
+    return e.value if isinstance(e, T.Const) else None
+
+
+def mma_layout(rows: int, cols: int, warps: int, rows_in_warp: bool) -> MmaLayout:
+    if rows_in_warp:
+        if rows % (16 * warps):
+            raise AssertionError(f"a {rows}-row tile cannot give each of {warps} warps whole rows")
+        return MmaLayout(rows, cols, warps, 1)
+    best = None
+    for wm in range(1, warps + 1):
+        if warps % wm:
+            continue
+        wn = warps // wm
+        if rows % (16 * wm) or cols % (8 * wn):
+            continue
+        even = (cols // wn) % 16 == 0  # pairs of n-tiles load with one ldmatrix.x4
+        key = (not even, rows // wm + cols // wn, -wm)
+        if best is None or key < best[0]:
+            best = (key, MmaLayout(rows, cols, wm, wn))
+    if best is None:
+        raise AssertionError(f"no warp grid of {warps} warps tiles a {rows}x{cols} accumulator")
+    return best[1]
+
+
+def _frag_accesses(loop: T.For, frags: set) -> list:
+    """(buffer, index) of every fragment load and store in a loop body."""
+    out = []
+    for st in T.walk_stmts(loop.body):
+        if isinstance(st, T.Store) and st.buf in frags:
+            out.append((st.buf, st.idx))
+    out += [(ld.buf, ld.idx) for st in loop.body for ld in loads_in(st) if ld.buf in frags]
+    return out
+
+
+class Assign:
+    def __init__(self, k: T.TileKernel, target):
+        self.k, self.target = k, target
+        self.allocs = {a.name: a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
+        self.frags = {n for n, a in self.allocs.items() if a.scope in ("fragment", "local")}
+        self.lay: dict = {}
+        self.loops = [s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "parallel"]
+        self.by: dict = {}  # id(loop) -> layout
+        self.warps = k.threads // target.resources.warp
+        params = {p.name: p for p in k.params}
+        widths = [DTYPES[p.dtype][1] // 8 or 1 for p in params.values() if p.kind != "scalar"]
+        self.vmax = 16 // max(widths or [4])
+
+    def shape(self, buf: str) -> tuple:
+        return tuple(_const(d) for d in self.allocs[buf].shape)
+
+    def set(self, buf: str, layout) -> bool:
+        old = self.lay.get(buf)
+        if old is None:
+            self.lay[buf] = layout
+            return True
+        if old != layout:
+            raise AssertionError(f"fragment {buf} needs two layouts: {old} and {layout}")
+        return False
+
+    def vec_layout(self, rows: int, cols: int | None) -> VecLayout:
+        threads = self.k.threads
+        if cols is None:
+            return VecLayout(rows, None, threads, self.vmax)
+        vec = self.vmax
+        while vec > 1 and (cols % vec or rows * cols // vec < threads):
+            vec //= 2
+        return VecLayout(rows, cols, threads, vec)
+
+    def propagate(self):
+        changed = True
+        while changed:
+            changed = False
+            for loop in self.loops:
+                acc = _frag_accesses(loop, self.frags)
+                full = tuple(T.Var(v) for v in loop.vars)
+                L = self.by.get(id(loop))
+                if L is None:
+                    L = next((self.lay[b] for b, idx in acc if idx == full and b in self.lay), None)
+                if L is None:
+                    continue
+                changed |= self.by.get(id(loop)) is None
+                self.by[id(loop)] = L
+                for b, idx in acc:
+                    if idx == full:
+                        changed |= self.set(b, L)
+                    elif len(loop.vars) == 2 and idx == full[:1] and hasattr(L, "rows_layout") \
+                            and L.rows_layout() is not None:
+                        changed |= self.set(b, L.rows_layout())
+                    else:
+                        raise AssertionError(f"fragment {b} is read at [{', '.join(map(T.fmt, idx))}]"
+                                             f" in a loop over ({', '.join(loop.vars)}) split by {L}")
+
+    def run(self) -> T.TileKernel:
+        gemms = [s for s in T.walk_stmts(self.k.body) if isinstance(s, T.Gemm)]
+        rows_in_warp = len(gemms) > 1 or any(len(self.allocs[f].shape) == 1 for f in self.frags)
+        for g in gemms:
+            rows, cols = self.shape(g.c)
+            self.set(g.c, mma_layout(rows, cols, self.warps, rows_in_warp))
+        self.propagate()
+        for f in sorted(self.frags):  # row kernels' cached rows
+            if f not in self.lay and len(self.allocs[f].shape) == 2:
+                self.set(f, self.vec_layout(*self.shape(f)))
+                self.propagate()
+        for loop in self.loops:  # loops over memory and shared buffers only
+            if id(loop) not in self.by and len(loop.vars) == 2:
+                rows, cols = (_const(e) for e in loop.extents)
+                if rows is None:
+                    raise AssertionError(f"parallel loop over ({', '.join(loop.vars)}) has a "
+                                         "run-time row extent")
+                self.by[id(loop)] = self.vec_layout(rows, cols)
+        self.propagate()
+        for f in sorted(self.frags):
+            if f not in self.lay:
+                self.set(f, VecRows(self.k.threads))
+        self.propagate()
+        for loop in self.loops:
+            if id(loop) not in self.by:
+                self.by[id(loop)] = self.vec_layout(1, _const(loop.extents[0]))
+        for name, a in self.allocs.items():
+            if a.scope == "shared":
+                self.lay[name] = self.shared_layout(a, gemms)
+
+        def annotate(st):
+            if isinstance(st, T.Alloc) and st.name in self.lay:
+                return [replace(st, layout=self.lay[st.name])]
+            return None
+        body = self._set_by(self.k.body)
+        return replace(self.k, body=map_stmts(body, annotate))
+
+    def _set_by(self, stmts) -> tuple:
+        out = []
+        for st in stmts:
+            if isinstance(st, T.For):
+                by = self.by.get(id(st)) if st.kind == "parallel" else None
+                st = replace(st, body=self._set_by(st.body), by=by)
+            elif isinstance(st, T.If):
+                st = replace(st, body=self._set_by(st.body), orelse=self._set_by(st.orelse))
+            out.append(st)
+        return tuple(out)
+
+    def shared_layout(self, a: T.Alloc, gemms) -> SharedLayout:
+        rows, cols = self.shape(a.name)[-2:]
+        elem = max(DTYPES[a.dtype][1] // 8, 1)
+        mma = a.dtype in self.target.resources.mma_dtypes and \
+            any(a.name in (g.a, g.b) for g in gemms)
+        chunks = cols * elem // 16 if cols * elem % 16 == 0 else 0
+        if mma and chunks and (chunks in (1, 2, 4) or chunks % 8 == 0):
+            return SharedLayout(rows, cols, elem, True)
+        pad = 16 // elem if mma and cols * elem % 16 == 0 else 0
+        return SharedLayout(rows, cols, elem, False, pad)
+
+
+def run(prog: T.TileProgram, target, options) -> T.TileProgram:
+    return replace(prog, kernels=tuple(Assign(k, target).run() for k in prog.kernels))

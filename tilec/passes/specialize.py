@@ -1,0 +1,132 @@
+"""On-chip buffers get compile-time sizes: a kernel whose shared or fragment buffers have a
+run-time extent (attention's head dim D, a row kernel's row length C) becomes one variant per
+capacity the target offers for it (`when D <= 64`, `when D <= 128`, ...); the launcher runs the
+first variant whose condition holds.
+
+Past the largest capacity, a row kernel still runs: its streaming variant drops the row buffers
+and recomputes their values from memory where they are used (`rematerialize`), so a row of any
+length is read in passes over memory instead of being held on chip. Kernels where that is not
+possible (a buffer filled by a GEMM) return TILEC_ERR_UNSUPPORTED past the largest capacity.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from ..ir import tile as T
+from ..ir.types import Dim
+from .rewrite import loads_in, map_exprs, map_stmts, subst
+
+
+def _dynamic_extents(k: T.TileKernel) -> list:
+    """Run-time extents (expressions of dimensions) of on-chip buffers, in first-use order."""
+    out = []
+    for a in T.walk_stmts(k.body):
+        if isinstance(a, T.Alloc) and a.scope in ("shared", "fragment"):
+            out += [d for d in a.shape if not isinstance(d, T.Const) and d not in out]
+    return out
+
+
+def to_dim(e) -> Dim:
+    """An index expression over dimension symbols as a `Dim` (for the launcher's conditions)."""
+    if isinstance(e, T.Var):
+        return Dim.sym(e.name)
+    if isinstance(e, T.Const):
+        return Dim.const(int(e.value))
+    ops = {"add": "add", "sub": "sub", "mul": "mul", "idiv": "floordiv", "imod": "mod"}
+    if isinstance(e, T.Binary) and e.fn in ops:
+        return Dim.bin(ops[e.fn], to_dim(e.a), to_dim(e.b))
+    if isinstance(e, T.Binary) and e.fn == "cdiv":
+        return to_dim(e.a).cdiv(to_dim(e.b))
+    raise AssertionError(f"extent {T.fmt(e)} is not an expression of dimensions")
+
+
+def _feeds_gemm(k: T.TileKernel, ext) -> bool:
+    bufs = {s.name for s in T.walk_stmts(k.body) if isinstance(s, T.Alloc) and ext in s.shape}
+    return any(isinstance(s, T.Gemm) and bufs & {s.a, s.b, s.c} for s in T.walk_stmts(k.body))
+
+
+def _with_capacity(k: T.TileKernel, caps: dict) -> T.TileKernel:
+    def fix(st):
+        if isinstance(st, T.Alloc) and any(d in caps for d in st.shape):
+            return [replace(st, shape=tuple(T.iconst(caps[d]) if d in caps else d for d in st.shape))]
+        return None
+    when = None
+    for ext, cap in caps.items():
+        c = Dim.bin("le", to_dim(ext), cap)
+        when = c if when is None else Dim.bin("and", when, c)
+    suffix = "_".join(_name(e) + str(c) for e, c in caps.items())
+    return replace(k, name=f"{k.name}_{suffix}", body=map_stmts(k.body, fix), when=when)
+
+
+def _name(e) -> str:
+    return "".join(ch for ch in T.fmt(e) if ch.isalnum()) or "n"
+
+
+# ---- streaming: recompute row buffers instead of holding them ------------------------------
+def _definition(body, buf: str):
+    """The single `buf[i, j] = e` of a parallel loop over (i, j), as (loop, store); else None."""
+    stores = [(loop, st) for loop in T.walk_stmts(body) if isinstance(loop, T.For)
+              for st in T.walk_stmts(loop.body) if isinstance(st, T.Store) and st.buf == buf]
+    if len(stores) != 1:
+        return None
+    loop, st = stores[0]
+    if loop.kind != "parallel" or st.idx != tuple(T.Var(v) for v in loop.vars):
+        return None
+    return loop, st
+
+
+def rematerialize(k: T.TileKernel, extents: list):
+    """`k` without its fragments sized by `extents`: each use reads the expression that filled
+    it. None when a buffer is not filled by exactly one elementwise store."""
+    body = k.body
+    doomed = [a for a in T.walk_stmts(body) if isinstance(a, T.Alloc) and a.scope == "fragment" and
+              any(d in extents for d in a.shape)]
+    if any(isinstance(s, (T.Gemm, T.Copy)) for s in T.walk_stmts(body)):
+        return None
+    for a in doomed:
+        hit = _definition(body, a.name)
+        if hit is None:
+            return None
+        loop, store = hit
+
+        def inline(e, a=a, loop=loop, store=store):
+            if isinstance(e, T.Load) and e.buf == a.name:
+                return subst(store.value, dict(zip(loop.vars, e.idx)))
+            return None
+
+        def drop(st, a=a):
+            if isinstance(st, T.Store) and st.buf == a.name:
+                return []
+            if isinstance(st, T.Alloc) and st.name == a.name:
+                return []
+            if isinstance(st, (T.For, T.If)) and not st.body and not getattr(st, "orelse", ()):
+                return []
+            return None
+        body = map_stmts(tuple(map_exprs(s, inline) for s in body), drop)
+    names = {a.name for a in doomed}
+    if any(ld.buf in names for s in body for ld in loads_in(s)):
+        return None
+    return replace(k, name=f"{k.name}_stream", body=body, when=None)
+
+
+def specialize(k: T.TileKernel, target) -> list:
+    exts = _dynamic_extents(k)
+    if not exts:
+        return [k]
+    r = target.resources
+    choices = [r.matrix_capacities if _feeds_gemm(k, e) else r.row_capacities for e in exts]
+    out = [_with_capacity(k, dict(zip(exts, caps))) for caps in itertools.product(*choices)]
+    stream = rematerialize(k, exts)
+    if stream is not None:
+        out.append(stream)
+    return out
+
+
+def run(prog: T.TileProgram, target, options) -> T.TileProgram:
+    ks = []
+    for k in prog.kernels:
+        ks += specialize(k, target)
+    return replace(prog, kernels=tuple(ks))
+

@@ -1,0 +1,598 @@
+// tilec_cuda.h -- the tilec CUDA device library.
+//
+// Every .cu file tilec emits for the CUDA target includes this header (copied verbatim next to
+// the generated sources). It needs only the CUDA runtime and sm_80 or later:
+//   * f16 / bf16 storage (raw 16-bit patterns) and conversions, vector loads and stores with
+//     predicated tails;
+//   * shared-memory tile layouts (16-byte chunks XOR-swizzled by row, or padded rows);
+//   * tile copies global -> shared: 16-byte cp.async with zero-fill for the parts outside the
+//     tensor, commit / wait groups, and an element-wise path for unaligned tensors;
+//   * tile GEMMs: ldmatrix + mma.sync m16n8k16 (f16, bf16) from shared memory or with A in
+//     registers, and a scalar FMA path for other dtypes, all with the same accumulator layout;
+//   * row reductions across the threads that share a row (warp shuffles, shared memory);
+//   * the elementwise math of fused expressions (NumPy semantics for NaN and integer division)
+//     and the host helpers of the launchers.
+// Generated code is compiled with --fmad=false (elementwise code computes exactly what the
+// program says); only the matrix products here fuse multiply-adds, explicitly.
+#ifndef TILEC_CUDA_H
+#define TILEC_CUDA_H
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <atomic>
+#include <type_traits>
+
+#define TILEC_DEV __device__ __forceinline__
+#define TILEC_HD __host__ __device__ __forceinline__
+
+namespace tilec {
+
+// ---- 16-bit floats: stored as raw bits (uint16_t), computed in float ----------------------
+// (host and device: launchers convert 16-bit scalar arguments)
+TILEC_HD float f16_to_f32(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+TILEC_HD uint16_t f32_to_f16(float x) { return __half_as_ushort(__float2half_rn(x)); }
+TILEC_HD float bf16_to_f32(uint16_t h) { return __bfloat162float(__ushort_as_bfloat16(h)); }
+TILEC_HD uint16_t f32_to_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
+TILEC_DEV float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+TILEC_DEV float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// 16-bit fragments hold two values per 32-bit register: value e is half e % 2 of register e / 2
+// (after unrolling, e is a constant and these are register moves)
+TILEC_DEV uint16_t get16(const uint32_t* r, int e) { return (uint16_t)(r[e >> 1] >> ((e & 1) * 16)); }
+TILEC_DEV void set16(uint32_t* r, int e, uint16_t v) {
+    const int sh = (e & 1) * 16;
+    r[e >> 1] = (r[e >> 1] & ~(0xffffu << sh)) | ((uint32_t)v << sh);
+}
+
+// How a dtype is stored in memory and held in registers: `storage` <-> `reg`.
+template <typename T> struct Plain {
+    typedef T storage;
+    typedef T reg;
+    static TILEC_DEV reg load(storage s) { return s; }
+    static TILEC_DEV storage store(reg r) { return r; }
+};
+struct F16 {
+    typedef uint16_t storage;
+    typedef float reg;
+    static TILEC_DEV float load(uint16_t s) { return f16_to_f32(s); }
+    static TILEC_DEV uint16_t store(float r) { return f32_to_f16(r); }
+};
+struct BF16 {
+    typedef uint16_t storage;
+    typedef float reg;
+    static TILEC_DEV float load(uint16_t s) { return bf16_to_f32(s); }
+    static TILEC_DEV uint16_t store(float r) { return f32_to_bf16(r); }
+};
+
+// 4-bit packed integers: two per byte along the last axis, low nibble first; each row of `cols`
+// elements starts on a byte boundary ((cols+1)/2 bytes).
+TILEC_DEV int32_t load_u4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
+    const uint8_t b = base[row * ((cols + 1) >> 1) + (col >> 1)];
+    return (int32_t)((col & 1) ? (b >> 4) : (b & 0x0f));
+}
+TILEC_DEV int32_t load_i4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
+    return (load_u4(base, row, col, cols) ^ 8) - 8;
+}
+
+// ---- elementwise math of fused expressions: float and double overloads, NumPy semantics ------
+// exp of f32 goes through ex2 (x * log2 e rounds once: about 2 ulp for |x| < 20, 3e-6 relative
+// at |x| = 88); the others are the CUDA math library's full-precision functions.
+TILEC_DEV float exp_f32(float x) { return exp2f(x * 1.4426950408889634f); }
+TILEC_DEV float exp(float x) { return exp_f32(x); }
+TILEC_DEV double exp(double x) { return ::exp(x); }
+TILEC_DEV float exp2(float x) { return exp2f(x); }
+TILEC_DEV double exp2(double x) { return ::exp2(x); }
+TILEC_DEV float log(float x) { return logf(x); }
+TILEC_DEV double log(double x) { return ::log(x); }
+TILEC_DEV float log2(float x) { return log2f(x); }
+TILEC_DEV double log2(double x) { return ::log2(x); }
+TILEC_DEV float log1p(float x) { return log1pf(x); }
+TILEC_DEV double log1p(double x) { return ::log1p(x); }
+TILEC_DEV float sqrt(float x) { return sqrtf(x); }
+TILEC_DEV double sqrt(double x) { return ::sqrt(x); }
+TILEC_DEV float sin(float x) { return sinf(x); }
+TILEC_DEV double sin(double x) { return ::sin(x); }
+TILEC_DEV float cos(float x) { return cosf(x); }
+TILEC_DEV double cos(double x) { return ::cos(x); }
+TILEC_DEV float tanh(float x) { return tanhf(x); }
+TILEC_DEV double tanh(double x) { return ::tanh(x); }
+TILEC_DEV float erf(float x) { return erff(x); }
+TILEC_DEV double erf(double x) { return ::erf(x); }
+TILEC_DEV float erfc(float x) { return erfcf(x); }
+TILEC_DEV double erfc(double x) { return ::erfc(x); }
+TILEC_DEV float pow(float x, float y) { return powf(x, y); }
+TILEC_DEV double pow(double x, double y) { return ::pow(x, y); }
+TILEC_DEV float abs(float x) { return fabsf(x); }
+TILEC_DEV double abs(double x) { return ::fabs(x); }
+template <typename T> TILEC_DEV T abs(T x) { return x < T(0) ? T(-x) : x; }
+
+template <typename T> TILEC_DEV T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN
+// 1 / (1 + exp(-x)) without overflow: for x < 0 it is e / (1 + e) with e = exp(x)
+template <typename T> TILEC_DEV T sigmoid(T x) {
+    const T e = exp(-abs(x));
+    const T s = T(1) / (T(1) + e);
+    return x >= T(0) ? s : e * s;
+}
+template <typename T> TILEC_DEV T silu(T x) { return x * sigmoid(x); }
+// 0.5 x (1 + erf(x / sqrt 2)), with erfc so that it does not cancel to 0 for x << 0
+template <typename T> TILEC_DEV T gelu(T x) { return T(0.5) * x * erfc(-x * T(0.70710678118654752440)); }
+template <typename T> TILEC_DEV T gelu_tanh(T x) {
+    const T c = T(0.79788456080286535588);  // sqrt(2 / pi)
+    return x * sigmoid(T(2) * c * (x + T(0.044715) * x * x * x));
+}
+template <typename T> TILEC_DEV T softplus(T x) { return (x > T(0) ? x : T(0)) + log1p(exp(-abs(x))); }
+template <typename T> TILEC_DEV T mish(T x) { return x * tanh(softplus(x)); }
+// NumPy's maximum / minimum: NaN wins
+template <typename T> TILEC_DEV T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> TILEC_DEV T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
+
+// x ** N for a small constant N, as repeated multiplication ((x * x) * x ...), 1 / that for N < 0
+template <int N, typename T> TILEC_DEV T ipow(T x) {
+    if constexpr (N < 0) {
+        return T(1) / ipow<-N>(x);
+    } else {
+        T p = x;
+#pragma unroll
+        for (int i = 1; i < N; ++i) p = p * x;
+        return p;
+    }
+}
+
+// Python floor division / modulo: integer division by zero gives 0, MIN / -1 wraps (NumPy).
+template <typename T> TILEC_DEV T floordiv(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+        T mod = fmod(a, b);
+        T div = (a - mod) / b;
+        if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+        if (div != 0) {
+            T fd = floor(div);
+            if (div - fd > (T)0.5) fd += 1;
+            return fd;
+        }
+        return copysign((T)0, a / b);
+    } else if constexpr (std::is_signed<T>::value) {
+        if (b == 0) return (T)0;
+        if (b == -1) return (T)(0u - (typename std::make_unsigned<T>::type)a);
+        const T q = (T)(a / b);
+        return (T)(q - (T)(((a % b) != 0) & ((a < 0) != (b < 0))));
+    } else {
+        return b == 0 ? (T)0 : (T)(a / b);
+    }
+}
+template <typename T> TILEC_DEV T floormod(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+        T mod = fmod(a, b);
+        if (mod != 0) {
+            if ((b < 0) != (mod < 0)) mod += b;
+        } else {
+            mod = copysign((T)0, b);
+        }
+        return mod;
+    } else if constexpr (std::is_signed<T>::value) {
+        if (b == 0 || b == -1) return (T)0;
+        const T r = (T)(a % b);
+        return (T)((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);
+    } else {
+        return b == 0 ? (T)0 : (T)(a % b);
+    }
+}
+
+// Integer ranges: [lo, hi]; `end` = hi + 1 as a double (exact: a power of two).
+template <typename I> struct limits;
+template <> struct limits<int8_t> { static constexpr int64_t lo = -128, hi = 127; static constexpr double end = 128.0; };
+template <> struct limits<uint8_t> { static constexpr int64_t lo = 0, hi = 255; static constexpr double end = 256.0; };
+template <> struct limits<int16_t> { static constexpr int64_t lo = -32768, hi = 32767; static constexpr double end = 32768.0; };
+template <> struct limits<int32_t> { static constexpr int64_t lo = -2147483647 - 1, hi = 2147483647; static constexpr double end = 2147483648.0; };
+template <> struct limits<int64_t> { static constexpr int64_t lo = -9223372036854775807LL - 1, hi = 9223372036854775807LL; static constexpr double end = 9223372036854775808.0; };
+
+// float -> integer: round half to even, saturate, NaN -> 0; bool: x != 0
+template <typename I> TILEC_DEV I sat_cast(double x) {
+    if constexpr (std::is_same<I, bool>::value) {
+        return x != 0.0;
+    } else {
+        if (x != x) return (I)0;
+        const double r = rint(x);
+        if (r < (double)limits<I>::lo) return (I)limits<I>::lo;
+        if (r >= limits<I>::end) return (I)limits<I>::hi;
+        return (I)r;
+    }
+}
+// integer -> narrower integer, saturating
+template <typename I, typename S> TILEC_DEV I sat_int(S x) {
+    const int64_t v = (int64_t)x;
+    return v < limits<I>::lo ? (I)limits<I>::lo : v > limits<I>::hi ? (I)limits<I>::hi : (I)v;
+}
+
+TILEC_HD int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+TILEC_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+TILEC_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// multiply-add of a matrix product (products may fuse; elementwise code may not)
+TILEC_DEV float fma_acc(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+TILEC_DEV double fma_acc(double a, double b, double c) { return __fma_rn(a, b, c); }
+template <typename T> TILEC_DEV T fma_acc(T a, T b, T c) { return a * b + c; }
+
+// ---- vector loads and stores: V consecutive elements; the first n are valid -----------------
+// One access of V * sizeof(storage) bytes (several 16-byte ones above that) when all V are valid
+// and the address is aligned to it; element by element otherwise (ragged edges, odd strides).
+template <int BYTES> struct Word;
+template <> struct Word<1> { typedef uint8_t type; };
+template <> struct Word<2> { typedef uint16_t type; };
+template <> struct Word<4> { typedef uint32_t type; };
+template <> struct Word<8> { typedef uint2 type; };
+template <> struct Word<16> { typedef uint4 type; };
+template <int BYTES> struct VecWord { typedef typename Word<(BYTES >= 16 ? 16 : BYTES)>::type type; };
+
+template <int V, class K>
+TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p, int64_t n) {
+    typedef typename K::storage S;
+    typedef typename VecWord<V * sizeof(S)>::type W;
+    constexpr int NW = V * sizeof(S) / sizeof(W);
+    if (n >= V && (reinterpret_cast<uintptr_t>(p) % sizeof(W)) == 0 && NW * sizeof(W) == V * sizeof(S)) {
+        union { W w[NW]; S s[V]; } u;
+#pragma unroll
+        for (int i = 0; i < NW; ++i) u.w[i] = reinterpret_cast<const W*>(p)[i];
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v] = K::load(u.s[v]);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v] = v < n ? K::load(p[v]) : typename K::reg(0);
+    }
+}
+
+template <int V, class K>
+TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V], int64_t n) {
+    typedef typename K::storage S;
+    typedef typename VecWord<V * sizeof(S)>::type W;
+    constexpr int NW = V * sizeof(S) / sizeof(W);
+    if (n >= V && (reinterpret_cast<uintptr_t>(p) % sizeof(W)) == 0 && NW * sizeof(W) == V * sizeof(S)) {
+        union { W w[NW]; S s[V]; } u;
+#pragma unroll
+        for (int v = 0; v < V; ++v) u.s[v] = K::store(in[v]);
+#pragma unroll
+        for (int i = 0; i < NW; ++i) reinterpret_cast<W*>(p)[i] = u.w[i];
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            if (v < n) p[v] = K::store(in[v]);
+    }
+}
+
+// V consecutive 4-bit values of row `row` from column col0 (n valid) of a packed [.., cols]
+// tensor: one V/2-byte load when col0 is even and the bytes are aligned, else value by value.
+template <int V, bool SIGNED>
+TILEC_DEV void load_vec4(int32_t (&out)[V], const uint8_t* base, int64_t row, int64_t col0,
+                         int64_t cols, int64_t n) {
+    const uint8_t* p = base + row * ((cols + 1) >> 1) + (col0 >> 1);
+    typedef typename VecWord<(V / 2 > 0 ? V / 2 : 1)>::type W;
+    if (V % 2 == 0 && n >= V && (col0 & 1) == 0 && (reinterpret_cast<uintptr_t>(p) % sizeof(W)) == 0 &&
+        sizeof(W) * 2 == V) {
+        union { W w; uint8_t b[sizeof(W)]; } u;
+        u.w = *reinterpret_cast<const W*>(p);
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            const int32_t q = (u.b[v / 2] >> ((v & 1) * 4)) & 15;
+            out[v] = SIGNED ? (q ^ 8) - 8 : q;
+        }
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            out[v] = v < n ? (SIGNED ? load_i4(base, row, col0 + v, cols) : load_u4(base, row, col0 + v, cols)) : 0;
+    }
+}
+
+// ---- shared-memory tile layouts: element (r, c) of a ROWS x COLS tile ------------------------
+// Swizzled: the 16-byte chunks of row r are XOR-permuted by r, so that the 8 rows an ldmatrix
+// (or 8 lanes of a cp.async) touch at one column land in 8 different bank groups. Rows of 1, 2
+// or 4 chunks XOR with r/8, r/4 or r/2: 8 consecutive rows then still cover all 8 positions of
+// a 128-byte line.
+template <int ROWS, int COLS, typename T> struct SwizzledTile {
+    static constexpr int E = 16 / (int)sizeof(T);  // elements per 16-byte chunk
+    static constexpr int CPR = COLS / E;           // chunks per row
+    static constexpr int S = CPR < 8 ? CPR : 8;    // positions the XOR permutes
+    static constexpr int REP = 8 / S;              // consecutive rows sharing one permutation
+    static constexpr int size = ROWS * COLS;
+    static_assert(COLS % E == 0 && (CPR % 8 == 0 || CPR == 1 || CPR == 2 || CPR == 4),
+                  "a swizzled row is 1, 2, 4 or a multiple of 8 chunks of 16 bytes");
+    static TILEC_DEV int offset(int r, int c) {
+        return r * COLS + (((c / E) ^ ((r / REP) % S)) * E) + (c % E);
+    }
+};
+template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
+    static constexpr int size = ROWS * (COLS + PAD);
+    static TILEC_DEV int offset(int r, int c) { return r * (COLS + PAD) + c; }
+};
+
+// ---- cp.async --------------------------------------------------------------------------------
+TILEC_DEV uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+// 16 bytes global -> shared, of which the first `src_bytes` are read and the rest zero-filled.
+TILEC_DEV void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes) : "memory");
+}
+TILEC_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> TILEC_DEV void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
+}
+
+// Copy the ROWS x COLS window at `src` (row stride `ld` elements; the first nr rows and nc
+// columns of it lie inside the tensor) into the shared tile `dst` of layout L; the rest of the
+// tile is zero. THREADS threads call it together. With ASYNC the 16-byte chunks go through
+// cp.async (complete after cp_async_wait); a tensor whose rows are not 16-byte aligned is copied
+// element by element, synchronously.
+template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, typename T>
+TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
+    constexpr int E = 16 / (int)sizeof(T);
+    const int tid = threadIdx.x;
+    const bool chunks = COLS % E == 0 && ld % E == 0 && (reinterpret_cast<uintptr_t>(src) % 16) == 0;
+    if (chunks) {
+        constexpr int CPR = COLS / E;
+#pragma unroll 4
+        for (int c = tid; c < ROWS * CPR; c += THREADS) {
+            const int r = c / CPR, k = (c % CPR) * E;
+            T* d = dst + L::offset(r, k);
+            const int64_t left = r < nr ? nc - k : 0;
+            const int n = left <= 0 ? 0 : (left >= E ? E : (int)left);
+            const T* s = n > 0 ? src + (int64_t)r * ld + k : src;
+            if (ASYNC && (n == E || n == 0)) {
+                cp_async16(d, s, n * (int)sizeof(T));
+            } else if (n == E) {
+                *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(s);
+            } else {
+#pragma unroll
+                for (int e = 0; e < E; ++e) d[e] = e < n ? s[e] : T(0);
+            }
+        }
+    } else {
+        for (int e = tid; e < ROWS * COLS; e += THREADS) {
+            const int r = e / COLS, c = e % COLS;
+            dst[L::offset(r, c)] = (r < nr && c < nc) ? src[(int64_t)r * ld + c] : T(0);
+        }
+    }
+}
+
+// ---- matrix units: ldmatrix + mma.sync m16n8k16 ------------------------------------------------
+TILEC_DEV void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+TILEC_DEV void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+TILEC_DEV void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+}
+TILEC_DEV void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+}
+
+// D = A * B + D for one 16x8x16 tile; A: 4 registers of 2 x 16-bit, B: 2, D: 4 floats.
+template <class K> struct Mma;
+template <> struct Mma<F16> {
+    static TILEC_DEV void run(float* d, const uint32_t (&a)[4], const uint32_t* b) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+template <> struct Mma<BF16> {
+    static TILEC_DEV void run(float* d, const uint32_t (&a)[4], const uint32_t* b) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+};
+
+// The accumulator layout shared by every tile GEMM (see MmaLayout in tilec/ir/layout.py): warps
+// form a WARPS_M x WARPS_N grid; warp (wm, wn) owns rows wm*WM.., columns wn*WN.. of the tile, as
+// MI x NI tiles of 16 x 8; in tile (mi, ni) lane l holds rows l/4 and l/4 + 8, columns
+// 2 (l % 4) + {0, 1}, in acc[(mi * NI + ni) * 4 + {0, 1, 2, 3}].
+template <int BM, int BN, int WARPS_M, int WARPS_N> struct Warps {
+    static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / 16, NI = WN / 8;
+    static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tiles are multiples of 16 x 8");
+    static TILEC_DEV int m0() { return (int)(threadIdx.x / 32) / WARPS_N * WM; }
+    static TILEC_DEV int n0() { return (int)(threadIdx.x / 32) % WARPS_N * WN; }
+};
+
+// B fragments of the NI n-tiles of a warp for k-step kk: from a [BK][BN] tile (TB false: rows
+// are k, read transposed) or a [BN][BK] tile (TB true: rows are n).
+template <int NI, bool TB, class LB, typename S>
+TILEC_DEV void load_b_frags(uint32_t (&b)[NI][2], const S* Bs, int n0, int kk, int lane) {
+#pragma unroll
+    for (int ni = 0; ni + 1 < NI; ni += 2) {
+        uint32_t r[4];
+        const int q = lane / 8;
+        if (!TB) {
+            ldmatrix_x4_trans(r, Bs + LB::offset(kk + (q % 2) * 8 + lane % 8, n0 + ni * 8 + (q / 2) * 8));
+        } else {
+            ldmatrix_x4(r, Bs + LB::offset(n0 + ni * 8 + (q / 2) * 8 + lane % 8, kk + (q % 2) * 8));
+        }
+        b[ni][0] = r[0]; b[ni][1] = r[1]; b[ni + 1][0] = r[2]; b[ni + 1][1] = r[3];
+    }
+    if (NI % 2) {
+        constexpr int ni = NI - 1;
+        uint32_t r[2];
+        const int l = lane % 16;  // lanes 16..31 supply ignored (but valid) addresses
+        if (!TB) {
+            ldmatrix_x2_trans(r, Bs + LB::offset(kk + (l / 8) * 8 + l % 8, n0 + ni * 8));
+        } else {
+            ldmatrix_x2(r, Bs + LB::offset(n0 + ni * 8 + l % 8, kk + (l / 8) * 8));
+        }
+        b[ni][0] = r[0]; b[ni][1] = r[1];
+    }
+}
+
+// acc += A(BM x BK) * B(BK x BN) from shared tiles (A [BM][BK] or, TA, [BK][BM]; B [BK][BN] or,
+// TB, [BN][BK]) on the matrix units; all BM*BN/.. threads of the warp grid call it together.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
+          class K>
+TILEC_DEV void gemm_ss(const typename K::storage* As, const typename K::storage* Bs, float* acc) {
+    typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
+    static_assert(BK % 16 == 0, "the K tile is a multiple of 16");
+    const int lane = threadIdx.x % 32, m0 = W::m0(), n0 = W::n0();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+        uint32_t a[W::MI][4], b[W::NI][2];
+        const int q = lane / 8;
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi) {
+            if (!TA) {
+                ldmatrix_x4(a[mi], As + LA::offset(m0 + mi * 16 + lane % 16, kk + (lane / 16) * 8));
+            } else {
+                ldmatrix_x4_trans(a[mi], As + LA::offset(kk + (q / 2) * 8 + lane % 8, m0 + mi * 16 + (q % 2) * 8));
+            }
+        }
+        load_b_frags<W::NI, TB, LB>(b, Bs, n0, kk, lane);
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni) Mma<K>::run(acc + (mi * W::NI + ni) * 4, a[mi], b[ni]);
+    }
+}
+
+// acc += A * B(BK x BN) with A in registers: a 16-bit fragment laid out like an accumulator of
+// BM x BK on WARPS_M x 1 warps (attention's P). Columns 16s..16s+15 of A form the A operand of
+// k-step s: the accumulator layout of two 16x8 tiles is the A layout of one 16x16.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TB, class LB, class K>
+TILEC_DEV void gemm_rs(const uint32_t* a_frag, const typename K::storage* Bs, float* acc) {
+    typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
+    static_assert(WARPS_N == 1, "A in registers needs whole rows in each warp");
+    constexpr int NIA = BK / 8;  // n-tiles of the A fragment
+    const int lane = threadIdx.x % 32, n0 = W::n0();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+        uint32_t b[W::NI][2];
+        load_b_frags<W::NI, TB, LB>(b, Bs, n0, kk, lane);
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi) {
+            // tiles (mi, kk/8) and (mi, kk/8 + 1) of the fragment: 2 registers each (rows g, g+8)
+            const uint32_t* t = a_frag + (mi * NIA + kk / 8) * 2;
+            const uint32_t a[4] = {t[0], t[1], t[2], t[3]};
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni) Mma<K>::run(acc + (mi * W::NI + ni) * 4, a, b[ni]);
+        }
+    }
+}
+
+// The same product on the scalar units, for dtypes the matrix units do not take (f32 under
+// `precision ieee`, f64, integers) and tiles they cannot split: each thread computes its own
+// accumulator elements, in the same layout.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
+          class KA, class KB, typename Acc>
+TILEC_DEV void gemm_simt(const typename KA::storage* As, const typename KB::storage* Bs, Acc* acc) {
+    typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
+    const int lane = threadIdx.x % 32, m0 = W::m0() + lane / 4, n0 = W::n0() + (lane % 4) * 2;
+#pragma unroll 2
+    for (int k = 0; k < BK; ++k) {
+        Acc a[W::MI][2], b[W::NI][2];
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = m0 + mi * 16 + h * 8;
+                a[mi][h] = (Acc)KA::load(As[TA ? LA::offset(k, r) : LA::offset(r, k)]);
+            }
+#pragma unroll
+        for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                const int c = n0 + ni * 8 + v;
+                b[ni][v] = (Acc)KB::load(Bs[TB ? LB::offset(c, k) : LB::offset(k, c)]);
+            }
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    Acc& d = acc[(mi * W::NI + ni) * 4 + e];
+                    d = fma_acc(a[mi][e / 2], b[ni][e % 2], d);
+                }
+    }
+}
+
+// ---- reductions across the threads that share a row -------------------------------------------
+struct OpSum { template <typename T> static TILEC_DEV T apply(T a, T b) { return a + b; } };
+struct OpMax { template <typename T> static TILEC_DEV T apply(T a, T b) { return maximum(a, b); } };
+struct OpMin { template <typename T> static TILEC_DEV T apply(T a, T b) { return minimum(a, b); } };
+
+TILEC_DEV float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+TILEC_DEV double shfl_xor(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+TILEC_DEV int64_t shfl_xor(int64_t v, int m) { return (int64_t)__shfl_xor_sync(0xffffffffu, (long long)v, m); }
+template <typename T> TILEC_DEV T shfl_xor(T v, int m) { return (T)__shfl_xor_sync(0xffffffffu, (int)v, m); }
+
+// Butterfly over the lanes l ^ 1, l ^ 2, ..., l ^ (width / 2): every lane gets the same value.
+template <class Op, int WIDTH, typename T> TILEC_DEV T warp_allreduce(T v) {
+#pragma unroll
+    for (int m = 1; m < WIDTH; m *= 2) v = Op::apply(v, shfl_xor(v, m));
+    return v;
+}
+
+// The row values of an mma accumulator: each is held by the 4 lanes of a quad (one warp per row).
+template <class Op, int N, typename T> TILEC_DEV void quad_allreduce(T (&rows)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) rows[i] = warp_allreduce<Op, 4>(rows[i]);
+}
+
+// One value per thread, combined over the whole block of THREADS threads; every thread gets the
+// result (warps combined in a fixed order, so it is the same bits in every thread and run).
+template <class Op, int THREADS, typename T> TILEC_DEV T block_allreduce(T v) {
+    v = warp_allreduce<Op, 32>(v);
+    if (THREADS <= 32) return v;
+    __shared__ T scratch[THREADS / 32];
+    const int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) scratch[warp] = v;
+    __syncthreads();
+    T r = scratch[0];
+#pragma unroll
+    for (int w = 1; w < THREADS / 32; ++w) r = Op::apply(r, scratch[w]);
+    __syncthreads();  // scratch is free for the next reduction
+    return r;
+}
+
+// ---- host-side helpers for launchers ----------------------------------------------------------
+// Each workspace buffer starts on a 256-byte boundary of the caller's workspace block.
+inline size_t workspace_align(size_t n) { return (n + 255) & ~(size_t)255; }
+// The plain entry point's workspace, stream-ordered (the _with_workspace entry point takes the
+// caller's and allocates nothing).
+inline void* workspace_alloc(size_t bytes, cudaStream_t stream) {
+    void* p = nullptr;
+    return cudaMallocAsync(&p, bytes, stream) == cudaSuccess ? p : nullptr;
+}
+inline void workspace_free(void* p, cudaStream_t stream) { cudaFreeAsync(p, stream); }
+
+// Do the byte ranges [a, a + na) and [b, b + nb) overlap?
+inline bool overlap(const void* a, size_t na, const void* b, size_t nb) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+// Raise a kernel's dynamic shared memory limit above the default 48 KiB, once per device
+// (`done` is the kernel's own bitmask of devices). Returns a CUDA error code.
+template <typename F>
+inline cudaError_t allow_smem(F* kernel, size_t bytes, std::atomic<unsigned>& done) {
+    if (bytes <= 48 * 1024) return cudaSuccess;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    const unsigned bit = 1u << (dev & 31);
+    if (done.load(std::memory_order_relaxed) & bit) return cudaSuccess;
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
+    return e;
+}
+
+}  // namespace tilec
+#endif  // TILEC_CUDA_H
