@@ -10,6 +10,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
     --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 TILEC_CACHE_DIR=/tmp/tilec-cache
 what=${1:-all}; shift || true
+bench_args=("$@")
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 nvcc --version | tail -2 | tee -a "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
@@ -23,18 +24,43 @@ if [[ $what == all || $what == *sanitize* ]]; then
     for case in "gemm_bias_relu M=200,N=130,K=70" "attention B=1,H=2,L=130,S=70,D=64" \
                 "causal_attention B=1,H=1,L=150,D=32" "softmax R=5,C=300" "w4a16 M=3,N=96,K=256" \
                 "layernorm R=3,C=20000"; do
-        set -- $case
+        read -r sample dims <<< "$case"
         for tool in memcheck racecheck; do
-            echo "== compute-sanitizer --tool $tool $1 $2" | tee -a "$OUT/sanitize.log"
+            echo "== compute-sanitizer --tool $tool $sample $dims" | tee -a "$OUT/sanitize.log"
             compute-sanitizer --tool $tool --error-exitcode 9 python3 -m tilec.cli run \
-                samples/$1.tile --target cuda --arch sm_90 --dims $2 --seed 1 \
+                samples/$sample.tile --target cuda --arch sm_90 --dims $dims --seed 1 \
                 >> "$OUT/sanitize.log" 2>&1 || { echo "   FAILED ($?)" | tee -a "$OUT/sanitize.log"; status=1; }
             tail -2 "$OUT/sanitize.log"
         done
     done
 fi
+if [[ $what == *profile* ]]; then
+    # ncu (clocks left alone) on one launch of representative kernels, via `tilec run`
+    for case in "bench/gpu.tile gemm_f16 M=4096,N=4096,K=4096" \
+                "bench/gpu.tile attention B=1,H=16,L=4096,S=4096,D=128" \
+                "bench/gpu.tile softmax_f16 R=16384,C=8192" "bench/gpu.tile chain_f16 R=16384,C=8192" \
+                "bench/gpu.tile w4a16 M=1,N=8192,K=8192"; do
+        read -r file kernel dims <<< "$case"
+        ncu --clock-control none -k "regex:${kernel}_k" -c 1 --section SpeedOfLight \
+            --section WarpStateStats --section Occupancy --section LaunchStats \
+            --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            python3 -m tilec.cli run "$file" --kernel "$kernel" --target cuda --arch sm_90 \
+            --dims "$dims" --seed 1 > "$OUT/ncu_$kernel.txt" 2>&1
+        grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Warp Cycles|Issued Ipc|ok|MISMATCH" \
+            "$OUT/ncu_$kernel.txt" | head -40
+    done
+fi
+if [[ $what == *variants* ]]; then
+    # GEMM schedules x fragment double buffering, timed by `tilec run` (CUDA events, checked)
+    for db in 1 0; do
+        echo "== TILEC_FRAGMENT_DOUBLE_BUFFER=$db" | tee -a "$OUT/variants.log"
+        NVCCFLAGS="-O3 -DTILEC_FRAGMENT_DOUBLE_BUFFER=$db" python3 -m tilec.cli run \
+            bench/gemm_variants.tile --target cuda --arch sm_90 --dims M=4096,N=4096,K=4096 \
+            --seed 1 2>&1 | tee -a "$OUT/variants.log" | grep -E "ms|MISMATCH|error"
+    done
+fi
 if [[ $what == all || $what == *bench* ]]; then
-    python3 bench/gpu.py --arch sm_90 --json "$OUT/bench.json" "$@" 2>&1 | tee "$OUT/bench.log" | tail -60
+    python3 bench/gpu.py --arch sm_90 --json "$OUT/bench.json" "${bench_args[@]}" 2>&1 | tee "$OUT/bench.log" | tail -60
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 exit $status

@@ -206,6 +206,7 @@ class SharedLayout:
     elem_bytes: int
     swizzle: bool
     pad: int = 0
+    packed: bool = False  # 4-bit elements, two per byte: `cols` counts bytes
 
     def cpp_type(self, ctype: str) -> str:
         if self.swizzle:
@@ -213,10 +214,11 @@ class SharedLayout:
         return f"tilec::PaddedTile<{self.rows}, {self.cols}, {self.pad}, {ctype}>"
 
     def size(self) -> int:
-        """Elements one stage takes."""
+        """Elements (bytes, if packed) one stage takes."""
         return self.rows * (self.cols + self.pad)
 
     def __str__(self):
         if self.swizzle:
             return "shared, 16-byte chunks XOR-swizzled by row"
-        return "shared, row-major" + (f", rows padded by {self.pad}" if self.pad else "")
+        return ("shared, row-major" + (f", rows padded by {self.pad}" if self.pad else "") +
+                (", 4-bit values packed in bytes" if self.packed else ""))

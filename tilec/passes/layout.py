@@ -169,6 +169,8 @@ class Assign:
 
     def shared_layout(self, a: T.Alloc, gemms) -> SharedLayout:
         rows, cols = self.shape(a.name)[-2:]
+        if a.dtype in ("u4", "i4"):  # staged packed weights: bytes, row-major
+            return SharedLayout(rows, (cols + 1) // 2, 1, False, 0, packed=True)
         elem = max(DTYPES[a.dtype][1] // 8, 1)
         mma = a.dtype in self.target.resources.mma_dtypes and \
             any(a.name in (g.a, g.b) for g in gemms)

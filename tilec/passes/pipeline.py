@@ -16,6 +16,12 @@ of iteration k+S-1 into the stage freed by iteration k-1, then computes on stage
         commit()
         <body, reading buf[k % S]>
 
+A tile the body computes with a parallel loop (a dequantized weight tile, a prologue) reads its
+inputs with ordinary loads that would stall every iteration; first, each global tensor such a loop
+reads as a window (unit stride along both loop axes, or one row for all i, as a group scale
+`s[(k * 128 + i) // 128, j]`) is staged: a tile copy of the window into a new shared buffer,
+which the loop reads instead. Those copies are then issued ahead like the others.
+
 Elsewhere (the CPU: out-of-order cores and hardware prefetch stand in for staged copies), and
 when S < 2, a pipelined loop becomes a plain `range` loop.
 """
@@ -25,7 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from .rewrite import map_exprs, subst
+from .rewrite import loads_in, map_exprs, subst, uses_var
 
 
 def _staged_copies(loop: T.For, allocs: dict) -> list:
@@ -85,7 +91,91 @@ def _pipelined(loop: T.For, allocs: dict, params: dict):
     return prologue, replace(loop, kind="range", body=head + tuple(body), stages=1), staged
 
 
+def _unit(e, var: str):
+    """`base + var` or `var` with base free of loop variables -> base; else None."""
+    if isinstance(e, T.Var) and e.name == var:
+        return T.iconst(0)
+    if isinstance(e, T.Binary) and e.fn == "add" and isinstance(e.b, T.Var) and e.b.name == var:
+        return e.a
+    return None
+
+
+def _multiple_of(e, n: int) -> bool:
+    """Is `e` provably a multiple of n (a product with a constant multiple of n, or 0)?"""
+    if isinstance(e, T.Const):
+        return e.value % n == 0
+    return isinstance(e, T.Binary) and e.fn == "mul" and (_multiple_of(e.a, n) or _multiple_of(e.b, n))
+
+
+def _window(ld: T.Load, i: str, j: str, rows: int, cols: int):
+    """(window offsets, staged shape, index into the staged tile) when `ld` reads a window of its
+    tensor along the loop (i, j) of extents (rows, cols); else None."""
+    if len(ld.idx) < 2:
+        return None
+    *lead, ri, ci = ld.idx
+    if any(uses_var(x, (i, j)) for x in lead):
+        return None
+    c0 = _unit(ci, j)
+    if c0 is None or uses_var(c0, (i, j)):
+        return None
+    r0 = _unit(ri, i)
+    if r0 is not None and not uses_var(r0, (i, j)):
+        return tuple(lead) + (r0, c0), (rows, cols), (T.Var(i), T.Var(j))
+    # a row index (base + i) // G that is the same for all i < rows: base a multiple of rows,
+    # rows dividing G (a quantization group spans whole tiles)
+    if isinstance(ri, T.Binary) and ri.fn == "idiv" and isinstance(ri.b, T.Const) and \
+       ri.b.value % rows == 0:
+        base = _unit(ri.a, i)
+        if base is not None and not uses_var(base, (i, j)) and _multiple_of(base, rows):
+            return (tuple(lead) + (T.idiv(base, ri.b), c0), (1, cols),
+                    (T.iconst(0), T.Var(j)))
+    return None
+
+
+def stage_loads(loop: T.For, params: dict, taken: set) -> tuple:
+    """(allocations, loop) with the window loads of the loop's tile-computing parallel loops
+    staged through shared buffers filled by tile copies."""
+    allocs, body = [], []
+    for st in loop.body:
+        if not (isinstance(st, T.For) and st.kind == "parallel" and len(st.vars) == 2 and
+                all(isinstance(x, T.Const) for x in st.extents)):
+            body.append(st)
+            continue
+        i, j = st.vars
+        rows, cols = (x.value for x in st.extents)
+        staged: dict = {}  # Load -> replacement
+        copies = []
+        for ld in loads_in(st):
+            p = params.get(ld.buf)
+            if p is None or ld in staged or p.dtype == "bool":
+                continue
+            win = _window(ld, i, j, rows, cols)
+            if win is None or (p.dtype in ("u4", "i4") and not (cols % 2 == 0 and
+                                                                _multiple_of(win[0][-1], 2))):
+                continue
+            offsets, shape, at = win
+            name = f"{ld.buf}_s"
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            allocs.append(T.Alloc(name, "shared", p.dtype, tuple(T.iconst(x) for x in shape)))
+            copies.append(T.Copy(T.Region(ld.buf, offsets), T.Region(name)))
+            staged[ld] = T.Load(name, at, ld.dtype)
+        body += copies + [map_exprs(st, lambda e, staged=staged: staged.get(e))]
+    return allocs, replace(loop, body=tuple(body))
+
+
 def lower_body(stmts: tuple, target, params: dict) -> tuple:
+    if target.resources.async_copy:
+        taken = set(params) | {s.name for s in T.walk_stmts(stmts) if isinstance(s, T.Alloc)} | \
+            {v for s in T.walk_stmts(stmts) if isinstance(s, T.For) for v in s.vars}
+        new = []
+        for st in stmts:
+            if isinstance(st, T.For) and st.kind == "pipelined" and st.stages >= 2:
+                extra, st = stage_loads(st, params, taken)
+                new += extra
+            new.append(st)
+        stmts = tuple(new)
     allocs = {a.name: a for a in T.walk_stmts(stmts) if isinstance(a, T.Alloc)}
     out, staged_all = [], {}
     for st in stmts:

@@ -77,12 +77,31 @@ def _definition(body, buf: str):
     return loop, st
 
 
-def rematerialize(k: T.TileKernel, extents: list):
-    """`k` without its fragments sized by `extents`: each use reads the expression that filled
-    it. None when a buffer is not filled by exactly one elementwise store."""
+def _row_buffers(k: T.TileKernel, extents: list) -> list:
+    return [a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc) and a.scope == "fragment" and
+            any(d in extents for d in a.shape)]
+
+
+def _derived(k: T.TileKernel, extents: list) -> list:
+    """Row buffers filled from other on-chip values only (softmax's exp values): recomputing
+    them where they are read costs arithmetic, not memory traffic, and frees their registers."""
+    allocs, out = _allocs(k), []
+    for a in _row_buffers(k, extents):
+        hit = _definition(k.body, a.name)
+        if hit and all(ld.buf in allocs for ld in T.walk_exprs(hit[1].value)
+                       if isinstance(ld, T.Load)):
+            out.append(a.name)
+    return out
+
+
+def _allocs(k: T.TileKernel) -> set:
+    return {a.name for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
+
+
+def rematerialize(k: T.TileKernel, doomed: list, name: str = "_stream"):
+    """`k` without the fragments `doomed`: each use reads the expression that filled it.
+    None when a buffer is not filled by exactly one elementwise store."""
     body = k.body
-    doomed = [a for a in T.walk_stmts(body) if isinstance(a, T.Alloc) and a.scope == "fragment" and
-              any(d in extents for d in a.shape)]
     if any(isinstance(s, (T.Gemm, T.Copy)) for s in T.walk_stmts(body)):
         return None
     for a in doomed:
@@ -108,7 +127,7 @@ def rematerialize(k: T.TileKernel, extents: list):
     names = {a.name for a in doomed}
     if any(ld.buf in names for s in body for ld in loads_in(s)):
         return None
-    return replace(k, name=f"{k.name}_stream", body=body, when=None)
+    return replace(k, name=f"{k.name}{name}", body=body)
 
 
 def specialize(k: T.TileKernel, target) -> list:
@@ -117,10 +136,14 @@ def specialize(k: T.TileKernel, target) -> list:
         return [k]
     r = target.resources
     choices = [r.matrix_capacities if _feeds_gemm(k, e) else r.row_capacities for e in exts]
-    out = [_with_capacity(k, dict(zip(exts, caps))) for caps in itertools.product(*choices)]
-    stream = rematerialize(k, exts)
+    out, derived = [], _derived(k, exts)
+    for caps in itertools.product(*choices):
+        v = _with_capacity(k, dict(zip(exts, caps)))
+        doomed = [a for a in T.walk_stmts(v.body) if isinstance(a, T.Alloc) and a.name in derived]
+        out.append((rematerialize(v, doomed, "") if doomed else None) or v)
+    stream = rematerialize(k, _row_buffers(k, exts))
     if stream is not None:
-        out.append(stream)
+        out.append(replace(stream, when=None))
     return out
 
 

@@ -85,7 +85,9 @@ class Names:
 
 
 class GroupLowering:
-    def __init__(self, g: Graph, plan: Plan, grp: Group, target, sched, names: Names):
+    def __init__(self, g: Graph, plan: Plan, grp: Group, target, sched, names: Names,
+                 gemm_config=None):
+        self.gemm_config = gemm_config  # (M, N, K) tile, threads, stages of a GEMM variant
         self.g, self.plan, self.grp = g, plan, grp
         self.ops = g.op_map()
         self.bufs = dict(plan.buffers)
@@ -266,6 +268,8 @@ class GroupLowering:
         batch, M, N = shape[:-2], shape[-2], shape[-1]
         K = self.ops[a_id].type.shape[-1]
         bm, bn, bk, stages, threads = self.target.gemm_config(self.sched)
+        if self.gemm_config is not None:
+            (bm, bn, bk), threads, stages = self.gemm_config
         bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
         grid = [dim_to_expr(N.cdiv(bn)), dim_to_expr(M.cdiv(bm))]
         bvars = [bx, by]
@@ -337,10 +341,10 @@ class GroupLowering:
             op = self.ops[rd]
             if op.type.shape == S and any(S[a] != Dim.const(1) for a in axes) and op.type.shape:
                 cache = self.names.fresh(self.bufs[rd].name + "_row")
-                dt = widened(op.type.dtype)
+                dt = op.type.dtype  # the values as they are in memory (half the registers of f32)
                 body.append(Alloc(cache, "fragment", dt, (BR, COLS)))
                 body.append(For((i, j), (BR, COLS), "parallel",
-                                (If(row_ok, (Store(cache, (vi, vj), self.cast(self.load(rd, full), dt)),)),)))
+                                (If(row_ok, (Store(cache, (vi, vj), self.load(rd, full)),)),)))
                 self.on_chip(rd, full, T.Load(cache, (vi, vj), dt), cached=True)
         users = self.g.users()
         outs = set(self.grp.outputs)
@@ -467,14 +471,32 @@ class GroupLowering:
                            "attention with online softmax (the L x S scores never leave the block)")
 
 
+def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
+    """(name suffix, condition, config) for each kernel of a GEMM group: the target's small-M
+    tiles (decode sizes: the launcher picks them by M at run time) before the default tile, unless
+    the schedule fixes the tile."""
+    if grp.kind != "gemm" or sched.tile:
+        return [("", None, None)]
+    M = g.op_map()[grp.members[0]].type.shape[-2]
+    out = []
+    for max_m, tile_, threads, stages in target.resources.gemm_variants:
+        if M.op == "const" and M.args[0] > max_m:
+            continue
+        out.append((f"_m{max_m}", Dim.bin("le", M, max_m), (tile_, threads, stages)))
+        if M.op == "const":
+            return [(suffix, None, cfg) for suffix, _, cfg in out]
+    return out + [("", None, None)]
+
+
 def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
     taken = {p.name for p in g.params + g.outputs} | set(g.symbols)
     taken |= {b.name for _, b in plan.buffers}
     kernels = []
     for n, grp in enumerate(plan.groups):
-        names = Names(taken)
-        k = GroupLowering(g, plan, grp, target, sched, names).lower()
-        kernels.append(replace(k, name=f"{g.name}_k{grp.id}", slot=n))
+        for suffix, when, cfg in gemm_variants(g, grp, target, sched):
+            names = Names(taken)
+            k = GroupLowering(g, plan, grp, target, sched, names, cfg).lower()
+            kernels.append(replace(k, name=f"{g.name}_k{grp.id}{suffix}", slot=n, when=when))
     ws = tuple(TensorDecl(b.name, b.type.dtype, b.type.shape, "workspace")
                for _, b in plan.buffers if b.kind == "workspace")
     return TileProgram(g.name, tuple(kernels), ws)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows
-from ..passes import barriers, layout, lower_reductions, pipeline, specialize
+from ..passes import barriers, hoist_invariants, layout, lower_reductions, pipeline, specialize
 from ..passes.hoist_guards import conjuncts, split_bound
-from ..passes.rewrite import uses_var
+from ..passes.rewrite import loads_in, uses_var
 from .abi import launcher_context
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
@@ -94,8 +94,19 @@ class CudaRenderer(CStyleRenderer):
         raise AssertionError(f"fragment {a.name} (layout {a.layout}) is accessed at "
                              f"[{', '.join(map(T.fmt, idx))}] in a loop split by {ctx.layout}")
 
+    def stage_base(self, a: T.Alloc, idx) -> str:
+        """Pointer to the stage of shared buffer `a` that index `idx` selects (its first index,
+        when the buffer has a stage axis)."""
+        if len(idx) == 3:
+            return f"({cname(a.name)} + ({self.expr(idx[0])}) * {a.layout.size()})"
+        return cname(a.name)
+
     def load_alloc(self, e: T.Load) -> str:
         a = self.allocs[e.buf]
+        if a.scope == "shared" and a.layout.packed:
+            r, c = e.idx[-2:]
+            return (f"tilec::load_{a.dtype}({self.stage_base(a, e.idx)}, {self.expr(r)}, "
+                    f"{self.expr(c)}, {_const(a.shape[-1])})")
         if a.scope == "shared":
             return self.from_storage(self.smem_ref(a, e.idx), a.dtype)
         return self.from_storage(self.reg_read(a, self.reg_index(a, e.idx)), a.dtype)
@@ -147,8 +158,9 @@ class CudaRenderer(CStyleRenderer):
             if isinstance(v, T.Cast) and v.dtype == p.dtype and hasattr(v.x, "dtype"):
                 v = v.x
             reg = "f32" if p.dtype in SIXTEEN else p.dtype
-            self.emit(f"{ctx.vec_stores[id(s)]}[tilec_v] = "
-                      f"{self.cast(self.expr(v), getattr(v, 'dtype', 'i64'), reg)};", depth)
+            vd = getattr(v, "dtype", "i64")
+            text = self.expr_unrounded(v) if vd == p.dtype else self.expr(v)
+            self.emit(f"{ctx.vec_stores[id(s)]}[tilec_v] = {self.cast(text, vd, reg)};", depth)
             return
         line = f"{cname(s.buf)}[{self.global_offset(p, s.idx)}] = {self.store_expr(s.buf, s.value)};"
         if ctx is not None and ctx.rows_loop:  # every thread holding the row has the value
@@ -173,6 +185,10 @@ class CudaRenderer(CStyleRenderer):
         rows, cols = (_const(x) for x in dst.shape[-2:])
         dims = [pdim(d) for d in src.shape]
         offs = [self.operand(o, 12, True) for o in s.src.offsets]
+        if dst.layout.packed:  # 4-bit values: copy the bytes (the window starts on a byte)
+            cols = dst.layout.cols
+            dims[-1] = f"(({dims[-1]} + 1) / 2)"
+            offs[-1] = f"({offs[-1]}) / 2"
         start = None  # row-major offset of the window's first element
         for d, o in zip(dims, offs):
             start = o if start is None else f"({start}) * {d} + {o}"
@@ -261,7 +277,11 @@ class CudaRenderer(CStyleRenderer):
                       f"tilec_g += {self.k.threads}) {{", d)
             row, col0, valid = "0", f"tilec_g * {L.vec}", None
         else:
-            self.emit("#pragma unroll", d)
+            # a loop over registers unrolls completely (register arrays need constant indices);
+            # one that only moves memory beside a GEMM's accumulators stays a loop (registers)
+            gemm = any(isinstance(x, T.Gemm) for x in T.walk_stmts(self.k.body))
+            rolled = gemm and not self.touches_fragments(s.body)
+            self.emit("#pragma unroll 1" if rolled else "#pragma unroll", d)
             self.emit(f"for (int tilec_q = 0; tilec_q < {L.groups()}; ++tilec_q) {{", d)
             row, col0, valid = L.row("tilec_q"), L.col0("tilec_q"), L.valid("tilec_q")
         d += 1
@@ -286,7 +306,11 @@ class CudaRenderer(CStyleRenderer):
                 other.append(cnd)
             else:
                 col_bounds.append(hit[1:])
-        if jvar is not None and (streaming or _const(s.extents[-1]) != L.cols):
+        if jvar is not None and (streaming or _const(s.extents[-1]) != L.cols) and \
+                not self.registers_only(s.body):
+            # the layout's columns past the loop's extent are capacity padding: a body that only
+            # reads and writes registers may run there too (nothing reads padding as data), which
+            # saves a branch per element; one touching memory may not
             col_bounds.append((T.iconst(0), s.extents[-1]))
         ok = None
         if conds and not orelse:  # the whole group is skipped where a row condition fails
@@ -307,6 +331,27 @@ class CudaRenderer(CStyleRenderer):
         if conds and not orelse:
             self.emit("}", d - 1)
         self.emit("}", depth)
+
+    def touches_fragments(self, body) -> bool:
+        frags = {n for n, a in self.allocs.items() if a.scope != "shared"}
+        return any(isinstance(st, T.Store) and st.buf in frags for st in T.walk_stmts(body)) or \
+            any(ld.buf in frags for st in body for ld in loads_in(st))
+
+    def expr_unrounded(self, e) -> str:
+        """`e` without its final rounding to 16 bits (the store that takes it rounds)."""
+        if isinstance(e, (T.Unary, T.Binary)) and e.dtype in SIXTEEN:
+            return self.expr(type(e)(**{**{f: getattr(e, f) for f in e.__dataclass_fields__},
+                                        "dtype": "f32"}))
+        return self.expr(e)
+
+    def registers_only(self, body) -> bool:
+        """Does `body` only touch fragments (registers), no memory?"""
+        for st in T.walk_stmts(body):
+            if isinstance(st, T.Store) and (st.buf not in self.allocs or
+                                            self.allocs[st.buf].scope == "shared"):
+                return False
+        return not any(ld.buf not in self.allocs or self.allocs[ld.buf].scope == "shared"
+                       for st in body for ld in loads_in(st))
 
     def branch(self, conds: list, body, orelse, d):
         if not conds:
@@ -331,12 +376,28 @@ class CudaRenderer(CStyleRenderer):
                 else self.expr(bound)
             n = f"tilec::imin({n}, {lim} - tilec_j0)"
         self.emit(f"const int64_t tilec_n = {n};", d)
+        self.emit("(void)tilec_n;", d)
         nload = f"({ok} ? tilec_n : 0)" if ok else "tilec_n"
         ctx = self.ctx
-        for ld in _column_loads(body, jvar, self.globals):
+        rowwise = {n: a for n, a in self.allocs.items() if a.scope == "shared" and not a.layout.swizzle}
+        for ld in _column_loads(body, jvar, {**self.globals, **rowwise}):
             name = self.fresh("tilec_ld")
-            p = self.globals[ld.buf]
             at = ld.idx[:-1] + (_at_j0(ld.idx[-1], jvar),)
+            ctx.vec_loads[ld] = name
+            if ld.buf in rowwise:  # a row-major shared tile: the group's columns are contiguous
+                a = rowwise[ld.buf]
+                base = self.stage_base(a, at)
+                r, c = (self.expr(x) for x in at[-2:])
+                if a.layout.packed:
+                    self.emit(f"int32_t {name}[{vec}];", d)
+                    self.emit(f"tilec::load_vec4<{vec}, {str(a.dtype == 'i4').lower()}>({name}, "
+                              f"{base}, {r}, {c}, {_const(a.shape[-1])}, {nload});", d)
+                else:
+                    self.emit(f"{kind(a.dtype)}::reg {name}[{vec}];", d)
+                    self.emit(f"tilec::load_vec<{vec}, {kind(a.dtype)}>({name}, {base} + "
+                              f"{self.shared_layout_type(a)}::offset({r}, {c}), {nload});", d)
+                continue
+            p = self.globals[ld.buf]
             if p.dtype in ("u4", "i4"):
                 dims = [pdim(x) for x in p.shape]
                 row = self.linear(dims[:-1], at[:-1]) if len(dims) > 1 else "0"
@@ -347,7 +408,6 @@ class CudaRenderer(CStyleRenderer):
                 ptr = f"{cname(p.name)} + {self.global_offset(p, at)}"
                 self.emit(f"{kind(p.dtype)}::reg {name}[{vec}];", d)
                 self.emit(f"tilec::load_vec<{vec}, {kind(p.dtype)}>({name}, {ptr}, {nload});", d)
-            ctx.vec_loads[ld] = name
         stores = [] if other or orelse else [
             st for st in body if isinstance(st, T.Store) and st.buf in self.globals and
             _unit_stride(st.idx, jvar)]
@@ -355,13 +415,24 @@ class CudaRenderer(CStyleRenderer):
             name = self.fresh("tilec_st")
             self.emit(f"{kind(self.globals[st.buf].dtype)}::reg {name}[{vec}];", d)
             ctx.vec_stores[id(st)] = name
-        self.emit("#pragma unroll", d)
-        self.emit(f"for (int tilec_v = 0; tilec_v < {vec}; ++tilec_v) {{", d)
-        self.emit(f"const int64_t {cname(jvar)} = tilec_j0 + tilec_v;", d + 1)
-        self.emit(f"(void){cname(jvar)};", d + 1)
-        elem = ([ok] if ok else []) + ["tilec_v < tilec_n"] + [self.expr(c) for c in other]
-        self.branch(elem, body, orelse, d + 1)
-        self.emit("}", d)
+        conds = ([ok] if ok else []) + [self.expr(c) for c in other]
+
+        def element_loop(guarded: bool, depth: int):
+            self.emit("#pragma unroll", depth)
+            self.emit(f"for (int tilec_v = 0; tilec_v < {vec}; ++tilec_v) {{", depth)
+            self.emit(f"const int64_t {cname(jvar)} = tilec_j0 + tilec_v;", depth + 1)
+            self.emit(f"(void){cname(jvar)};", depth + 1)
+            self.branch(conds + (["tilec_v < tilec_n"] if guarded else []), body, orelse, depth + 1)
+            self.emit("}", depth)
+        if col_bounds and vec > 1:
+            # whole groups (all but the last of a row) run without a test per element
+            self.emit(f"if (tilec_n >= {vec}) {{", d)
+            element_loop(False, d + 1)
+            self.emit("} else {", d)
+            element_loop(True, d + 1)
+            self.emit("}", d)
+        else:
+            element_loop(bool(col_bounds), d)
         for st in stores:
             p = self.globals[st.buf]
             at = st.idx[:-1] + (_at_j0(st.idx[-1], jvar),)
@@ -400,8 +471,9 @@ def _at_j0(last, jvar: str):
 
 
 def _column_loads(body, jvar: str, globals_: dict) -> list:
-    """Global loads in `body` (outside nested branches) that walk the columns with unit stride:
-    loaded once per group as vectors. Every element of the group that runs `body` reads them."""
+    """Loads of the buffers `globals_` in `body` (outside nested branches) that walk the columns
+    with unit stride: loaded once per group as vectors. Every element of the group that runs
+    `body` reads them."""
     out = []
     for st in body:
         if isinstance(st, (T.If, T.For)):
@@ -516,7 +588,9 @@ CUDA = Target(
         ew_tile=(1, 4096), ew_threads=256, attn_tile=(128, 64), attn_threads=256, attn_stages=2,
         dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN,
         matrix_capacities=(64, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
-        gemm_swizzle=8),
+        gemm_swizzle=8,
+        # M <= 16 (decode): 16-row tiles, 8 warps splitting N, deep K tiles: bound by reading B
+        gemm_variants=((16, (16, 64, 128), 256, 4),)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass
@@ -525,6 +599,8 @@ CUDA = Target(
         ("lower_reductions", lower_reductions.run),
         # run-time on-chip extents -> one variant per capacity (+ a streaming row variant)
         ("specialize", specialize.run),
+        # per-block arithmetic (a scale from a dimension) out of the unrolled element loops
+        ("hoist_invariants", hoist_invariants.run),
         # thread layouts of fragments, swizzles of shared tiles; needs static shapes
         ("layout", layout.run),
         # barriers between shared-memory writers and readers; needs the final statement order

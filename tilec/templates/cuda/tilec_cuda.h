@@ -113,10 +113,13 @@ TILEC_DEV double abs(double x) { return ::fabs(x); }
 template <typename T> TILEC_DEV T abs(T x) { return x < T(0) ? T(-x) : x; }
 
 template <typename T> TILEC_DEV T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN
+// 1 / x, correctly rounded (the same value as a division, without its slow-path branch)
+TILEC_DEV float recip(float x) { return __frcp_rn(x); }
+TILEC_DEV double recip(double x) { return __drcp_rn(x); }
 // 1 / (1 + exp(-x)) without overflow: for x < 0 it is e / (1 + e) with e = exp(x)
 template <typename T> TILEC_DEV T sigmoid(T x) {
     const T e = exp(-abs(x));
-    const T s = T(1) / (T(1) + e);
+    const T s = recip(T(1) + e);
     return x >= T(0) ? s : e * s;
 }
 template <typename T> TILEC_DEV T silu(T x) { return x * sigmoid(x); }
@@ -298,6 +301,7 @@ template <int ROWS, int COLS, typename T> struct SwizzledTile {
     static constexpr int S = CPR < 8 ? CPR : 8;    // positions the XOR permutes
     static constexpr int REP = 8 / S;              // consecutive rows sharing one permutation
     static constexpr int size = ROWS * COLS;
+    static constexpr int PERIOD = 8;  // offset(r + 8, c) == offset(r, c) + 8 * COLS
     static_assert(COLS % E == 0 && (CPR % 8 == 0 || CPR == 1 || CPR == 2 || CPR == 4),
                   "a swizzled row is 1, 2, 4 or a multiple of 8 chunks of 16 bytes");
     static TILEC_DEV int offset(int r, int c) {
@@ -306,6 +310,7 @@ template <int ROWS, int COLS, typename T> struct SwizzledTile {
 };
 template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
     static constexpr int size = ROWS * (COLS + PAD);
+    static constexpr int PERIOD = 1;
     static TILEC_DEV int offset(int r, int c) { return r * (COLS + PAD) + c; }
 };
 
@@ -324,30 +329,44 @@ template <int N> TILEC_DEV void cp_async_wait() {
 
 // Copy the ROWS x COLS window at `src` (row stride `ld` elements; the first nr rows and nc
 // columns of it lie inside the tensor) into the shared tile `dst` of layout L; the rest of the
-// tile is zero. THREADS threads call it together. With ASYNC the 16-byte chunks go through
-// cp.async (complete after cp_async_wait); a tensor whose rows are not 16-byte aligned is copied
-// element by element, synchronously.
+// tile is zero. THREADS threads call it together; each moves whole 16-byte chunks, in a fully
+// unrolled loop. With ASYNC the chunks go through cp.async (complete after cp_async_wait), a
+// chunk outside the tensor being zero-filled without reading memory. A chunk cut by the tensor's
+// edge, or a tensor whose rows are not 16-byte aligned, is copied element by element.
 template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, typename T>
 TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
     constexpr int E = 16 / (int)sizeof(T);
+    constexpr int CPR = COLS / E;                    // chunks per row
+    constexpr int ITERS = (ROWS * CPR + THREADS - 1) / THREADS;
+    // each iteration moves the next RS rows; the thread's chunk keeps its column, so its source
+    // advances by RS rows and (with RS a multiple of the layout's period) its destination too
+    constexpr int RS = THREADS % CPR == 0 ? THREADS / CPR : 0;
+    constexpr bool STRIDED = RS > 0 && RS % L::PERIOD == 0 && (ROWS * CPR) % THREADS == 0;
     const int tid = threadIdx.x;
     const bool chunks = COLS % E == 0 && ld % E == 0 && (reinterpret_cast<uintptr_t>(src) % 16) == 0;
     if (chunks) {
-        constexpr int CPR = COLS / E;
-#pragma unroll 4
-        for (int c = tid; c < ROWS * CPR; c += THREADS) {
-            const int r = c / CPR, k = (c % CPR) * E;
-            T* d = dst + L::offset(r, k);
-            const int64_t left = r < nr ? nc - k : 0;
-            const int n = left <= 0 ? 0 : (left >= E ? E : (int)left);
-            const T* s = n > 0 ? src + (int64_t)r * ld + k : src;
-            if (ASYNC && (n == E || n == 0)) {
-                cp_async16(d, s, n * (int)sizeof(T));
-            } else if (n == E) {
-                *reinterpret_cast<uint4*>(d) = *reinterpret_cast<const uint4*>(s);
+        const int r0 = tid / CPR, k = (tid % CPR) * E;
+        const bool col_in = k < nc, col_whole = k + E <= nc;
+        T* const d0 = dst + L::offset(r0, k);
+        const T* const s0 = src + (int64_t)r0 * ld + k;
+#pragma unroll
+        for (int it = 0; it < ITERS; ++it) {
+            const int c = tid + it * THREADS;
+            if (!STRIDED && c >= ROWS * CPR) break;
+            const int r = STRIDED ? r0 + it * RS : c / CPR;
+            const int kk = STRIDED ? k : (c % CPR) * E;
+            T* d = STRIDED ? d0 + it * RS * COLS : dst + L::offset(r, kk);
+            const T* s = STRIDED ? s0 + (int64_t)(it * RS) * ld : src + (int64_t)r * ld + kk;
+            const bool in = r < nr && (STRIDED ? col_in : kk < nc);
+            if (!in || (STRIDED ? col_whole : kk + E <= nc)) {  // a whole chunk, or none of it
+                if (ASYNC) {
+                    cp_async16(d, in ? s : src, in ? 16 : 0);
+                } else {
+                    *reinterpret_cast<uint4*>(d) = in ? *reinterpret_cast<const uint4*>(s) : make_uint4(0, 0, 0, 0);
+                }
             } else {
 #pragma unroll
-                for (int e = 0; e < E; ++e) d[e] = e < n ? s[e] : T(0);
+                for (int e = 0; e < E; ++e) d[e] = kk + e < nc ? s[e] : T(0);
             }
         }
     } else {
@@ -380,7 +399,7 @@ TILEC_DEV void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) {
 template <class K> struct Mma;
 template <> struct Mma<F16> {
     static TILEC_DEV void run(float* d, const uint32_t (&a)[4], const uint32_t* b) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -388,7 +407,7 @@ template <> struct Mma<F16> {
 };
 template <> struct Mma<BF16> {
     static TILEC_DEV void run(float* d, const uint32_t (&a)[4], const uint32_t* b) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
                      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
@@ -441,24 +460,34 @@ template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, cl
 TILEC_DEV void gemm_ss(const typename K::storage* As, const typename K::storage* Bs, float* acc) {
     typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
     static_assert(BK % 16 == 0, "the K tile is a multiple of 16");
-    const int lane = threadIdx.x % 32, m0 = W::m0(), n0 = W::n0();
-#pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-        uint32_t a[W::MI][4], b[W::NI][2];
-        const int q = lane / 8;
+    const int lane = threadIdx.x % 32, m0 = W::m0(), n0 = W::n0(), q = lane / 8;
+    // fragments of two k-steps in flight: the loads of step s + 1 are issued before the mma of s
+    uint32_t a[2][W::MI][4], b[2][W::NI][2];
+    auto load = [&](int buf, int kk) {
 #pragma unroll
         for (int mi = 0; mi < W::MI; ++mi) {
             if (!TA) {
-                ldmatrix_x4(a[mi], As + LA::offset(m0 + mi * 16 + lane % 16, kk + (lane / 16) * 8));
+                ldmatrix_x4(a[buf][mi], As + LA::offset(m0 + mi * 16 + lane % 16, kk + (lane / 16) * 8));
             } else {
-                ldmatrix_x4_trans(a[mi], As + LA::offset(kk + (q / 2) * 8 + lane % 8, m0 + mi * 16 + (q % 2) * 8));
+                ldmatrix_x4_trans(a[buf][mi], As + LA::offset(kk + (q / 2) * 8 + lane % 8, m0 + mi * 16 + (q % 2) * 8));
             }
         }
-        load_b_frags<W::NI, TB, LB>(b, Bs, n0, kk, lane);
+        load_b_frags<W::NI, TB, LB>(b[buf], Bs, n0, kk, lane);
+    };
+#ifndef TILEC_FRAGMENT_DOUBLE_BUFFER
+#define TILEC_FRAGMENT_DOUBLE_BUFFER 1
+#endif
+    constexpr bool DB = TILEC_FRAGMENT_DOUBLE_BUFFER != 0;
+    if (DB) load(0, 0);
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+        const int cur = DB ? (kk / 16) % 2 : 0;
+        if (!DB) load(0, kk);
+        else if (kk + 16 < BK) load(cur ^ 1, kk + 16);
 #pragma unroll
         for (int mi = 0; mi < W::MI; ++mi)
 #pragma unroll
-            for (int ni = 0; ni < W::NI; ++ni) Mma<K>::run(acc + (mi * W::NI + ni) * 4, a[mi], b[ni]);
+            for (int ni = 0; ni < W::NI; ++ni) Mma<K>::run(acc + (mi * W::NI + ni) * 4, a[cur][mi], b[cur][ni]);
     }
 }
 
