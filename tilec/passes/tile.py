@@ -267,7 +267,8 @@ class GroupLowering:
         shape = mm.type.shape
         batch, M, N = shape[:-2], shape[-2], shape[-1]
         K = self.ops[a_id].type.shape[-1]
-        bm, bn, bk, stages, threads = self.target.gemm_config(self.sched)
+        mma_dt = self.mma_dtype(a_id, b_id)
+        bm, bn, bk, stages, threads = self.target.gemm_config(self.sched, scalar=mma_dt is None)
         if self.gemm_config is not None:
             (bm, bn, bk), threads, stages = self.gemm_config
         bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
@@ -278,7 +279,6 @@ class GroupLowering:
             bvars.append(bz)
         bidx = decompose(T.Var(bz), batch)
         row0, col0 = imul(T.Var(by), iconst(bm)), imul(T.Var(bx), iconst(bn))
-        mma_dt = self.mma_dtype(a_id, b_id)
         a_dt = mma_dt or self.ops[a_id].type.dtype
         b_dt = mma_dt or self.ops[b_id].type.dtype
         As, Bs, acc = (self.names.fresh(n) for n in ("A_s", "B_s", "acc"))

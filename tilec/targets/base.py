@@ -45,6 +45,8 @@ class Resources:
     matrix_capacities: tuple = ()
     row_capacities: tuple = ()
     gemm_swizzle: int = 0  # default block rasterization panel of GEMM kernels (0: none)
+    # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)
+    scalar_gemm_tile: tuple | None = None
 
 
 class Toolchain:
@@ -101,9 +103,9 @@ class Target:
     def buildable(self) -> bool:
         return self.render_files is not None
 
-    def gemm_config(self, s: Schedule) -> tuple:
+    def gemm_config(self, s: Schedule, scalar: bool = False) -> tuple:
         r = self.resources
-        bm, bn, bk = r.gemm_tile
+        bm, bn, bk = (r.scalar_gemm_tile or r.gemm_tile) if scalar else r.gemm_tile
         return (s.tile_size("M", bm), s.tile_size("N", bn), s.tile_size("K", bk),
                 s.stages or r.gemm_stages, s.threads or r.gemm_threads)
 

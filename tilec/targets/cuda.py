@@ -584,11 +584,11 @@ CUDA = Target(
     name="cuda",
     resources=Resources(
         warp=32, max_threads=1024, tile_memory=227 * 1024, mma=(16, 8, 16),
-        gemm_tile=(128, 128, 32), gemm_stages=4, gemm_threads=128, row_block=1, row_threads=256,
+        gemm_tile=(128, 128, 64), gemm_stages=3, gemm_threads=128, row_block=1, row_threads=256,
         ew_tile=(1, 4096), ew_threads=256, attn_tile=(128, 64), attn_threads=256, attn_stages=2,
         dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN,
         matrix_capacities=(64, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
-        gemm_swizzle=8,
+        gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32),
         # M <= 16 (decode): 16-row tiles, 8 warps splitting N, deep K tiles: bound by reading B
         gemm_variants=((16, (16, 64, 128), 256, 4),)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
