@@ -149,3 +149,21 @@ def test_regression_program_on_gpu(name):
     text, dims, seed, _ = REGRESSIONS[name]
     check_text(text.replace("target cpu:", "target cuda:"), dims, seed, target="cuda",
                options={"arch": ("sm_90",)})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shift", [0, 5, -70])
+def test_causal_skipping_on_gpu(shift):
+    need_gpu()
+    from test_fusion import CAUSAL_SHIFTED
+    text = CAUSAL_SHIFTED.replace("SHIFT", str(shift)).replace("f32", "f16")
+    for dims in (dict(L=200, S=200, D=64), dict(L=64, S=300, D=32), dict(L=1, S=1, D=1)):
+        check_text(text, dims, target="cuda", options={"arch": ("sm_90",)})
+
+
+@pytest.mark.gpu
+def test_attention_variants_on_gpu():
+    need_gpu()
+    from test_fusion import ATTENTION_VARIANTS
+    for dims in (dict(H=2, L=64, S=128, D=32, E=48, B=2), dict(H=2, L=70, S=33, D=5, E=7, B=1)):
+        check_text(ATTENTION_VARIANTS, dims, target="cuda", options={"arch": ("sm_90",)})

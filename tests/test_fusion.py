@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from conftest import SAMPLES, check_text, compile_text
 
 from tilec.ir import tile as T
+from tilec.ir.tile import print_program
 
 
 def plan_of(text, kernel=None):
@@ -145,3 +149,31 @@ def test_attention_variants_fuse_and_match():
     assert [[grp.kind for grp in p.groups] for p in m.plans] == [["attention"], ["attention"]]
     for dims in (dict(H=2, L=64, S=128, D=32, E=48, B=2), dict(H=2, L=70, S=33, D=5, E=7, B=1)):
         check_text(ATTENTION_VARIANTS, dims)
+
+
+CAUSAL_SHIFTED = """
+kernel shifted(Q: f32[L, D], K: f32[S, D], V: f32[S, D]) -> O: f32[L, D]:
+    T = Q @ K.T
+    T = where(index(T, -1) > index(T, -2) + SHIFT, -inf, T)
+    O = softmax(T, axis=-1) @ V
+"""
+
+
+@pytest.mark.parametrize("shift", [0, 5, -3, -70])
+def test_causal_mask_bounds_the_key_loop(shift):
+    """Key tiles wholly above the diagonal are skipped (the loop's trip count is bounded by the
+    block's last query), not computed and masked; results still match, also where a query has
+    no key at all (a row of -inf: NaN, as the reference gives)."""
+    text = CAUSAL_SHIFTED.replace("SHIFT", str(shift))
+    _, _, m = compile_text(text)
+    tiled = print_program(m.programs[0])
+    assert re.search(r"for k in range\(min\(cdiv\(S, \d+\), \(bx \* \d+ [+-] \d+\) // \d+ \+ 1\)\)",
+                     tiled), tiled
+    for dims in (dict(L=100, S=100, D=8), dict(L=64, S=130, D=16), dict(L=1, S=1, D=1)):
+        check_text(text, dims)
+
+
+def test_non_causal_masks_keep_every_key_tile():
+    text = CAUSAL_SHIFTED.replace("index(T, -1) > index(T, -2) + SHIFT", "index(T, -1) > 3")
+    _, _, m = compile_text(text)
+    assert "for k in range(cdiv(S," in print_program(m.programs[0])

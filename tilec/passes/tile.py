@@ -456,7 +456,8 @@ class GroupLowering:
         body += [Alloc(O, "fragment", f32, (BM, DV))]
         body += [Alloc(n, "fragment", f32, (BM,)) for n in (mx, mc, l, al, rs)]
         body += load_q + [Fill(mx, NEG_INF), Fill(l, T.Const(0.0, f32)), Fill(O, T.Const(0.0, f32)),
-                          For((k,), (dim_to_expr(S.cdiv(bn)),), "pipelined", tuple(loop), stages)]
+                          For((k,), (causal_bound(score, dim_to_expr(S.cdiv(bn)), k, vi.name, vj.name,
+                                               row0, bm, bn),), "pipelined", tuple(loop), stages)]
         out_at = tuple(bidx) + (iadd(row0, vi), vj)
         self.on_chip(pv.id, out_at, T.Binary("div", L2(O), L1(l), f32))
         guard = ilt(iadd(row0, vi), dim_to_expr(L))
@@ -469,6 +470,56 @@ class GroupLowering:
             bvars.append(bz)
         return self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
                            "attention with online softmax (the L x S scores never leave the block)")
+
+
+def _offset(e, base, var: str):
+    """c when e is `base + var + c` (or `base + var`), else None."""
+    if isinstance(e, T.Binary) and e.fn == "add" and isinstance(e.b, T.Const) and \
+       isinstance(e.b.value, int):
+        inner = _offset(e.a, base, var)
+        return None if inner is None else inner + e.b.value
+    if isinstance(e, T.Binary) and e.fn == "sub" and isinstance(e.b, T.Const) and \
+       isinstance(e.b.value, int):
+        inner = _offset(e.a, base, var)
+        return None if inner is None else inner - e.b.value
+    return 0 if e == iadd(base, T.Var(var)) else None
+
+
+def causal_bound(score, n_tiles, k: str, i: str, j: str, row0, bm: int, bn: int):
+    """The key loop's trip count when the score masks key j > query i + c with -inf: tiles
+    wholly above that diagonal change nothing in an online softmax (their scores are -inf, so
+    their probabilities are 0 and the running max stays), so the loop stops at the last tile that
+    holds an unmasked key of the block's last query. Other scores: `n_tiles`."""
+    key0 = imul(T.Var(k), iconst(bn))
+    best = None
+    for e in T.walk_exprs(score):
+        if not isinstance(e, T.Select) or not isinstance(e.cond, T.Compare):
+            continue
+        ninf_a = isinstance(e.a, T.Const) and e.a.value == -math.inf
+        ninf_b = isinstance(e.b, T.Const) and e.b.value == -math.inf
+        c, fn = e.cond, e.cond.fn
+        # normalize to "masked when key > query + off"
+        if ninf_a and fn in ("gt", "ge"):
+            key, query, off = c.a, c.b, (0 if fn == "gt" else -1)
+        elif ninf_a and fn in ("lt", "le"):
+            key, query, off = c.b, c.a, (0 if fn == "lt" else -1)
+        elif ninf_b and fn in ("le", "lt"):
+            key, query, off = c.a, c.b, (0 if fn == "le" else -1)
+        elif ninf_b and fn in ("ge", "gt"):
+            key, query, off = c.b, c.a, (0 if fn == "ge" else -1)
+        else:
+            continue
+        if _offset(key, key0, j) != 0:
+            continue
+        q = _offset(query, row0, i)
+        if q is None:
+            continue
+        # the block's last query row0 + bm - 1 sees keys up to row0 + bm - 1 + q + off
+        shift = bm - 1 + q + off
+        last = T.Binary("add" if shift >= 0 else "sub", row0, iconst(abs(shift)), "i64")
+        tiles = iadd(idiv(last, iconst(bn)), iconst(1))  # truncation only over-counts: still exact
+        best = tiles if best is None else T.Binary("min", best, tiles, "i64")
+    return n_tiles if best is None else T.Binary("min", n_tiles, best, "i64")
 
 
 def gemm_variants(g: Graph, grp: Group, target, sched) -> list:

@@ -307,10 +307,11 @@ class CudaRenderer(CStyleRenderer):
             else:
                 col_bounds.append(hit[1:])
         if jvar is not None and (streaming or _const(s.extents[-1]) != L.cols) and \
-                not self.registers_only(s.body):
-            # the layout's columns past the loop's extent are capacity padding: a body that only
-            # reads and writes registers may run there too (nothing reads padding as data), which
-            # saves a branch per element; one touching memory may not
+                not self.elementwise_in_registers(s.body, s.vars):
+            # the layout's columns past the loop's extent are capacity padding: a body that maps
+            # register elements to register elements at the same position may run there too
+            # (padding is never read as data), which saves a branch per element; a body that
+            # touches memory or reduces into row values may not
             col_bounds.append((T.iconst(0), s.extents[-1]))
         ok = None
         if conds and not orelse:  # the whole group is skipped where a row condition fails
@@ -344,10 +345,12 @@ class CudaRenderer(CStyleRenderer):
                                         "dtype": "f32"}))
         return self.expr(e)
 
-    def registers_only(self, body) -> bool:
-        """Does `body` only touch fragments (registers), no memory?"""
+    def elementwise_in_registers(self, body, loop_vars) -> bool:
+        """Does `body` only write fragment elements at the loop's own position, and read no
+        memory?"""
+        full = tuple(T.Var(v) for v in loop_vars)
         for st in T.walk_stmts(body):
-            if isinstance(st, T.Store) and (st.buf not in self.allocs or
+            if isinstance(st, T.Store) and (st.buf not in self.allocs or st.idx != full or
                                             self.allocs[st.buf].scope == "shared"):
                 return False
         return not any(ld.buf not in self.allocs or self.allocs[ld.buf].scope == "shared"
