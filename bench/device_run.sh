@@ -59,6 +59,12 @@ if [[ $what == *variants* ]]; then
             --seed 1 2>&1 | tee -a "$OUT/variants.log" | grep -E "ms|MISMATCH|error"
     done
 fi
+if [[ $what == *w4variants* ]]; then
+    for dims in M=1,N=8192,K=8192 M=16,N=8192,K=8192; do
+        python3 -m tilec.cli run bench/w4a16_variants.tile --target cuda --arch sm_90 \
+            --dims $dims --seed 1 2>&1 | tee -a "$OUT/w4variants.log" | grep -E "ms|MISMATCH|error"
+    done
+fi
 if [[ $what == all || $what == *bench* ]]; then
     python3 bench/gpu.py --arch sm_90 --json "$OUT/bench.json" "${bench_args[@]}" 2>&1 | tee "$OUT/bench.log" | tail -60
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1

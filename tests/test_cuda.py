@@ -167,3 +167,13 @@ def test_attention_variants_on_gpu():
     from test_fusion import ATTENTION_VARIANTS
     for dims in (dict(H=2, L=64, S=128, D=32, E=48, B=2), dict(H=2, L=70, S=33, D=5, E=7, B=1)):
         check_text(ATTENTION_VARIANTS, dims, target="cuda", options={"arch": ("sm_90",)})
+
+
+@pytest.mark.nvcc
+def test_attention_variants_compile():
+    """f32 probabilities (the scalar product with A in registers), a mask tensor, Dv != Dk,
+    bf16, shifted causal masks."""
+    need_nvcc()
+    from test_fusion import ATTENTION_VARIANTS, CAUSAL_SHIFTED
+    build_text(ATTENTION_VARIANTS, "variants.tile", "cuda", {"arch": ("sm_80",)})
+    build_text(CAUSAL_SHIFTED.replace("SHIFT", "-3"), "shifted.tile", "cuda", {"arch": ("sm_80",)})

@@ -242,10 +242,16 @@ class CudaRenderer(CStyleRenderer):
                bk % 16 == 0 and L.wm % 16 == 0 and b.layout.cols * 2 % 16 == 0)
         tb = str(s.transpose_b).lower()
         if a.scope != "shared":
-            assert mma and isinstance(a.layout, MmaLayout) and a.layout.warps_n == 1, \
-                f"gemm with {s.a} in registers needs an mma layout with whole rows per warp"
-            self.emit(f"tilec::gemm_rs<{warps}, {tb}, {lb}, {kind(b.dtype)}>({cname(s.a)}, "
-                      f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
+            assert isinstance(a.layout, MmaLayout) and a.layout.warps_n == 1 and \
+                not s.transpose_a, f"gemm with {s.a} in registers needs whole rows per warp"
+            if mma:
+                self.emit(f"tilec::gemm_rs<{warps}, {tb}, {lb}, {kind(b.dtype)}>({cname(s.a)}, "
+                          f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
+                return
+            assert a.dtype not in SIXTEEN, f"{a.dtype} fragment {s.a} times {b.dtype} {s.b}"
+            self.emit(f"tilec::gemm_simt_rs<{warps}, {tb}, {lb}, {kind(b.dtype)}, {STORE[a.dtype]}, "
+                      f"{STORE[c.dtype]}>({cname(s.a)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});",
+                      depth)
             return
         la = self.shared_layout_type(a)
         ta = str(s.transpose_a).lower()

@@ -552,6 +552,45 @@ TILEC_DEV void gemm_simt(const typename KA::storage* As, const typename KB::stor
     }
 }
 
+// acc += A * B on the scalar units with A in registers (an f32/f64 fragment laid out like an
+// accumulator of BM x BK on WARPS_M x 1 warps, e.g. attention's probabilities when the program
+// keeps them in f32): the four lanes of a quad hold a row's columns between them, so each A value
+// comes from its owner by a shuffle.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TB, class LB, class KB, typename A,
+          typename Acc>
+TILEC_DEV void gemm_simt_rs(const A* a_frag, const typename KB::storage* Bs, Acc* acc) {
+    typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
+    static_assert(WARPS_N == 1, "A in registers needs whole rows in each warp");
+    constexpr int NIA = BK / 8;  // 8-column tiles of the A fragment
+    const int lane = threadIdx.x % 32, quad = lane & ~3, n0 = W::n0() + (lane % 4) * 2;
+#pragma unroll  // register indices must be constants
+    for (int k = 0; k < BK; ++k) {
+        Acc b[W::NI][2];
+#pragma unroll
+        for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+                const int c = n0 + ni * 8 + v;
+                b[ni][v] = (Acc)KB::load(Bs[TB ? LB::offset(c, k) : LB::offset(k, c)]);
+            }
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                // column k of row (mi, h) sits in lane quad + (k % 8) / 2, register below
+                const A mine = a_frag[((mi * NIA + k / 8) * 2 + h) * 2 + (k % 2)];
+                const Acc a = (Acc)__shfl_sync(0xffffffffu, mine, quad + (k % 8) / 2);
+#pragma unroll
+                for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+                    for (int v = 0; v < 2; ++v) {
+                        Acc& d = acc[(mi * W::NI + ni) * 4 + h * 2 + v];
+                        d = fma_acc(a, b[ni][v], d);
+                    }
+            }
+    }
+}
+
 // ---- reductions across the threads that share a row -------------------------------------------
 struct OpSum { template <typename T> static TILEC_DEV T apply(T a, T b) { return a + b; } };
 struct OpMax { template <typename T> static TILEC_DEV T apply(T a, T b) { return maximum(a, b); } };
