@@ -95,6 +95,17 @@ class Assign:
             vec //= 2
         return VecLayout(rows, cols, threads, vec)
 
+    def stored_tile(self, loop: T.For):
+        """The static (rows, cols) of the shared tile a loop fills at [i, j], if it fills one."""
+        full = tuple(T.Var(v) for v in loop.vars)
+        for st in T.walk_stmts(loop.body):
+            if isinstance(st, T.Store) and st.buf in self.allocs and st.idx[-2:] == full and \
+               self.allocs[st.buf].scope == "shared":
+                shape = self.shape(st.buf)[-2:]
+                if None not in shape:
+                    return shape
+        return None
+
     def propagate(self):
         changed = True
         while changed:
@@ -133,9 +144,12 @@ class Assign:
         for loop in self.loops:  # loops over memory and shared buffers only
             if id(loop) not in self.by and len(loop.vars) == 2:
                 rows, cols = (_const(e) for e in loop.extents)
-                if rows is None:
+                tile = self.stored_tile(loop)
+                if tile is not None and (rows is None or cols is None):
+                    rows, cols = tile  # a run-time extent within a static tile: split the tile
+                if rows is None or (cols is None and rows != 1):
                     raise AssertionError(f"parallel loop over ({', '.join(loop.vars)}) has a "
-                                         "run-time row extent")
+                                         "run-time extent it cannot split")
                 self.by[id(loop)] = self.vec_layout(rows, cols)
         self.propagate()
         for f in sorted(self.frags):
