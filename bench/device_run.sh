@@ -36,14 +36,13 @@ if [[ $what == all || $what == *sanitize* ]]; then
 fi
 if [[ $what == *profile* ]]; then
     # ncu (clocks left alone) on one launch of representative kernels, via `tilec run`
-    for case in "bench/gpu.tile gemm_f16 M=4096,N=4096,K=4096" \
-                "bench/gpu.tile attention B=1,H=16,L=4096,S=4096,D=128" \
-                "bench/gpu.tile softmax_f16 R=16384,C=8192" "bench/gpu.tile chain_f16 R=16384,C=8192" \
-                "bench/gpu.tile w4a16 M=1,N=8192,K=8192"; do
-        read -r file kernel dims <<< "$case"
+    cases=${TILEC_PROFILE:-"gemm_f16:M=4096,N=4096,K=4096 attention:B=1,H=16,L=4096,S=4096,D=128 softmax_f16:R=16384,C=8192 chain_f16:R=16384,C=8192 w4a16:M=1,N=8192,K=8192"}
+    for case in $cases; do
+        kernel=${case%%:*}; dims=${case#*:}; file=bench/gpu.tile
         ncu --clock-control none -k "regex:${kernel}_k" -c 1 --section SpeedOfLight \
             --section WarpStateStats --section Occupancy --section LaunchStats \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+            --section SourceCounters --section SchedulerStats \
             python3 -m tilec.cli run "$file" --kernel "$kernel" --target cuda --arch sm_90 \
             --dims "$dims" --seed 1 > "$OUT/ncu_$kernel.txt" 2>&1
         grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Warp Cycles|Issued Ipc|ok|MISMATCH" \

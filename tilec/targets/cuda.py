@@ -143,6 +143,17 @@ class CudaRenderer(CStyleRenderer):
 
     # ---- statements
     def s_Store(self, s: T.Store, depth):
+        ctx = self.ctx
+        dtype = self.allocs[s.buf].dtype if s.buf in self.allocs else self.globals[s.buf].dtype
+        if ctx is not None and id(s) in ctx.vec_stores:  # one element of a vector store
+            v = s.value
+            if isinstance(v, T.Cast) and v.dtype == dtype and hasattr(v.x, "dtype"):
+                v = v.x
+            reg = "f32" if dtype in SIXTEEN else dtype
+            vd = getattr(v, "dtype", "i64")
+            text = self.expr_unrounded(v) if vd == dtype else self.expr(v)
+            self.emit(f"{ctx.vec_stores[id(s)]}[tilec_v] = {self.cast(text, vd, reg)};", depth)
+            return
         if s.buf in self.allocs:
             a = self.allocs[s.buf]
             if a.scope == "shared":
@@ -152,7 +163,6 @@ class CudaRenderer(CStyleRenderer):
                           depth)
             return
         p = self.globals[s.buf]
-        ctx = self.ctx
         if ctx is not None and id(s) in ctx.vec_stores:
             v = s.value
             if isinstance(v, T.Cast) and v.dtype == p.dtype and hasattr(v.x, "dtype"):
@@ -344,6 +354,18 @@ class CudaRenderer(CStyleRenderer):
         return any(isinstance(st, T.Store) and st.buf in frags for st in T.walk_stmts(body)) or \
             any(ld.buf in frags for st in body for ld in loads_in(st))
 
+    @staticmethod
+    def vector_tile(a: T.Alloc, vec: int) -> bool:
+        """Do `vec` columns of shared tile `a` starting at a multiple of vec lie contiguous (and
+        vector-aligned)? Swizzling moves whole 16-byte chunks; padding keeps rows aligned."""
+        L = a.layout
+        if a.dtype not in STORE or L.packed or a.dtype == "bool":
+            return False
+        elem = BYTES[a.dtype]
+        if L.swizzle:
+            return 16 % (vec * elem) == 0
+        return (L.cols + L.pad) % vec == 0
+
     def expr_unrounded(self, e) -> str:
         """`e` without its final rounding to 16 bits (the store that takes it rounds)."""
         if isinstance(e, (T.Unary, T.Binary)) and e.dtype in SIXTEEN:
@@ -424,6 +446,26 @@ class CudaRenderer(CStyleRenderer):
             name = self.fresh("tilec_st")
             self.emit(f"{kind(self.globals[st.buf].dtype)}::reg {name}[{vec}];", d)
             ctx.vec_stores[id(st)] = name
+        # stores into a shared tile whose `vec` columns are contiguous: one vector store, when
+        # every element stores (both branches write the same element) or the tail is predicated
+        shared_stores = []
+        if not other:
+            for st in body:
+                if not (isinstance(st, T.Store) and st.buf in self.allocs and
+                        self.allocs[st.buf].scope == "shared" and _unit_stride(st.idx, jvar) and
+                        self.vector_tile(self.allocs[st.buf], vec)):
+                    continue
+                twin = next((e for e in orelse if isinstance(e, T.Store) and e.buf == st.buf and
+                             e.idx == st.idx), None)
+                if orelse and twin is None:
+                    continue
+                name = self.fresh("tilec_st")
+                a = self.allocs[st.buf]
+                self.emit(f"{kind(a.dtype)}::reg {name}[{vec}];", d)
+                ctx.vec_stores[id(st)] = name
+                if twin is not None:
+                    ctx.vec_stores[id(twin)] = name
+                shared_stores.append((st, name, twin is not None))
         conds = ([ok] if ok else []) + [self.expr(c) for c in other]
 
         def element_loop(guarded: bool, depth: int):
@@ -447,6 +489,13 @@ class CudaRenderer(CStyleRenderer):
             at = st.idx[:-1] + (_at_j0(st.idx[-1], jvar),)
             self.emit(f"tilec::store_vec<{vec}, {kind(p.dtype)}>({cname(p.name)} + "
                       f"{self.global_offset(p, at)}, {ctx.vec_stores[id(st)]}, tilec_n);", d)
+        for st, name, whole in shared_stores:
+            a = self.allocs[st.buf]
+            at = st.idx[:-1] + (_at_j0(st.idx[-1], jvar),)
+            r, c = (self.expr(x) for x in at[-2:])
+            n = str(vec) if whole else nload
+            self.emit(f"tilec::store_vec<{vec}, {kind(a.dtype)}>({self.stage_base(a, at)} + "
+                      f"{self.shared_layout_type(a)}::offset({r}, {c}), {name}, {n});", d)
 
 
 def _const(e):

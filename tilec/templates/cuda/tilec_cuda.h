@@ -131,9 +131,19 @@ template <typename T> TILEC_DEV T gelu_tanh(T x) {
 }
 template <typename T> TILEC_DEV T softplus(T x) { return (x > T(0) ? x : T(0)) + log1p(exp(-abs(x))); }
 template <typename T> TILEC_DEV T mish(T x) { return x * tanh(softplus(x)); }
-// NumPy's maximum / minimum: NaN wins
+// NumPy's maximum / minimum: NaN wins (for f32 one max.NaN / min.NaN instruction, sm_80+)
 template <typename T> TILEC_DEV T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> TILEC_DEV T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
+TILEC_DEV float maximum(float a, float b) {
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+TILEC_DEV float minimum(float a, float b) {
+    float r;
+    asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
 
 // x ** N for a small constant N, as repeated multiplication ((x * x) * x ...), 1 / that for N < 0
 template <int N, typename T> TILEC_DEV T ipow(T x) {
