@@ -21,6 +21,7 @@ from conftest import SAMPLES, build_text, check_text, compile_text
 from test_random_programs import REGRESSIONS
 
 from tilec import driver
+from tilec.ir import tile as T
 from tilec.diagnostics import TilecError
 
 SAMPLE_FILES = sorted(SAMPLES.glob("*.tile"))
@@ -177,3 +178,22 @@ def test_attention_variants_compile():
     from test_fusion import ATTENTION_VARIANTS, CAUSAL_SHIFTED
     build_text(ATTENTION_VARIANTS, "variants.tile", "cuda", {"arch": ("sm_80",)})
     build_text(CAUSAL_SHIFTED.replace("SHIFT", "-3"), "shifted.tile", "cuda", {"arch": ("sm_80",)})
+
+
+@pytest.mark.nvcc
+def test_cuda_schedule_tile_leaves_row_kernels_one_row_per_block():
+    """A GEMM schedule's `tile M=` must not turn a row kernel of the same program into a
+    multi-row block (the GPU row layout holds one row)."""
+    need_nvcc()
+    text = """
+kernel k(A: f16[M, K], W: f16[K, N]) -> P: f32[M, N]:
+    P = softmax(A @ W, axis=-1)
+
+schedule k:
+    target cuda:
+        tile M=64, N=64, K=32
+"""
+    _, _, m = compile_text(text, "k.tile", "cuda")
+    row = [k for k in m.programs[0].kernels if "row reduction" in k.comment]
+    assert row and all(T.fmt(k.grid[0]) == "M" for k in row)
+    build_text(text, "k.tile", "cuda", {"arch": ("sm_80",)})

@@ -320,7 +320,8 @@ class GroupLowering:
         kept = [d for a, d in enumerate(S) if a not in axes]
         red = [d for a, d in enumerate(S) if a in axes]
         rows, cols = numel(kept), numel(red)
-        br = self.sched.tile_size("M", self.target.resources.row_block)
+        res = self.target.resources
+        br = self.sched.tile_size("M", res.row_block) if res.row_tile else res.row_block
         bx = self.names.fresh("bx")
         i, j = self.names.fresh("i"), self.names.fresh("j")
         vi, vj = T.Var(i), T.Var(j)

@@ -26,7 +26,7 @@ class Resources:
     gemm_tile: tuple  # default (M, N, K)
     gemm_stages: int
     gemm_threads: int
-    row_block: int  # rows per block for reductions
+    row_block: int  # rows per block for reductions (the schedule's `tile M=` when row_tile)
     row_threads: int  # threads per block of a row kernel
     ew_tile: tuple  # (rows, cols) per block for elementwise kernels
     ew_threads: int
@@ -45,6 +45,7 @@ class Resources:
     matrix_capacities: tuple = ()
     row_capacities: tuple = ()
     gemm_swizzle: int = 0  # default block rasterization panel of GEMM kernels (0: none)
+    row_tile: bool = True  # a schedule's `tile M=` sets the rows per block of row kernels
     # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)
     scalar_gemm_tile: tuple | None = None
 
