@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -86,7 +87,26 @@ def test_attention_is_one_online_softmax_kernel():
         allocs = [s for s in walk(k.body) if isinstance(s, T.Alloc)]
         assert all(len(a.shape) <= 2 for a in allocs)
         gemms = [s for s in walk(k.body) if isinstance(s, T.Gemm)]
-        assert len(gemms) == 2
+        assert len({(g.a, g.b, g.c) for g in gemms}) == 2  # QK^T and PV (in each loop version)
+
+
+def test_unmasked_key_tiles_run_without_the_mask():
+    """The key loop holds two versions of its body: tiles that no mask touches (a uniform test per
+    tile) skip the masking selects; the other version keeps them."""
+    for name, tests in (("attention", 1), ("causal_attention", 2)):
+        _, _, prog = plan_of(sample(name))
+        (k,) = prog.kernels
+        loop = next(s for s in walk(k.body) if isinstance(s, T.For) and s.kind == "range" and
+                    any(isinstance(x, T.Gemm) for x in walk(s.body)))
+        (branch,) = loop.body
+        assert isinstance(branch, T.If)
+        assert T.fmt(branch.cond).count(">= 0") == tests, T.fmt(branch.cond)
+
+        def masks(stmts):
+            return [e for s in walk(stmts) if isinstance(s, T.Store)
+                    for e in T.walk_exprs(s.value) if isinstance(e, T.Select) and
+                    isinstance(e.b, T.Const) and e.b.value == -math.inf]
+        assert not masks(branch.body) and masks(branch.orelse)
 
 
 def test_unfusable_intermediate_goes_to_a_workspace():

@@ -45,6 +45,14 @@ def insert(stmts, state: tuple, shared: set, layouts: dict) -> tuple:
             out.append(st)
             read, written = frozenset(), frozenset()
             continue
+        if isinstance(st, T.If):  # a block-level branch: its condition is the same in every thread
+            body, s1 = insert(st.body, (read, written), shared, layouts)
+            orelse, s2 = insert(st.orelse, (read, written), shared, layouts)
+            if _access(st, shared) != (set(), set()) or body != st.body or orelse != st.orelse:
+                st = replace(st, body=body, orelse=orelse)
+            out.append(st)
+            read, written = s1[0] | s2[0], s1[1] | s2[1]
+            continue
         if isinstance(st, T.For) and st.kind != "parallel":
             _, end = insert(st.body, (read, written), shared, layouts)
             entry = (read | end[0], written | end[1])

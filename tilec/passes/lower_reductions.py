@@ -80,6 +80,9 @@ def lower_body(stmts: tuple, allocs: dict, taken: set) -> tuple:
     for n, st in enumerate(stmts):
         if isinstance(st, T.For):
             st = replace(st, body=lower_body(st.body, allocs, taken))
+        elif isinstance(st, T.If):
+            st = replace(st, body=lower_body(st.body, allocs, taken),
+                         orelse=lower_body(st.orelse, allocs, taken))
         if not isinstance(st, T.Reduce):
             out.append(st)
             continue

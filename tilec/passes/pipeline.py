@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from .rewrite import loads_in, map_exprs, subst, uses_var
+from .rewrite import loads_in, map_exprs, multiple_of, subst, uses_var
 
 
 def _staged_copies(loop: T.For, allocs: dict) -> list:
@@ -100,13 +100,6 @@ def _unit(e, var: str):
     return None
 
 
-def _multiple_of(e, n: int) -> bool:
-    """Is `e` provably a multiple of n (a product with a constant multiple of n, or 0)?"""
-    if isinstance(e, T.Const):
-        return e.value % n == 0
-    return isinstance(e, T.Binary) and e.fn == "mul" and (_multiple_of(e.a, n) or _multiple_of(e.b, n))
-
-
 def _window(ld: T.Load, i: str, j: str, rows: int, cols: int):
     """(window offsets, staged shape, index into the staged tile) when `ld` reads a window of its
     tensor along the loop (i, j) of extents (rows, cols); else None."""
@@ -126,7 +119,7 @@ def _window(ld: T.Load, i: str, j: str, rows: int, cols: int):
     if isinstance(ri, T.Binary) and ri.fn == "idiv" and isinstance(ri.b, T.Const) and \
        ri.b.value % rows == 0:
         base = _unit(ri.a, i)
-        if base is not None and not uses_var(base, (i, j)) and _multiple_of(base, rows):
+        if base is not None and not uses_var(base, (i, j)) and multiple_of(base, rows):
             return (tuple(lead) + (T.idiv(base, ri.b), c0), (1, cols),
                     (T.iconst(0), T.Var(j)))
     return None
@@ -151,7 +144,7 @@ def stage_loads(loop: T.For, params: dict, taken: set) -> tuple:
                 continue
             win = _window(ld, i, j, rows, cols)
             if win is None or (p.dtype in ("u4", "i4") and not (cols % 2 == 0 and
-                                                                _multiple_of(win[0][-1], 2))):
+                                                                multiple_of(win[0][-1], 2))):
                 continue
             offsets, shape, at = win
             name = f"{ld.buf}_s"

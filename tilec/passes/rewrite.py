@@ -100,3 +100,15 @@ def loads_in(st) -> list:
 
 def stores_in(st) -> list:
     return [s for s in T.walk_stmts([st]) if isinstance(s, T.Store)]
+
+
+def multiple_of(e, n: int) -> bool:
+    """Is integer expression `e` provably a multiple of n (products with a constant multiple of
+    n, sums of such, 0)?"""
+    if isinstance(e, T.Const):
+        return isinstance(e.value, int) and e.value % n == 0
+    if isinstance(e, T.Binary) and e.fn == "mul":
+        return multiple_of(e.a, n) or multiple_of(e.b, n)
+    if isinstance(e, T.Binary) and e.fn in ("add", "sub"):
+        return multiple_of(e.a, n) and multiple_of(e.b, n)
+    return False

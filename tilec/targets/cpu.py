@@ -7,7 +7,7 @@ f16/bf16. The GEMM tile kernel and the elementwise functions live in `tilec_cpu.
 from __future__ import annotations
 
 from ..ir import tile as T
-from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline
+from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
 from .abi import launcher_context
 from .base import Resources, Target, Toolchain
 from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
@@ -241,6 +241,8 @@ CPU = Target(
     lowering=(
         # no async copies on the CPU: pipelined K loops run as plain loops
         ("pipeline", pipeline.run),
+        # key tiles no mask touches run an unmasked copy of the loop body (uniform test per tile)
+        ("version_masks", version_masks.run),
         # `if base + i < n` guards -> clamped trip counts, so inner loops vectorize unmasked
         ("hoist_guards", hoist_guards.run),
         # reduce -> reduction stores joined to the loop that fills the row (needs guards hoisted)

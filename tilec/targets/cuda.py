@@ -12,9 +12,17 @@ from __future__ import annotations
 
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows
-from ..passes import barriers, hoist_invariants, layout, lower_reductions, pipeline, specialize
+from ..passes import (
+    barriers,
+    hoist_invariants,
+    layout,
+    lower_reductions,
+    pipeline,
+    specialize,
+    version_masks,
+)
 from ..passes.hoist_guards import conjuncts, split_bound
-from ..passes.rewrite import loads_in, uses_var
+from ..passes.rewrite import loads_in, multiple_of, uses_var
 from .abi import launcher_context
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
@@ -195,6 +203,10 @@ class CudaRenderer(CStyleRenderer):
         rows, cols = (_const(x) for x in dst.shape[-2:])
         dims = [pdim(d) for d in src.shape]
         offs = [self.operand(o, 12, True) for o in s.src.offsets]
+        # chunks of 16 bytes lie wholly inside or outside the tensor when the window's column
+        # offset is a multiple of a chunk (and, checked at run time, so is the row stride)
+        chunk = 16 // (BYTES[dst.dtype] if not dst.layout.packed else 1)
+        whole = multiple_of(s.src.offsets[-1], chunk * (2 if dst.layout.packed else 1))
         if dst.layout.packed:  # 4-bit values: copy the bytes (the window starts on a byte)
             cols = dst.layout.cols
             dims[-1] = f"(({dims[-1]} + 1) / 2)"
@@ -211,8 +223,9 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"// {'issue ' if s.async_ else ''}copy "
                   f"{T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> {s.dst.buf}", depth)
         self.emit(f"tilec::copy_g2s<{rows}, {cols}, {self.k.threads}, {self.shared_layout_type(dst)}, "
-                  f"{str(s.async_).lower()}>({ptr}, {cname(src.name)} + {start}, {dims[-1]}, "
-                  f"{left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])});", depth)
+                  f"{str(s.async_).lower()}, {str(whole).lower()}>({ptr}, {cname(src.name)} + "
+                  f"{start}, {dims[-1]}, {left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])});",
+                  depth)
 
     def s_Commit(self, s, depth):
         self.emit("tilec::cp_async_commit();", depth)
@@ -653,6 +666,8 @@ CUDA = Target(
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass
         ("pipeline", pipeline.run),
+        # key tiles no mask touches run an unmasked copy of the loop body (uniform test per tile)
+        ("version_masks", version_masks.run),
         # reduce -> per-thread partials + allreduce, joined to the loop that fills the row
         ("lower_reductions", lower_reductions.run),
         # run-time on-chip extents -> one variant per capacity (+ a streaming row variant)

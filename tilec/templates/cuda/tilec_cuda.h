@@ -342,8 +342,9 @@ template <int N> TILEC_DEV void cp_async_wait() {
 // tile is zero. THREADS threads call it together; each moves whole 16-byte chunks, in a fully
 // unrolled loop. With ASYNC the chunks go through cp.async (complete after cp_async_wait), a
 // chunk outside the tensor being zero-filled without reading memory. A chunk cut by the tensor's
-// edge, or a tensor whose rows are not 16-byte aligned, is copied element by element.
-template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, typename T>
+// edge, or a tensor whose rows are not 16-byte aligned, is copied element by element. WHOLE: the
+// window's column offset is a multiple of a chunk, so with aligned rows no chunk is cut.
+template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
 TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
     constexpr int E = 16 / (int)sizeof(T);
     constexpr int CPR = COLS / E;                    // chunks per row
@@ -368,7 +369,7 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
             T* d = STRIDED ? d0 + it * RS * COLS : dst + L::offset(r, kk);
             const T* s = STRIDED ? s0 + (int64_t)(it * RS) * ld : src + (int64_t)r * ld + kk;
             const bool in = r < nr && (STRIDED ? col_in : kk < nc);
-            if (!in || (STRIDED ? col_whole : kk + E <= nc)) {  // a whole chunk, or none of it
+            if (WHOLE || !in || (STRIDED ? col_whole : kk + E <= nc)) {  // a whole chunk, or none
                 if (ASYNC) {
                     cp_async16(d, in ? s : src, in ? 16 : 0);
                 } else {
