@@ -21,8 +21,8 @@ from conftest import SAMPLES, build_text, check_text, compile_text
 from test_random_programs import REGRESSIONS
 
 from tilec import driver
-from tilec.ir import tile as T
 from tilec.diagnostics import TilecError
+from tilec.ir import tile as T
 
 SAMPLE_FILES = sorted(SAMPLES.glob("*.tile"))
 ON_CI = os.environ.get("CI", "").lower() == "true"
