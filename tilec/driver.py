@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass, replace
@@ -94,9 +95,33 @@ def print_graph_and_plan(g, plan) -> str:
     return print_graph(g) + "\n" + print_plan(g, plan)
 
 
+def _handwritten_loc(programs):
+    return next((k.loc for p in programs for k in p.kernels if k.loc is not None), None)
+
+
+@contextlib.contextmanager
+def _lowering_limits(target, programs):
+    """A lowering step or renderer that cannot handle a hand-written tile-level kernel raises
+    AssertionError or NotImplementedError: for those kernels that is a limit of the target, said
+    at the kernel's grid block; for kernels tilec tiled itself it stays an internal error."""
+    try:
+        yield
+    except (AssertionError, NotImplementedError) as e:
+        loc = _handwritten_loc(programs)
+        if loc is None:
+            raise
+        loc = getattr(e, "loc", None) or loc
+        raise error(f"the {target.name} target cannot build this tile-level kernel: {e}", loc,
+                    "see docs/LANGUAGE.md, 'Tile level', for what each target supports") from None
+
+
 def _lowering_step(fn, target, options):
     def run(m: Module, opts) -> Module:
-        return replace(m, programs=tuple(fn(p, target, options) for p in m.programs))
+        out = []
+        for p in m.programs:
+            with _lowering_limits(target, (p,)):
+                out.append(fn(p, target, options))
+        return replace(m, programs=tuple(out))
     return run
 
 
@@ -147,7 +172,8 @@ def render(src: Source, m: Module, target: str, options: dict | None = None) -> 
         buildable = [n for n in targets.names() if targets.get(n).buildable]
         raise error(f"target '{target}' cannot be rendered yet; buildable targets: "
                     f"{', '.join(buildable)}")
-    return t.render_files(t, src, m, template_env(), lambda c: banner(src, c), options or {})
+    with _lowering_limits(t, m.programs):
+        return t.render_files(t, src, m, template_env(), lambda c: banner(src, c), options or {})
 
 
 def write_files(out_dir: Path, files: dict) -> list:

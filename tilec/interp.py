@@ -113,6 +113,9 @@ def _compare(fn, a, b):
 
 def run_graph(g: Graph, inputs: dict, dims: dict) -> dict:
     """Evaluate `g` on `inputs` (name -> value array) with dimension values `dims`."""
+    if g.tile is not None:  # a hand-written tile-level kernel
+        from .interp_tile import run_program
+        return run_program([g.tile], inputs, dims, [p.name for p in g.outputs])
     vals: dict = {}
     for op in g.ops:
         a = [vals[i] for i in op.args]
@@ -191,6 +194,8 @@ def random_inputs(g: Graph, dims: dict, seed: int) -> dict:
         if is_float(dt):
             lo, hi = (0.1, 1.0) if not shape else (-1.0, 1.0)
             v = rng.uniform(lo, hi, size=shape)
+        elif dt == "bool":
+            v = rng.integers(0, 2, size=shape)
         else:
             lo, hi = _INT_RANGE[dt]
             lo, hi = max(lo, -8), min(hi, 8) if dt not in ("u4", "i4") else hi

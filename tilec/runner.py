@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from .diagnostics import TilecError, error
 from .ir.graph import Graph
-from .ir.types import Dim
+from .ir.types import DTYPES, PACKED, Dim
 
 DEFAULT_DIM = 100  # not a multiple of any default tile
 BATCH_DIM = 3
@@ -112,9 +112,7 @@ def work(g: Graph, dims: dict) -> tuple:
         n = 1
         for d in p.type.shape:
             n *= d.eval(dims)
-        bits = {"i4": 4, "u4": 4}.get(p.type.dtype) or 8 * {"f16": 2, "bf16": 2, "f32": 4, "f64": 8,
-                                                             "i8": 1, "u8": 1, "i16": 2, "i32": 4,
-                                                             "i64": 8}[p.type.dtype]
+        bits = max(DTYPES[p.type.dtype][1], 4 if p.type.dtype in PACKED else 8)
         nbytes += (n * bits + 7) // 8
     return flops, nbytes
 
@@ -125,25 +123,19 @@ def _ctype(dtype: str):
             "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64}[dtype]
 
 
-def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
-               runtime: str = "cpu") -> RunResult:
-    """Call kernel `g` of the library on fresh random inputs in the target runtime's memory,
-    compare every output with the reference interpreter, and time `repeat` more calls."""
-    try:
-        import numpy as np
-    except ImportError:
-        raise error("tilec run needs numpy for its reference interpreter: pip install numpy") from None
-    from . import interp, runtimes
-    from .targets.abi import STATUSES
+class _Call:
+    """Kernel `g` of the library at `lib_path`, called on `inputs` in the runtime's memory."""
 
-    inputs = interp.random_inputs(g, dims, seed)
-    ref = interp.run_graph(g, inputs, dims)
-    lib = ctypes.CDLL(str(lib_path))
-    fn = getattr(lib, g.name)
-    fn.restype = ctypes.c_int
-    rt = runtimes.get(runtime)
-    try:
-        args, outs = [], {}
+    def __init__(self, lib_path, g: Graph, inputs: dict, dims: dict, runtime: str):
+        import numpy as np
+
+        from . import interp, runtimes
+        self.g, self.dims = g, dims
+        lib = ctypes.CDLL(str(lib_path))
+        self.fn = getattr(lib, g.name)
+        self.fn.restype = ctypes.c_int
+        self.rt = runtimes.get(runtime)
+        args, self.outs = [], {}
         for p in g.params:
             if p.is_scalar:
                 v = interp.to_storage(inputs[p.name], p.type.dtype)
@@ -151,27 +143,64 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
                     v = v.view(np.uint16)
                 args.append(_ctype(p.type.dtype)(v.item()))
             else:
-                args.append(rt.upload(interp.to_storage(inputs[p.name], p.type.dtype)))
+                args.append(self.rt.upload(interp.to_storage(inputs[p.name], p.type.dtype)))
         for p in g.outputs:
             shape = interp.storage_shape(tuple(d.eval(dims) for d in p.type.shape), p.type.dtype)
             a = np.empty(shape, dtype=interp.np_storage_dtype(p.type.dtype))
             a.fill(0x7E if a.dtype.itemsize == 1 else (np.nan if a.dtype.kind == "f" else 0x7E7E))
-            outs[p.name] = (a, rt.output(a))
-            args.append(outs[p.name][1])
+            self.outs[p.name] = (a, self.rt.output(a))
+            args.append(self.outs[p.name][1])
         args += [ctypes.c_int64(dims[s]) for s in g.symbols]
-        args += rt.trailing_args()
-        status = fn(*args)
+        self.args = args + self.rt.trailing_args()
+
+    def __call__(self) -> int:
+        return self.fn(*self.args)
+
+    def check(self):
+        from .targets.abi import STATUSES
+        status = self()
         if status != 0:
             text = dict((v, t) for _, v, t in STATUSES).get(status, "unknown status")
-            raise TilecError(f"{g.name} returned status {status}: {text}")
-        errors, tols = {}, {}
-        for p in g.outputs:
-            got = interp.from_storage(rt.download(outs[p.name][1], outs[p.name][0]), p.type.dtype)
-            errors[p.name] = interp.rel_error(got, ref[p.name])
-            tols[p.name] = interp.tolerance(p.type.dtype)
-        times = rt.time(lambda: fn(*args), repeat)
+            raise TilecError(f"{self.g.name} returned status {status}: {text}")
+
+    def outputs(self) -> dict:
+        from . import interp
+        return {p.name: interp.from_storage(self.rt.download(self.outs[p.name][1],
+                                                             self.outs[p.name][0]), p.type.dtype)
+                for p in self.g.outputs}
+
+
+def call_library(lib_path, g: Graph, inputs: dict, dims: dict, runtime: str = "cpu") -> dict:
+    """The outputs (name -> values) of one call of kernel `g` of a built library on `inputs`."""
+    c = _Call(lib_path, g, inputs, dims, runtime)
+    try:
+        c.check()
+        return c.outputs()
     finally:
-        rt.close()
+        c.rt.close()
+
+
+def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
+               runtime: str = "cpu") -> RunResult:
+    """Call kernel `g` of the library on fresh random inputs in the target runtime's memory,
+    compare every output with the reference interpreter, and time `repeat` more calls."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        raise error("tilec run needs numpy for its reference interpreter: pip install numpy") from None
+    from . import interp
+
+    inputs = interp.random_inputs(g, dims, seed)
+    ref = interp.run_graph(g, inputs, dims)
+    c = _Call(lib_path, g, inputs, dims, runtime)
+    try:
+        c.check()
+        got = c.outputs()
+        errors = {n: interp.rel_error(got[n], ref[n]) for n in got}
+        tols = {p.name: interp.tolerance(p.type.dtype) for p in g.outputs}
+        times = c.rt.time(c, repeat)
+    finally:
+        c.rt.close()
     flops, nbytes = work(g, dims)
     return RunResult(g.name, dims, errors, tols, statistics.median(times) if times else 0.0,
                      flops, nbytes)

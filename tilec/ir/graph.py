@@ -44,10 +44,11 @@ class ParamDecl:
     name: str
     type: TensorType
     loc: Loc | None = field(default=None, compare=False)
+    in_memory: bool = False  # a rank-0 tensor passed by address (`x: f32[]`), not by value
 
     @property
     def is_scalar(self) -> bool:
-        return not self.type.shape
+        return not self.type.shape and not self.in_memory
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,9 @@ class Graph:
     ops: tuple  # Op, topologically ordered
     results: tuple  # op id per output
     loc: Loc | None = field(default=None, compare=False)
+    # a tile-level kernel: its hand-written Tile IR (no ops; it enters the pipeline after `tile`)
+    tile: object = field(default=None, compare=False)
+    tile_locs: dict = field(default_factory=dict, compare=False, hash=False)  # buffer -> Loc
 
     def op_map(self) -> dict:
         return {o.id: o for o in self.ops}
@@ -129,8 +133,12 @@ def _fmt_attr(v) -> str:
 
 
 def print_graph(g: Graph) -> str:
+    if g.tile is not None:  # a tile-level kernel is its own graph
+        from .tile import print_kernel
+        return print_kernel(g.tile)
+
     def sig(p: ParamDecl) -> str:
-        return f"{p.name}: {p.type}"
+        return f"{p.name}: {p.type}{'[]' if p.in_memory else ''}"
 
     outs = ", ".join(sig(p) for p in g.outputs)
     lines = [f"graph {g.name}({', '.join(sig(p) for p in g.params)}) -> ({outs}):"]

@@ -137,6 +137,42 @@ def dim_to_expr(d: Dim):
             "cdiv": lambda x, y: Binary("cdiv", x, y, "i64")}[d.op](a, b)
 
 
+# `//` and `%` of i64 values: `idiv`/`imod` (C's / and %) where the dividend cannot be negative
+# and the divisor cannot be zero or negative, `floordiv`/`mod` (NumPy's, with x // 0 == 0)
+# elsewhere. The tile pass and the tile-level parser both follow this rule, so a printed kernel
+# (where both print as // and %) reads back as the same IR.
+def nonneg(e, index_vars) -> bool:
+    """`e` cannot be negative: constants >= 0, block/loop variables and dimensions (named in
+    `index_vars`), and + * // % cdiv min of those."""
+    if isinstance(e, Const):
+        return not isinstance(e.value, bool) and e.value >= 0
+    if isinstance(e, Var):
+        return e.name in index_vars
+    if isinstance(e, Binary) and e.fn in ("add", "mul", "idiv", "imod", "cdiv", "min",
+                                          "floordiv", "mod"):
+        return e.dtype == "i64" and nonneg(e.a, index_vars) and nonneg(e.b, index_vars)
+    return False
+
+
+def positive(e, dims) -> bool:
+    """`e` cannot be zero or negative: constants > 0, dimensions (each at least 1; named in
+    `dims`), and sums and products of those."""
+    if isinstance(e, Const):
+        return not isinstance(e.value, bool) and e.value > 0
+    if isinstance(e, Var):
+        return e.name in dims
+    if isinstance(e, Binary) and e.fn in ("add", "mul", "cdiv"):
+        return e.dtype == "i64" and positive(e.a, dims) and positive(e.b, dims)
+    return False
+
+
+def int_division(fn: str, a, b, index_vars, dims):
+    """The node for `a // b` (fn "floordiv") or `a % b` ("mod") of i64 values, by the rule above."""
+    if nonneg(a, index_vars) and positive(b, dims):
+        return Binary("idiv" if fn == "floordiv" else "imod", a, b, "i64")
+    return Binary(fn, a, b, "i64")
+
+
 # ---- statements --------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Alloc:
@@ -236,6 +272,7 @@ class For:
     stages: int = 1
     by: object = None  # GPU parallel loops: the layout (ir/layout.py) that splits the iterations
     #                    over threads (each thread runs the iterations whose elements it holds)
+    loc: object = field(default=None, compare=False)  # hand-written loops: where, for errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +307,9 @@ class TileKernel:
     # GPU targets: compile-time capacities of dynamic extents held on chip, ((symbol, (cap, ...)),
     # ...): one instantiation per capacity, the launcher picks the smallest that holds the value
     capacities: tuple = ()
+    # a hand-written (tile-level) kernel: where its grid block is, for errors the passes and
+    # renderers raise about it (None for kernels the tile pass made)
+    loc: object = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +327,15 @@ class TileProgram:
         for k in self.kernels:
             out.setdefault(k.slot, []).append(k)
         return [out[s] for s in sorted(out)]
+
+
+class Unsupported(NotImplementedError):
+    """A lowering pass or renderer cannot handle a construct of a hand-written kernel; `loc` is
+    where it is (None: the kernel's grid block)."""
+
+    def __init__(self, message: str, loc=None):
+        super().__init__(message)
+        self.loc = loc
 
 
 # ---- traversal ---------------------------------------------------------------------------
@@ -425,14 +474,49 @@ def print_stmts(stmts, indent: int) -> list:
 
 
 def _decl(t: TensorDecl) -> str:
-    if not t.shape:
-        return f"{t.name}: {t.dtype}"
+    if not t.shape:  # by value, or a rank-0 tensor in memory
+        return f"{t.name}: {t.dtype}{'' if t.kind == 'scalar' else '[]'}"
     return f"{t.name}: {t.dtype}[{', '.join(str(d) for d in t.shape)}]"
+
+
+def free_dims(k: TileKernel) -> list:
+    """The dimensions kernel `k` uses that none of its tensors' shapes names, in first use."""
+    bound, named = set(k.block_vars), set()
+    for p in k.params:
+        bound.add(p.name)
+        for d in p.shape:
+            named |= set(d.symbols())
+    exprs = list(k.grid)
+    for s in walk_stmts(k.body):
+        if isinstance(s, For):
+            bound |= set(s.vars)
+            exprs += list(s.extents)
+        elif isinstance(s, Let):
+            bound.add(s.name)
+            exprs.append(s.value)
+        elif isinstance(s, Alloc):
+            exprs += list(s.shape)
+        elif isinstance(s, Fill):
+            exprs.append(s.value)
+        elif isinstance(s, Copy):
+            exprs += list(s.src.offsets or ()) + list(s.dst.offsets or ())
+        elif isinstance(s, Store):
+            exprs += list(s.idx) + [s.value]
+        elif isinstance(s, If):
+            exprs.append(s.cond)
+    out = []
+    for e in exprs:
+        for x in walk_exprs(e):
+            if isinstance(x, Var) and x.name not in bound and x.name not in named and \
+                    x.name not in out:
+                out.append(x.name)
+    return out
 
 
 def print_kernel(k: TileKernel) -> str:
     ins = [p for p in k.params if p.kind in ("input", "scalar")]
     outs = [p for p in k.params if p.kind not in ("input", "scalar")]
+    dims = [f"{d}: dim" for d in free_dims(k)]
     lines = []
     if k.comment:
         lines += [f"# {c}" for c in k.comment.splitlines()]
@@ -441,7 +525,7 @@ def print_kernel(k: TileKernel) -> str:
     for sym, caps in k.capacities:
         lines.append(f"# {sym} held on chip up to a capacity of {' | '.join(str(c) for c in caps)}")
     o = ", ".join(_decl(p) for p in outs)
-    lines.append(f"kernel {k.name}({', '.join(_decl(p) for p in ins)}) -> "
+    lines.append(f"kernel {k.name}({', '.join([_decl(p) for p in ins] + dims)}) -> "
                  f"{o if len(outs) == 1 else '(' + o + ')'}:")
     grid = ", ".join(fmt(g) for g in k.grid)
     lines.append(f"    with grid({grid}, threads={k.threads}) as ({', '.join(k.block_vars)}):")

@@ -62,6 +62,61 @@ class Tuple(Node):
     items: tuple
 
 
+@dataclass(frozen=True, slots=True)
+class List(Node):
+    items: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class Subscript(Node):
+    name: str
+    index: tuple
+
+
+# ---- tile-level statements -------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Grid(Node):
+    """`with grid(extents..., threads=T) as (bx, ...):` and its body."""
+
+    call: Call
+    vars: tuple
+    body: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class TAssign(Node):
+    """`name = expr`: a buffer when expr is shared/fragment/local(...), else a scalar local."""
+
+    name: str
+    value: Node
+
+
+@dataclass(frozen=True, slots=True)
+class TStore(Node):
+    name: str
+    index: tuple
+    value: Node
+
+
+@dataclass(frozen=True, slots=True)
+class TCall(Node):
+    call: Call
+
+
+@dataclass(frozen=True, slots=True)
+class TFor(Node):
+    vars: tuple
+    iter: Call  # range(...), parallel(...), pipelined(..., stages=)
+    body: tuple
+
+
+@dataclass(frozen=True, slots=True)
+class TIf(Node):
+    cond: Node
+    body: tuple
+    orelse: tuple
+
+
 # ---- kernels and schedules ------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Param(Node):

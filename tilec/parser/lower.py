@@ -99,7 +99,17 @@ class KernelBuilder:
     # ---- kernel
     def build(self) -> Graph:
         k = self.k
-        params = [self.declare(p, is_input=True) for p in k.params]
+        grids = [s for s in k.body if isinstance(s, ast.Grid)]
+        self.tile_level = bool(grids)
+        params = []
+        for p in k.params:  # `R: dim` declares a dimension that no shape names
+            if p.dtype == "dim" and p.dims is None:
+                if p.name in self.symbols:
+                    raise error(f"dimension '{p.name}' is declared twice", p.loc)
+                self.symbols.append(p.name)
+                self.bound.add(p.name)
+            else:
+                params.append(self.declare(p, is_input=True))
         outs = [self.declare(p, is_input=False) for p in k.outputs]
         names = set()
         for p in list(k.params) + list(k.outputs):
@@ -107,9 +117,16 @@ class KernelBuilder:
                 raise error(f"'{p.name}' is declared twice", p.loc)
             names.add(p.name)
         for p in list(k.params) + list(k.outputs):
-            if p.name in self.symbols:
+            if p.name in self.symbols and not (p.dtype == "dim" and p.dims is None):
                 raise error(f"'{p.name}' is both a parameter and a dimension", p.loc)
         self.check_bound(k.outputs)
+        if grids:
+            return self.build_tile(grids, params, outs)
+        for p in params + outs:
+            if p.in_memory:
+                raise error(f"'{p.name}' has an empty shape: rank-0 tensors in memory are for "
+                            f"tile-level kernels (a scalar input is written '{p.name}: "
+                            f"{p.type.dtype}')", p.loc)
         for p in params:
             if p.is_scalar:
                 self.env[p.name] = self.emit("input", (), p.type, p.loc, name=p.name)
@@ -154,13 +171,32 @@ class KernelBuilder:
         return Graph(k.name, k.doc, tuple(params), tuple(outs), tuple(self.symbols), tuple(assumes),
                      tuple(self.ops), tuple(results[p.name] for p in outs), k.loc)
 
+    def build_tile(self, grids, params, outs) -> Graph:
+        """A tile-level kernel: its signature here, its body by tile_level.TileBuilder."""
+        from .tile_level import build_tile_kernel
+
+        k = self.k
+        if len(grids) > 1:
+            raise error("a tile-level kernel has one grid block", grids[1].loc)
+        assumes = []
+        for st in k.body:
+            if isinstance(st, ast.Assign):
+                raise error("a kernel is written at the tensor level or inside a grid block, not "
+                            "both", st.loc)
+            if isinstance(st, ast.Assume):
+                assumes.append(AssumeDecl(self.dim_cond(st.cond), _src(st.cond), st.loc))
+        kernel, locs = build_tile_kernel(k, grids[0], params, outs, self.symbols)
+        return Graph(k.name, k.doc, tuple(params), tuple(outs), tuple(self.symbols), tuple(assumes),
+                     (), (), k.loc, kernel, locs)
+
     def declare(self, p: ast.Param, is_input: bool) -> ParamDecl:
         if p.dtype not in DTYPES:
             near = difflib.get_close_matches(p.dtype, PARAM_DTYPES, n=1)
             raise error(f"unknown dtype '{p.dtype}'", p.dtype_loc,
                         f"did you mean '{near[0]}'?" if near else
                         "dtypes are " + " ".join(PARAM_DTYPES))
-        if p.dtype == "bool":
+        if p.dtype == "bool" and (p.dims is None or not self.tile_level):
+            # (tile-level kernels take bool tensors: tilec's dumps pass bool workspaces)
             raise error("bool is not a parameter type; use u8 or i8", p.dtype_loc)
         if p.dims is None:
             if not is_input:
@@ -168,8 +204,8 @@ class KernelBuilder:
             if p.dtype in PACKED:
                 raise error(f"a scalar cannot be {p.dtype}", p.dtype_loc)
             return ParamDecl(p.name, TensorType(p.dtype, ()), p.loc)
-        if not p.dims:
-            raise error(f"'{p.name}' has an empty shape", p.loc)
+        if not p.dims:  # `x: f32[]`: a rank-0 tensor in memory
+            return ParamDecl(p.name, TensorType(p.dtype, ()), p.loc, in_memory=True)
         dims = tuple(self.dim_expr(d, bind=is_input) for d in p.dims)
         return ParamDecl(p.name, TensorType(p.dtype, dims), p.loc)
 
@@ -650,9 +686,19 @@ def build_schedule(t: ast.TargetSchedule) -> Schedule:
     return Schedule(t.target, loc=t.loc, locs=tuple(locs), **fields)
 
 
+# C library functions the generated sources see (a kernel's C function cannot take their names)
+_C_LIBRARY = set("""abs exp exp2 expf log log2 logf sqrt sqrtf rsqrt sin cos tan tanh erf erfc pow
+powf fabs fmax fmin floor ceil round trunc fma malloc free calloc realloc memcpy memset printf
+abort exit assert isnan isinf""".split())
+
+
 def lower_module(m: ast.Module) -> Module:
+    from ..targets.cstyle import CXX_KEYWORDS
     graphs, names = [], {}
     for k in m.kernels:
+        if k.name in CXX_KEYWORDS or k.name in _C_LIBRARY or k.name.startswith("tilec_"):
+            raise error(f"kernel name '{k.name}' is taken in C/C++: the library exports a C "
+                        "function with the kernel's name", k.loc, "rename the kernel")
         if k.name in names:
             raise error(f"kernel '{k.name}' is defined twice", k.loc)
         names[k.name] = k

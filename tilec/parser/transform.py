@@ -64,6 +64,9 @@ class ToAst(Transformer):
     def tuple(self, meta, c):
         return ast.Tuple(loc_of(meta), tuple(x for x in c if x is not None))
 
+    def list(self, meta, c):
+        return ast.List(loc_of(meta), tuple(x for x in c if x is not None))
+
     def call(self, meta, c):
         fn, argl = c[0], c[1] or []
         args, kwargs, seen = [], [], set()
@@ -82,12 +85,58 @@ class ToAst(Transformer):
     def args(self, meta, c):
         return [x for x in c if x is not None]
 
+    def subscript(self, meta, c):
+        return ast.Subscript(loc_of(meta), str(c[0]),
+                             tuple(self._positional(c[1] or (), "an index")))
+
+    @staticmethod
+    def _positional(argl, what):
+        for a in argl:
+            if isinstance(a, tuple):
+                raise error(f"{what} takes no keyword arguments", a[2])
+        return argl
+
+    # ---- tile-level statements
+    def names(self, meta, c):
+        return tuple((str(t), loc_of(t)) for t in c if t is not None)
+
+    def grid(self, meta, c):
+        fn, argl, names, *body = c
+        return ast.Grid(loc_of(fn), self.call(meta, [fn, argl]), names, tuple(body))
+
+    def t_assign(self, meta, c):
+        return ast.TAssign(loc_of(c[0]), str(c[0]), c[1])
+
+    def t_store(self, meta, c):
+        return ast.TStore(loc_of(c[0]), str(c[0]), tuple(self._positional(c[1] or (), "an index")),
+                          c[2])
+
+    def t_call(self, meta, c):
+        return ast.TCall(loc_of(c[0]), self.call(meta, [c[0], c[1]]))
+
+    def t_for(self, meta, c):
+        names, fn, argl, *body = c
+        return ast.TFor(loc_of(meta), names, self.call(meta, [fn, argl]), tuple(body))
+
+    def t_else(self, meta, c):
+        return tuple(c)
+
+    def t_if(self, meta, c):
+        cond, *rest = c
+        orelse = ()
+        if rest and (isinstance(rest[-1], tuple) or rest[-1] is None):
+            orelse = rest.pop() or ()
+        return ast.TIf(loc_of(meta), cond, tuple(rest), orelse)
+
     def kwarg(self, meta, c):
         return (str(c[0]), c[1], loc_of(c[0]))
 
     # ---- kernels
     def type(self, meta, c):
         return (str(c[0]), loc_of(c[0]), None if c[1] is None else tuple(c[1]))
+
+    def rank0_type(self, meta, c):  # `f32[]`: a rank-0 tensor in memory
+        return (str(c[0]), loc_of(c[0]), ())
 
     def dims(self, meta, c):
         return [x for x in c if x is not None]

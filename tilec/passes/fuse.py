@@ -319,6 +319,9 @@ def run(m: Module, opts) -> Module:
     plans = []
     for g in m.graphs:
         fuse = m.schedule_for(g.name, opts["target"].name).fuse
+        if g.tile is not None:  # a tile-level kernel is its own single device kernel
+            plans.append(Plan((), ()))
+            continue
         try:
             plans.append(Fuser(g, fuse).run())
         except CyclicPartition:

@@ -127,10 +127,18 @@ class Assign:
                             and L.rows_layout() is not None:
                         changed |= self.set(b, L.rows_layout())
                     else:
-                        raise AssertionError(f"fragment {b} is read at [{', '.join(map(T.fmt, idx))}]"
-                                             f" in a loop over ({', '.join(loop.vars)}) split by {L}")
+                        raise T.Unsupported(
+                            f"fragment {b} is read at [{', '.join(map(T.fmt, idx))}] in a loop "
+                            f"over ({', '.join(loop.vars)}) split by {L}: a thread holds only "
+                            "the fragment elements of its own iterations (index a fragment by "
+                            "the loop's variables, or use a shared buffer)", loop.loc)
 
     def run(self) -> T.TileKernel:
+        for loop in self.loops:
+            if len(loop.vars) > 2:
+                raise T.Unsupported(f"a parallel loop over {len(loop.vars)} axes "
+                                    f"({', '.join(loop.vars)}); GPU targets split one or two",
+                                    loop.loc)
         gemms = [s for s in T.walk_stmts(self.k.body) if isinstance(s, T.Gemm)]
         rows_in_warp = len(gemms) > 1 or any(len(self.allocs[f].shape) == 1 for f in self.frags)
         for g in gemms:

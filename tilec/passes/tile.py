@@ -33,8 +33,9 @@ from ..ir.tile import (
     imul,
     land,
 )
-from ..ir.types import Dim, is_float, numel
+from ..ir.types import DTYPES, PACKED, Dim, is_float, numel
 from .fuse import is_squeeze
+from .rewrite import map_expr, map_exprs
 
 NEG_INF = T.Const(-math.inf, "f32")
 
@@ -540,6 +541,20 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     return out + [("", None, None)]
 
 
+def canonical_divisions(k: TileKernel, dims) -> TileKernel:
+    """i64 `//` and `%` as `ir.tile.int_division` says (index math where it cannot go wrong)."""
+    index_vars = set(k.block_vars) | set(dims) | {
+        v for s in T.walk_stmts(k.body) if isinstance(s, For) for v in s.vars}
+
+    def fix(e):
+        if isinstance(e, T.Binary) and e.fn in ("floordiv", "mod") and e.dtype == "i64":
+            new = T.int_division(e.fn, e.a, e.b, index_vars, set(dims))
+            return new if new.fn != e.fn else None
+        return None
+    return replace(k, grid=tuple(map_expr(e, fix) for e in k.grid),
+                   body=tuple(map_exprs(s, fix) for s in k.body))
+
+
 def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
     taken = {p.name for p in g.params + g.outputs} | set(g.symbols)
     taken |= {b.name for _, b in plan.buffers}
@@ -547,11 +562,39 @@ def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
     for n, grp in enumerate(plan.groups):
         for suffix, when, cfg in gemm_variants(g, grp, target, sched):
             names = Names(taken)
-            k = GroupLowering(g, plan, grp, target, sched, names, cfg).lower()
+            k = canonical_divisions(GroupLowering(g, plan, grp, target, sched, names, cfg).lower(),
+                                    g.symbols)
             kernels.append(replace(k, name=f"{g.name}_k{grp.id}{suffix}", slot=n, when=when))
     ws = tuple(TensorDecl(b.name, b.type.dtype, b.type.shape, "workspace")
                for _, b in plan.buffers if b.kind == "workspace")
     return TileProgram(g.name, tuple(kernels), ws)
+
+
+def handwritten(g: Graph, target) -> TileProgram:
+    """A tile-level kernel's own Tile IR, checked against what the target's blocks can hold."""
+    k = g.tile
+    r = target.resources
+    if k.threads > r.max_threads or (r.warp > 1 and k.threads % r.warp):
+        raise error(f"threads={k.threads}: a {target.name} block takes a multiple of {r.warp} "
+                    f"threads, at most {r.max_threads}", g.loc)
+    staged = {s.dst.buf: loop.stages for loop in T.walk_stmts(k.body)
+              if isinstance(loop, For) and loop.kind == "pipelined"
+              for s in loop.body if isinstance(s, Copy)}
+    total = 0
+    for a in T.walk_stmts(k.body):
+        if isinstance(a, Alloc) and a.scope == "shared":
+            n = 1
+            for d in a.shape:
+                n *= d.value if isinstance(d, T.Const) else 1
+            bits = max(DTYPES[a.dtype][1], 4 if a.dtype in PACKED else 8)
+            total += n * bits // 8 * (staged.get(a.name, 1) if r.async_copy else 1)
+            if total > r.tile_memory:
+                raise error(f"the shared buffers need {total} bytes by here on {target.name}; a "
+                            f"block has {r.tile_memory}", g.tile_locs.get(a.name, g.loc),
+                            "use smaller tiles or fewer stages")
+    return TileProgram(g.name, (replace(k, name=f"{g.name}_k0", slot=0,
+                                        comment=(g.doc or "").strip().split("\n")[0] or
+                                        "hand-written tile-level kernel"),), ())
 
 
 def run(m: Module, opts) -> Module:
@@ -560,7 +603,8 @@ def run(m: Module, opts) -> Module:
     for g, plan in zip(m.graphs, m.plans):
         sched = m.schedule_for(g.name, target.name)
         for p in g.params + g.outputs:
-            if p.type.dtype not in target.resources.dtypes:
+            if p.type.dtype not in target.resources.dtypes and p.type.dtype != "bool":
                 raise error(f"{p.type.dtype} is not supported on target {target.name}", p.loc)
-        progs.append(tile_graph(g, plan, target, sched))
+        progs.append(handwritten(g, target) if g.tile is not None else
+                     tile_graph(g, plan, target, sched))
     return replace(m, programs=tuple(progs))

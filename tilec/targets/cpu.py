@@ -224,6 +224,7 @@ def render(target, src, m, env, banner, options) -> dict:
                                                 for k in prog.kernels],
                    header_includes=[], target_doc=[])
         files[f"{g.name}.cpp"] = env.get_template("cpu/kernel.cpp.j2").render(ctx)
+        ctx["uses_bool"] = any(p.type.dtype == "bool" for p in g.params + g.outputs)
         files[f"{g.name}.h"] = env.get_template("common/header.h.j2").render(ctx)
     files["tilec_cpu.h"] = env.loader.get_source(env, "cpu/tilec_cpu.h")[0]
     files["Makefile"] = env.get_template("cpu/Makefile.j2").render(

@@ -641,6 +641,7 @@ def render(target, src, m, env, banner, options) -> dict:
                    target_doc=["tilec_stream: the CUDA stream the kernels run on (0: default)",
                                "Tensor pointers are device memory."])
         files[f"{g.name}.cu"] = env.get_template("cuda/kernel.cu.j2").render(ctx)
+        ctx["uses_bool"] = any(p.type.dtype == "bool" for p in g.params + g.outputs)
         files[f"{g.name}.h"] = env.get_template("common/header.h.j2").render(ctx)
     files["tilec_cuda.h"] = env.loader.get_source(env, "cuda/tilec_cuda.h")[0]
     last = archs[-1][3:]

@@ -1,0 +1,332 @@
+"""numpy reference interpreter for Tile IR: runs a tile-level kernel block by block.
+
+It is the oracle for hand-written tile-level kernels (`tilec run` checks the built library
+against it) and the check that tilec's own tiling is right (tests run a tensor-level program's
+Graph IR and its Tile IR and compare). Values follow the Graph IR interpreter's rules: every
+expression node is computed in float64 (int64 for integers) and rounded to its dtype.
+
+Blocks run one after another. A parallel loop runs all its iterations at once as numpy arrays
+over its iteration space, statement by statement, with `if` turned into masks (iterations of a
+parallel loop are independent, so this is the loop's meaning). Buffers start as NaN (integers as
+0), so a read of a never-written element shows. Reads and writes outside a tensor or buffer by
+an iteration that runs are errors, as is an output element that no block writes.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .diagnostics import error
+from .interp import _binary, _compare, _unary, quantize
+from .ir import tile as T
+from .ir.types import is_float
+
+
+class _Ctx:
+    """What a statement sees: named values and, inside parallel loops, the iteration space and
+    the mask of iterations that run."""
+
+    def __init__(self, names: dict):
+        self.names = names
+        self.space: tuple = ()
+        self.mask = None  # None: every iteration (or block level)
+
+    def widen(self, extents: tuple):
+        """Enter a parallel loop over `extents`: existing arrays get trailing axes."""
+        k = len(extents)
+        old = (dict(self.names), self.space, self.mask)
+        self.names = {n: (np.reshape(v, np.shape(v) + (1,) * k) if np.ndim(v) else v)
+                      for n, v in self.names.items()}
+        if self.mask is not None:
+            self.mask = np.reshape(self.mask, self.mask.shape + (1,) * k)
+        base = len(self.space)
+        self.space = self.space + tuple(extents)
+        return old, base
+
+    def restore(self, old):
+        self.names, self.space, self.mask = old
+
+
+def _and(m, c):
+    return c if m is None else (m & c)
+
+
+class KernelRun:
+    def __init__(self, k: T.TileKernel, env: dict, dims: dict, written: dict):
+        self.k, self.env, self.dims, self.written = k, env, dims, written
+        self.decls = {p.name: p for p in k.params}
+        self.bufs: dict = {}
+        self.allocs: dict = {}
+
+    # ---- driver
+    def run(self):
+        names = {n: np.int64(v) for n, v in self.dims.items()}
+        for p in self.k.params:
+            if p.kind == "scalar":
+                names[p.name] = np.asarray(self.env[p.name])[()]
+        extents = [int(self.scalar(self.ev(g, _Ctx(names)), "a grid extent")) for g in self.k.grid]
+        for point in itertools.product(*(range(e) for e in extents)):
+            ctx = _Ctx(dict(names, **{v: np.int64(i) for v, i in zip(self.k.block_vars, point)}))
+            self.bufs = {}
+            self.block = point
+            self.stmts(self.k.body, ctx)
+
+    def fail(self, msg: str):
+        where = ", ".join(f"{v}={i}" for v, i in zip(self.k.block_vars, self.block))
+        raise error(f"{self.k.name}: {msg} (in block {where})", self.k.loc)
+
+    def scalar(self, v, what: str):
+        if np.ndim(v):
+            self.fail(f"{what} differs between the iterations of a parallel loop")
+        return v
+
+    def array(self, name: str):
+        if name in self.bufs:
+            return self.bufs[name]
+        return self.env[name]
+
+    # ---- statements
+    def stmts(self, stmts, ctx: _Ctx):
+        for s in stmts:
+            getattr(self, "st_" + type(s).__name__)(s, ctx)
+
+    def st_Alloc(self, s: T.Alloc, ctx):
+        shape = tuple(int(self.scalar(self.ev(d, ctx), "a buffer extent")) for d in s.shape)
+        self.allocs[s.name] = s
+        self.bufs[s.name] = np.full(shape, np.nan) if is_float(s.dtype) else \
+            np.zeros(shape, dtype=bool if s.dtype == "bool" else np.int64)
+
+    def st_Fill(self, s: T.Fill, ctx):
+        dt = self.allocs[s.buf].dtype
+        self.bufs[s.buf][...] = quantize(self.ev(s.value, ctx), dt)
+
+    def st_Let(self, s: T.Let, ctx):
+        ctx.names[s.name] = self.ev(s.value, ctx)
+
+    def st_Copy(self, s: T.Copy, ctx):
+        src, dst = s.src, s.dst
+        if src.offsets is not None and dst.offsets is None:  # tensor window -> tile buffer
+            tile = self.bufs[dst.buf]
+            t = self.env[src.buf]
+            win, sl = self.window(src, t, tile.shape, ctx)
+            tile[...] = 0
+            tile[sl] = quantize(t[win], self.allocs[dst.buf].dtype)
+        elif dst.offsets is not None and src.offsets is None:  # tile buffer -> tensor window
+            tile = self.bufs[src.buf]
+            t = self.env[dst.buf]
+            win, sl = self.window(dst, t, tile.shape, ctx)
+            t[win] = quantize(tile[sl], self.decls[dst.buf].dtype)
+            if dst.buf in self.written:
+                self.written[dst.buf][win] = True
+        else:
+            raise NotImplementedError("interpreter: a copy between two tile buffers")
+
+    def window(self, r: T.Region, t: np.ndarray, shape: tuple, ctx):
+        """(index into tensor t, index into the tile) of the part of the window at r.offsets
+        with the tile's `shape` (its last two axes) that lies inside t."""
+        off = [int(self.scalar(self.ev(o, ctx), "a copy offset")) for o in r.offsets]
+        lead = len(off) - 2
+        for ax in range(lead):
+            if not 0 <= off[ax] < t.shape[ax]:
+                self.fail(f"copy window of '{r.buf}' starts at {off} outside its shape "
+                          f"{list(t.shape)}")
+        rows, cols = shape[-2:]
+        win, tile_sl = list(off[:lead]), [0] * (len(shape) - 2)
+        for ax, n in ((lead, rows), (lead + 1, cols)):
+            lo, hi = max(off[ax], 0), min(off[ax] + n, t.shape[ax])
+            hi = max(hi, lo)
+            win.append(slice(lo, hi))
+            tile_sl.append(slice(lo - off[ax], hi - off[ax]))
+        return tuple(win), tuple(tile_sl)
+
+    def st_Gemm(self, s: T.Gemm, ctx):
+        if s.a_stage is not None or s.b_stage is not None:
+            raise NotImplementedError("interpreter: staged GEMM operands (after the pipeline pass)")
+        a, b, c = self.bufs[s.a], self.bufs[s.b], self.bufs[s.c]
+        a = a.T if s.transpose_a else a
+        b = b.T if s.transpose_b else b
+        c[...] = quantize(c + a.astype(np.float64) @ b.astype(np.float64), self.allocs[s.c].dtype)
+
+    def st_Reduce(self, s: T.Reduce, ctx):
+        f = {"sum": np.sum, "max": np.max, "min": np.min}[s.fn]
+        self.bufs[s.dst][...] = quantize(f(self.bufs[s.src], axis=s.axis),
+                                         self.allocs[s.dst].dtype)
+
+    def st_Store(self, s: T.Store, ctx):
+        dtype = self.allocs[s.buf].dtype if s.buf in self.bufs else self.decls[s.buf].dtype
+        arr = self.array(s.buf)
+        val = quantize(self.ev(s.value, ctx), dtype)
+        idx = [self.ev(i, ctx) for i in s.idx]
+        shape = ctx.space
+        act = np.ones(shape, bool) if ctx.mask is None else np.broadcast_to(ctx.mask, shape)
+        idx = [np.broadcast_to(i, shape)[act].astype(np.int64) for i in idx]
+        val = np.broadcast_to(val, shape)[act]
+        self.check_bounds(s.buf, arr, idx, "writes")
+        if arr.ndim == 0:  # a rank-0 tensor: the last running iteration's value
+            if val.size:
+                arr[()] = val[-1]
+                if s.buf in self.written:
+                    self.written[s.buf][()] = True
+            return
+        arr[tuple(idx)] = val
+        if s.buf in self.written:
+            self.written[s.buf][tuple(idx)] = True
+
+    def check_bounds(self, name: str, arr, idx: list, verb: str):
+        bad = np.zeros(np.shape(idx[0]) if idx else (), bool)
+        for i, n in zip(idx, arr.shape):
+            bad = bad | (i < 0) | (i >= n)
+        if np.any(bad):
+            first = [int(np.asarray(i)[bad].flat[0]) if np.ndim(i) else int(i) for i in idx]
+            self.fail(f"{verb} {name}[{', '.join(map(str, first))}] outside its shape "
+                      f"{list(arr.shape)}")
+
+    def st_For(self, s: T.For, ctx):
+        if s.kind == "parallel":
+            ext = [int(self.scalar(self.ev(e, ctx), "a parallel extent")) for e in s.extents]
+            old, base = ctx.widen(tuple(ext))
+            n = len(ctx.space)
+            for ax, v in enumerate(s.vars):
+                shape = [1] * n
+                shape[base + ax] = ext[ax]
+                ctx.names[v] = np.arange(ext[ax], dtype=np.int64).reshape(shape)
+            try:
+                if all(ext):
+                    self.stmts(s.body, ctx)
+            finally:
+                ctx.restore(old)
+            return
+        (v,), (e,) = s.vars, s.extents
+        n = self.ev(e, ctx)
+        saved = ctx.names.get(v)
+        outer = ctx.mask
+        for i in range(int(np.max(n)) if np.size(n) else 0):
+            ctx.names[v] = np.int64(i)
+            if np.ndim(n):  # a trip count that differs between parallel iterations
+                ctx.mask = _and(outer, np.asarray(n) > i)
+            self.stmts(s.body, ctx)
+        ctx.mask = outer
+        if saved is not None:
+            ctx.names[v] = saved
+
+    def st_If(self, s: T.If, ctx):
+        c = self.ev(s.cond, ctx)
+        if ctx.mask is None and not np.ndim(c):
+            self.stmts(s.body if c else s.orelse, ctx)
+            return
+        outer = ctx.mask
+        for body, m in ((s.body, c), (s.orelse, ~np.asarray(c))):
+            if body:
+                ctx.mask = _and(outer, m)
+                self.stmts(body, ctx)
+        ctx.mask = outer
+
+    def st_Commit(self, s, ctx):  # copies here complete at once
+        pass
+
+    def st_Wait(self, s, ctx):
+        pass
+
+    def st_Barrier(self, s, ctx):
+        pass
+
+    # ---- expressions
+    def ev(self, e, ctx: _Ctx, mask=None):
+        """The value of `e` for the iterations that run (`mask`, or the context's): others get
+        values computed from clamped indices, never used."""
+        if isinstance(e, T.Const):
+            return np.asarray(e.value)[()]
+        if isinstance(e, T.Var):
+            return ctx.names[e.name]
+        if isinstance(e, T.Load):
+            return self.load(e, ctx, mask)
+        if isinstance(e, T.Cast):
+            return quantize(self.ev(e.x, ctx, mask), e.dtype)
+        if isinstance(e, T.Select):
+            c = self.ev(e.cond, ctx, mask)
+            m = ctx.mask if mask is None else mask
+            a = self.ev(e.a, ctx, _and(m, c))  # as C's `?:`, each side runs only where chosen
+            b = self.ev(e.b, ctx, _and(m, ~np.asarray(c)))
+            return quantize(np.where(c, a, b), e.dtype)
+        if isinstance(e, T.Unary):
+            x = self.ev(e.x, ctx, mask)
+            return quantize(_unary(e.fn, np.asarray(x, np.float64) if is_float(e.dtype) else x),
+                            e.dtype)
+        if isinstance(e, T.Compare):
+            return _compare(e.fn, self.ev(e.a, ctx, mask), self.ev(e.b, ctx, mask))
+        if isinstance(e, T.Binary):
+            a = self.ev(e.a, ctx, mask)
+            if e.fn == "pow":
+                with np.errstate(all="ignore"):
+                    return quantize(np.asarray(a) ** e.exponent, e.dtype)
+            b = self.ev(e.b, ctx, mask)
+            return quantize(self.binary(e.fn, a, b, e.dtype), e.dtype)
+        raise NotImplementedError(f"interpreter: expression {type(e).__name__}")
+
+    @staticmethod
+    def binary(fn, a, b, dtype):
+        if fn in ("idiv", "imod", "cdiv"):
+            a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+            b0 = np.where(b == 0, 1, b)
+            r = {"idiv": lambda: a // b0, "imod": lambda: a % b0,
+                 "cdiv": lambda: -(-a // b0)}[fn]()
+            return np.where(b == 0, 0, r)
+        if fn == "min":
+            return np.minimum(a, b)
+        return _binary(fn, a, b, dtype)
+
+    def load(self, e: T.Load, ctx: _Ctx, mask):
+        arr = self.array(e.buf)
+        idx = [np.asarray(self.ev(i, ctx, mask), np.int64) for i in e.idx]
+        m = ctx.mask if mask is None else mask
+        shape = np.broadcast_shapes(*(np.shape(i) for i in idx), np.shape(m) if m is not None
+                                    else ())
+        idx = [np.broadcast_to(i, shape) for i in idx]
+        act = np.ones(shape, bool) if m is None else np.broadcast_to(m, shape)
+        self.check_bounds(e.buf, arr, [i[act] for i in idx], "reads")
+        safe = tuple(np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, arr.shape))
+        if arr.size == 0:
+            return np.zeros(shape)
+        return arr[safe]
+
+
+def run_kernel(k: T.TileKernel, env: dict, dims: dict, written: dict | None = None):
+    """Run kernel `k` over its grid: reads and writes the arrays of `env` (name -> values)."""
+    KernelRun(k, env, dims, written if written is not None else {}).run()
+
+
+def run_program(kernels, inputs: dict, dims: dict, outputs) -> dict:
+    """Run `kernels` in order on `inputs` (name -> values) and return the `outputs` (names).
+    Tensors the kernels declare that are not inputs (outputs, workspaces) start as NaN, and every
+    element of every output must be written."""
+    env = {n: np.asarray(v) for n, v in inputs.items()}
+    written = {}
+    decls = {p.name: p for k in kernels for p in k.params}
+    for name, d in decls.items():
+        if name in env:
+            continue
+        shape = tuple(x.eval(dims) for x in d.shape)
+        env[name] = np.full(shape, np.nan) if is_float(d.dtype) else \
+            np.zeros(shape, dtype=bool if d.dtype == "bool" else np.int64)
+        written[name] = np.zeros(shape, bool)
+    loc = next((k.loc for k in kernels if k.loc is not None), None)
+    for k in kernels:
+        run_kernel(k, env, dims, written)
+    for name in outputs:
+        miss = ~written[name]
+        if miss.any():
+            at = ", ".join(str(int(i[0])) for i in np.nonzero(miss))
+            raise error(f"no block writes element [{at}] of output '{name}' "
+                        f"({int(miss.sum())} of {miss.size} elements are never written)", loc)
+    return {name: env[name] for name in outputs}
+
+
+def pick_variants(prog: T.TileProgram, dims: dict) -> list:
+    """The kernels the launcher would run for `dims`: per slot, the first whose `when` holds."""
+    out = []
+    for variants in prog.slots():
+        out.append(next((k for k in variants if k.when is None or k.when.eval(dims)),
+                        variants[-1]))
+    return out
