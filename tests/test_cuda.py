@@ -25,6 +25,7 @@ from tilec.diagnostics import TilecError
 from tilec.ir import tile as T
 
 SAMPLE_FILES = sorted(SAMPLES.glob("*.tile"))
+TILE_SAMPLES = sorted((SAMPLES / "tile").glob("*.tile"))
 ON_CI = os.environ.get("CI", "").lower() == "true"
 
 
@@ -56,7 +57,7 @@ def need_gpu():
 
 # ---- compile only (CI) --------------------------------------------------------------------------
 @pytest.mark.nvcc
-@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", SAMPLE_FILES + TILE_SAMPLES, ids=lambda p: p.stem)
 def test_sample_compiles_for_sm80_and_sm90(path):
     need_nvcc()
     _, out = build_text(path.read_text(), path.name, "cuda", {"arch": ("sm_80", "sm_90")})
@@ -97,7 +98,8 @@ def ptxas_report(text: str, name: str) -> dict:
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("sample", ["gemm_bias_relu", "attention", "causal_attention", "w4a16",
-                                    "batched_matmul"])
+                                    "batched_matmul", "tile/gemm_relu", "tile/w4a16",
+                                    "tile/flash_attention"])
 def test_gemm_and_attention_kernels_do_not_spill(sample):
     need_nvcc()
     report = ptxas_report((SAMPLES / f"{sample}.tile").read_text(), f"{sample}.tile")
@@ -112,6 +114,22 @@ def test_regression_program_compiles(name):
     need_nvcc()
     text = REGRESSIONS[name][0].replace("target cpu:", "target cuda:")
     build_text(text, f"{name}.tile", "cuda", {"arch": ("sm_80",)})
+
+
+def cuda_dump(path) -> str:
+    """`tilec dump-ir --stage tiled --target cuda` of a sample."""
+    m0 = driver.frontend(driver.Source(path.name, path.read_text()))
+    return driver.print_stage(driver.stage_module(m0, "tiled", "cuda"), "tiled")
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
+def test_cuda_dump_builds(path):
+    """Every kernel of the CUDA tiling's dump builds as a tile-level kernel."""
+    need_nvcc()
+    m, out = build_text(cuda_dump(path), "dump.tile", "cuda", {"arch": ("sm_80",)})
+    for g in m.graphs:
+        assert (out / f"lib{g.name}.so").exists()
 
 
 # ---- on a GPU -------------------------------------------------------------------------------------
@@ -141,6 +159,29 @@ def test_sample_on_gpu(path):
     for dims in GPU_SIZES[path.stem] + [None]:  # None: the runner's default (100-ish) sizes
         check_text(path.read_text(), dims, name=path.name, target="cuda",
                    options={"arch": ("sm_90",)})
+
+
+TILE_GPU_SIZES = [dict(M=256, N=256, K=256, B=1, H=2, L=256, S=128),
+                  dict(M=17, N=1000, K=384, B=2, H=1, L=17, S=1000), dict(M=1, N=1, K=128, B=1,
+                                                                        H=1, L=1, S=1)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", TILE_SAMPLES, ids=lambda p: p.stem)
+def test_tile_sample_on_gpu(path):
+    need_gpu()
+    for dims in TILE_GPU_SIZES + [None]:
+        check_text(path.read_text(), dims, name=path.name, target="cuda",
+                   options={"arch": ("sm_90",)})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
+def test_cuda_dump_matches_reference_on_gpu(path):
+    """Each kernel of the CUDA tiling's dump, built and run on its own, matches the Tile IR
+    interpreter."""
+    need_gpu()
+    check_text(cuda_dump(path), None, name="dump.tile", target="cuda", options={"arch": ("sm_90",)})
 
 
 @pytest.mark.gpu
