@@ -180,21 +180,34 @@ def chain(m_dump, prog, out, inputs: dict, dims: dict) -> dict:
     return env
 
 
-@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
-def test_library_built_from_the_dump_gives_the_same_results(path):
-    text = path.read_text()
-    m0, m = tiled(text, "cpu", path.name)
+def same_results_from_dump(text: str, name: str, dims: dict | None = None):
+    """Build `text` and its CPU dump; the dump's kernels, chained, give bit-identical outputs."""
+    m0, m = tiled(text, "cpu", name)
     dump = driver.print_stage(m, "tiled")
-    _, out_src = build_text(text, path.name)
+    _, out_src = build_text(text, name)
     m_dump, out_dump = build_text(dump, "dump.tile")
     for g, prog in zip(m0.graphs, m.programs):
-        d = choose_dims(g, {})
+        d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols})
         inputs = interp.random_inputs(g, d, 7)
         want = call_library(out_src / f"lib{g.name}.so", g, inputs, d)
         got = chain(m_dump, prog, out_dump, inputs, d)
         for p in g.outputs:
             assert np.array_equal(got[p.name], want[p.name], equal_nan=True), \
                 f"{g.name}.{p.name}: the dump's library differs from the source's"
+
+
+@pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
+def test_library_built_from_the_dump_gives_the_same_results(path):
+    same_results_from_dump(path.read_text(), path.name)
+
+
+def test_library_built_from_a_random_programs_dump_gives_the_same_results():
+    for seed in range(8):
+        prog = random_program(seed)
+        try:
+            same_results_from_dump(prog.text, "random.tile", prog.dims)
+        except AssertionError as e:
+            raise AssertionError(f"random program {seed}:\n{prog.text}\n{e}") from None
 
 
 @pytest.mark.parametrize("sizes", ["odd", "tile_multiple", "ones"])
@@ -207,6 +220,28 @@ def test_tile_sample_matches_reference(path, sizes):
 
 
 # ---- the language around tile-level kernels ----------------------------------------------------
+def test_tile_level_expressions_match_the_tensor_level():
+    """clamp and leaky_relu (which the tensor level rewrites into maximum/minimum/where) mean
+    the same in a tile-level kernel."""
+    text = """
+kernel act(X: f32[N], Z: f16[N]) -> Y: f32[N]:
+    with grid(cdiv(N, 64), threads=64) as (bx):
+        for i in parallel(64):
+            if bx * 64 + i < N:
+                Y[bx * 64 + i] = leaky_relu(X[bx * 64 + i], 0.1) + clamp(Z[bx * 64 + i], -0.5, 0.5)
+
+kernel act_ref(X: f32[N], Z: f16[N]) -> Y: f32[N]:
+    Y = leaky_relu(X, 0.1) + clamp(Z, -0.5, 0.5)
+"""
+    m = driver.frontend(driver.Source("act.tile", text))
+    g_tile, g_ref = m.graphs
+    d = {"N": 200}
+    inputs = interp.random_inputs(g_ref, d, 3)
+    got = interp.run_graph(g_tile, inputs, d)["Y"]
+    assert np.array_equal(got, interp.run_graph(g_ref, inputs, d)["Y"])
+    assert check_text(text, d)
+
+
 def test_a_file_mixes_both_levels():
     text = """
 kernel softmax_rows(X: f32[R, C]) -> Y: f32[R, C]:

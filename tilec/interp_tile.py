@@ -236,8 +236,8 @@ class KernelRun:
     def ev(self, e, ctx: _Ctx, mask=None):
         """The value of `e` for the iterations that run (`mask`, or the context's): others get
         values computed from clamped indices, never used."""
-        if isinstance(e, T.Const):
-            return np.asarray(e.value)[()]
+        if isinstance(e, T.Const):  # a literal has its dtype's value (0.1 in f32 is not 0.1)
+            return quantize(np.asarray(e.value), e.dtype)[()]
         if isinstance(e, T.Var):
             return ctx.names[e.name]
         if isinstance(e, T.Load):

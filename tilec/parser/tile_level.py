@@ -621,6 +621,21 @@ class TileBuilder:
             a, b = args(2)
             a, b = self.unify(a, b, e.loc)
             return TE(T.Binary(f, a.e, b.e, a.dtype))
+        if f == "clamp":  # maximum then minimum, as at the tensor level
+            x, lo, hi = args(3)
+            x, lo = self.unify(x, lo, e.loc)
+            t, hi = self.unify(TE(T.Binary("maximum", x.e, lo.e, x.dtype)), hi, e.loc)
+            return TE(T.Binary("minimum", t.e, hi.e, t.dtype))
+        if f == "leaky_relu":
+            x, slope = args(2)
+            x = self.strong(x)
+            if not is_float(x.dtype):
+                dt = _INT_TO_FLOAT.get(x.dtype, "f64")
+                x = self.cast(x, dt)
+            s = self.cast(self.strong(slope, x.dtype), x.dtype)
+            zero = T.Const(0.0, x.dtype)
+            return TE(T.Select(T.Compare("ge", x.e, zero), x.e,
+                               T.Binary("mul", x.e, s.e, x.dtype), x.dtype))
         if f in ("min", "cdiv"):
             a, b = args(2)
             a, b = self.strong(a, "i64"), self.strong(b, "i64")
