@@ -220,3 +220,29 @@ int main() {
 def test_version(ver):
     r = tilec(ver)
     assert r.returncode == 0 and "tilec" in r.stdout
+
+
+def test_byte_order_mark_is_accepted(tmp_path):
+    f = tmp_path / "bom.tile"
+    f.write_bytes(b"\xef\xbb\xbfkernel e(X: f32[N]) -> Y: f32[N]:\n    Y = X * 2.0\n")
+    r = tilec("check", f)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("shape", ["statements", "terms", "calls"])
+def test_deep_programs_compile(tmp_path, shape):
+    """500 chained statements, a 500-term sum, 250 nested calls: no RecursionError, and the
+    build runs (subprocess: the CLI's deep stack is what is tested)."""
+    head = "kernel deep(X: f32[N]) -> Y: f32[N]:\n"
+    if shape == "statements":
+        body = "    t0 = X\n" + "".join(f"    t{i} = t{i - 1} * 0.5 + 1.0\n" for i in range(1, 500))
+        body += "    Y = t499\n"
+    elif shape == "terms":
+        body = "    Y = " + " + ".join(["X"] * 500) + "\n"
+    else:
+        body = "    Y = " + "tanh(" * 250 + "X" + ")" * 250 + "\n"
+    f = tmp_path / "deep.tile"
+    f.write_text(head + body)
+    r = tilec("run", f, "--dims", "N=37")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert " ok" in r.stdout

@@ -34,7 +34,7 @@ def _tilec() -> list:
 
 def _header(path: Path) -> tuple:
     """(expected first line without the file name, [expected notes])."""
-    lines = path.read_text().splitlines()
+    lines = path.read_bytes().decode("utf-8", "replace").splitlines()
     expect = None
     if lines and lines[0].startswith("# expect:"):
         expect = lines[0][len("# expect:"):].strip()
@@ -82,7 +82,7 @@ def test_error(path: Path, results):
     m = _LOC.match(expect)
     if m:
         line_no, col = int(m.group(1)), int(m.group(2))
-        src = path.read_text().splitlines()
+        src = path.read_bytes().decode("utf-8", "replace").splitlines()
         assert 1 <= line_no <= len(src), f"expected line {line_no} is not in the file"
         text = src[line_no - 1]
         assert len(lines) >= 3, f"no source line and caret:\n{r.stderr}"

@@ -23,6 +23,38 @@ def _fail(src, e: TilecError):
     raise SystemExit(1)
 
 
+# Deeply nested programs (hundreds of chained statements or nested calls) recurse deeply in the
+# front end and the passes: commands run on a thread with a large stack and a high recursion
+# limit; what still goes deeper is a user error, not a crash.
+STACK_BYTES = 512 * 1024 * 1024  # reserved address space; pages are touched only when used
+RECURSION_LIMIT = 100_000
+
+
+def deep_stack(fn, *args, **kwargs):
+    """fn(*args, **kwargs) on a thread with a deep stack; its result or exception."""
+    import threading
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn(*args, **kwargs)
+        except BaseException as e:  # re-raised on the calling thread
+            out["error"] = e
+    old_limit = sys.getrecursionlimit()
+    old_size = threading.stack_size(STACK_BYTES)
+    sys.setrecursionlimit(max(old_limit, RECURSION_LIMIT))
+    try:
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join()
+    finally:
+        threading.stack_size(old_size)
+        sys.setrecursionlimit(old_limit)
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
 def guarded(fn):
     """Turn TilecErrors into `file:line:col: error:` output and exit 1; never a traceback."""
     import functools
@@ -31,9 +63,12 @@ def guarded(fn):
     def wrapper(*args, **kwargs):
         state = {"src": None}
         try:
-            return fn(state, *args, **kwargs)
+            return deep_stack(fn, state, *args, **kwargs)
         except TilecError as e:
             _fail(state["src"], e)
+        except RecursionError:
+            _fail(state["src"], TilecError("the program nests too deeply for tilec (statements "
+                                           "or expressions thousands of levels deep)"))
         except (KeyboardInterrupt, SystemExit, click.exceptions.Exit, click.ClickException):
             raise
         except BrokenPipeError:  # `tilec dump-ir ... | head`: the reader left, nothing to report
@@ -51,7 +86,11 @@ def guarded(fn):
 
 
 def _load(state, file, kernel=None):
-    state["src"] = driver.read_source(file)
+    try:
+        state["src"] = driver.read_source(file)
+    except TilecError as e:
+        state["src"] = getattr(e, "source", None)
+        raise
     return driver.select(driver.frontend(state["src"]), kernel)
 
 

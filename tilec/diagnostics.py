@@ -14,6 +14,9 @@ class Loc:
     end_col: int | None = None
 
 
+_WIDTH = 120  # source lines longer than this are shown around the caret
+
+
 class TilecError(Exception):
     """A user-facing compile error. `loc` is None for errors not tied to a source position."""
 
@@ -38,7 +41,14 @@ class TilecError(Exception):
             width = 1
             if self.loc.end_col is not None and self.loc.end_col > self.loc.col:
                 width = len(raw[: self.loc.end_col - 1].expandtabs(8)) - start
-            caret = " " * start + "^" + "~" * (width - 1)
+            width = min(width, _WIDTH)
+            if len(text) > _WIDTH:  # a long line: the part around the caret, marked with ...
+                lo = max(0, min(start - _WIDTH // 3, len(text) - _WIDTH))
+                shown = text[lo:lo + _WIDTH]
+                text = ("..." if lo else "") + shown + ("..." if lo + _WIDTH < len(text) else "")
+                start = start - lo + (3 if lo else 0)
+                width = min(width, _WIDTH - (start - (3 if lo else 0)))
+            caret = " " * start + "^" + "~" * (max(width, 1) - 1)
             out += [f"    {text}", f"    {caret}"]
         if self.note:
             out.append(f"  note: {self.note}")

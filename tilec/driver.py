@@ -38,11 +38,24 @@ class Source:
 
 def read_source(path: str) -> Source:
     try:
-        return Source(path, Path(path).read_text())
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise error(f"no such file: {path}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise error(f"cannot read {path}: {e}") from None
+    except OSError as e:
+        raise error(f"cannot read {path}: {e.strerror or e}") from None
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+        data = data[3:]
+    try:
+        return Source(path, data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        from .diagnostics import Loc
+        before = data[:e.start]
+        line = before.count(b"\n") + 1
+        col = len(before[before.rfind(b"\n") + 1:].decode("utf-8", "replace")) + 1
+        err = TilecError(f"byte 0x{data[e.start]:02x} is not UTF-8 (.tile files are UTF-8 text)",
+                         Loc(line, col))
+        err.source = Source(path, data.decode("utf-8", "replace"))  # to show the line
+        raise err from None
 
 
 def frontend(src: Source) -> Module:

@@ -340,15 +340,17 @@ class Unsupported(NotImplementedError):
 
 # ---- traversal ---------------------------------------------------------------------------
 def walk_exprs(e):
-    """`e` and every sub-expression, index expressions of loads included."""
-    yield e
-    for f in ("x", "a", "b", "cond"):
-        sub = getattr(e, f, None)
-        if sub is not None:
-            yield from walk_exprs(sub)
-    if isinstance(e, Load):
-        for i in e.idx:
-            yield from walk_exprs(i)
+    """`e` and every sub-expression, index expressions of loads included, in pre-order
+    (iterative: deep expressions cost linear time and no recursion)."""
+    stack = [e]
+    while stack:
+        e = stack.pop()
+        yield e
+        kids = [getattr(e, f, None) for f in ("x", "a", "b", "cond")]
+        kids = [k for k in kids if k is not None and not isinstance(k, (str, int, float))]
+        if isinstance(e, Load):
+            kids += list(e.idx)
+        stack.extend(reversed(kids))
 
 
 def walk_stmts(stmts):

@@ -149,6 +149,16 @@ def _unclosed_bracket(source: str, upto: int) -> Loc | None:
     return stack[-1] if stack else None
 
 
+def _describe_char(ch: str) -> str:
+    """A character as an error names it: invisible and non-ASCII ones by code point and name."""
+    import unicodedata
+    if ch.isascii() and ch.isprintable():
+        return f"'{ch}'"
+    name = unicodedata.name(ch, "")
+    shown = f"'{ch}' " if ch.isprintable() and unicodedata.category(ch)[0] not in "CZ" else ""
+    return f"{shown}U+{ord(ch):04X}{' ' + name if name else ''}"
+
+
 def _eof_loc(source: str) -> Loc:
     lines = source.splitlines() or [""]
     return Loc(len(lines), len(lines[-1]) + 1)
@@ -157,7 +167,7 @@ def _eof_loc(source: str) -> Loc:
 def _syntax_error(e: UnexpectedInput, source: str) -> TilecError:
     if isinstance(e, UnexpectedCharacters):
         ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else "?"
-        return error(f"unexpected character '{ch}'", Loc(e.line, e.column))
+        return error(f"unexpected character {_describe_char(ch)}", Loc(e.line, e.column))
     if isinstance(e, UnexpectedEOF):
         return error(f"unexpected end of file; expected {_expected(e.expected)}", _eof_loc(source))
     if isinstance(e, UnexpectedToken):

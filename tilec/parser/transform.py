@@ -33,6 +33,10 @@ class ToAst(Transformer):
     def number(self, meta, c):
         text = str(c[0])
         is_float = any(ch in text for ch in ".eE")
+        digits = text.lstrip("0") or "0"
+        if not is_float and len(digits) > 19:  # more than any 64-bit integer holds
+            raise error(f"integer literal {text[:12]}... ({len(text)} digits) does not fit in "
+                        "64 bits", loc_of(c[0]))
         return ast.Number(loc_of(c[0]), float(text) if is_float else int(text), is_float)
 
     def compare(self, meta, c):

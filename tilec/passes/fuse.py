@@ -48,6 +48,7 @@ class Fuser:
         self.home: dict[int, int] = {}  # op -> group index
         self.groups: list[dict] = []
         self.mat: set[int] = set(g.results)  # ops whose value goes to memory
+        self.needed: set = set()  # (op, group) pairs `need` has visited
 
     # ---- helpers
     def new_group(self, kind, anchor: Op, domain, axes=(), roles=()) -> int:
@@ -233,7 +234,11 @@ class Fuser:
 
     def need(self, o: Op, gi: int | None):
         """`o` is computed in group gi (None: inlined): values it takes from other groups are
-        materialized; inlined producers are visited in turn."""
+        materialized; inlined producers are visited in turn (each (op, group) pair once: a
+        long chain of inlined ops is linear, not quadratic)."""
+        if (o.id, gi) in self.needed:
+            return
+        self.needed.add((o.id, gi))
         for a in o.args:
             ao = self.ops[a]
             h = self.home.get(a)
