@@ -197,3 +197,23 @@ def test_non_causal_masks_keep_every_key_tile():
     text = CAUSAL_SHIFTED.replace("index(T, -1) > index(T, -2) + SHIFT", "index(T, -1) > 3")
     _, _, m = compile_text(text)
     assert "for k in range(cdiv(S," in print_program(m.programs[0])
+
+
+def test_an_internal_error_in_a_fused_kernel_falls_back_to_unfused_kernels(monkeypatch):
+    """Users get correct unfused kernels when tiling a fused group fails (tests run strict)."""
+    from tilec.passes import tile
+    monkeypatch.delenv("TILEC_STRICT_FUSION")
+    lower = tile.GroupLowering.lower
+
+    def broken(self):
+        if len(self.grp.members) > 1:
+            raise AssertionError("injected fusion bug")
+        return lower(self)
+    monkeypatch.setattr(tile.GroupLowering, "lower", broken)
+    text = (SAMPLES / "gemm_bias_relu.tile").read_text()
+    _, _, m = compile_text(text)
+    assert len(m.programs[0].kernels) > 1
+    check_text(text, {"M": 37, "N": 70, "K": 50})
+    monkeypatch.setenv("TILEC_STRICT_FUSION", "1")
+    with pytest.raises(AssertionError, match="injected"):
+        compile_text(text)

@@ -144,6 +144,11 @@ def test_random_program(data):
 # OPEN_BUGS are expected to fail (strict xfail: when one passes, take it out of OPEN_BUGS).
 OPEN_BUGS: set = set()
 REGRESSIONS = {
+    # -- found by hand (each was a bug)
+    "gemm_epilogue_reads_size1_operand": ("""
+kernel k(X: f32[1, 1], Y: f32[N, 1]) -> Z: f32[N, 1]:
+    Z = Y @ X + X
+""", {"N": 37}, 1, None),
     # -- found by the random search (each was a bug)
     "output_is_input": ("""
 kernel k(X: f32[R, C]) -> Y: f32[R, C]:

@@ -37,8 +37,12 @@ def _reduced_shapes(shape, axes):
 
 
 class Fuser:
-    def __init__(self, g, fuse: bool, conservative: bool = False):
+    def __init__(self, g, fuse: bool, conservative: bool = False, isolate: bool = False):
         self.g, self.fuse = g, fuse
+        # isolate: every op its own kernel (no epilogues, no shared reductions, no attention):
+        # the fallback when tiling a fused plan hits an internal error
+        self.isolate = isolate
+        conservative = conservative or isolate
         # conservative: an op joins a group only if it reads no other group's values, and every
         # elementwise output gets its own kernel; always acyclic (used when the greedy partition
         # turned out cyclic)
@@ -48,6 +52,8 @@ class Fuser:
         self.home: dict[int, int] = {}  # op -> group index
         self.groups: list[dict] = []
         self.mat: set[int] = set(g.results)  # ops whose value goes to memory
+        if isolate:
+            self.mat |= {o.id for o in g.ops if o.kind not in LEAVES}
         self.needed: set = set()  # (op, group) pairs `need` has visited
 
     # ---- helpers
@@ -68,6 +74,8 @@ class Fuser:
             self.need(self.ops[m], gi)
 
     def fits(self, gi: int, op: Op) -> bool:
+        if self.isolate:
+            return False
         grp = self.groups[gi]
         if (not self.fuse and op.stmt != grp["stmt"]) or op.kind == "transpose":
             return False
@@ -111,6 +119,8 @@ class Fuser:
         """An existing reduction group over the same rows that can also compute `o`: its input
         is made of that group's values, inlinable ops and kernel inputs only."""
         src = self.ops[o.args[0]]
+        if self.isolate:
+            return None
         for gi in reversed(range(len(self.groups))):
             grp = self.groups[gi]
             if grp["kind"] != "reduce" or grp["domain"] != src.type.shape or \
@@ -122,7 +132,7 @@ class Fuser:
 
     # ---- attention: matmul(P, V) where P = [cast] softmax(score(matmul(Q, K)))
     def match_attention(self, pv: Op) -> dict | None:
-        if not self.fuse:
+        if not self.fuse or self.isolate:
             return None
         p = self.ops[pv.args[0]]
         chain = [p.id]

@@ -5,9 +5,10 @@ parallel loops. Elementwise producers are inlined as expressions at the point of
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 
-from ..diagnostics import error
+from ..diagnostics import TilecError, error
 from ..ir import tile as T
 from ..ir.fused import Group, Plan
 from ..ir.graph import Graph, Module
@@ -34,7 +35,7 @@ from ..ir.tile import (
     land,
 )
 from ..ir.types import DTYPES, PACKED, Dim, is_float, numel
-from .fuse import is_squeeze
+from .fuse import Fuser, is_squeeze
 from .rewrite import map_expr, map_exprs
 
 NEG_INF = T.Const(-math.inf, "f32")
@@ -102,12 +103,21 @@ class GroupLowering:
         `at` (a tuple, or a list of accepted tuples). A `cached` copy of a tensor in memory reads
         memory at other positions; for anything else another index is a fusion bug, reported
         as an internal error rather than compiled into wrong code."""
-        accepted = at if isinstance(at, list) else [at]
+        shape = self.ops[oid].type.shape
+        unit = [i for i, d in enumerate(shape) if d.op == "const" and d.args[0] == 1]
+
+        def key(idx):  # an axis of extent 1 has one position, however it is written
+            idx = list(idx)
+            for i in unit:
+                if i < len(idx):
+                    idx[i] = T.iconst(0)
+            return tuple(idx)
+        accepted = [key(a) for a in (at if isinstance(at, list) else [at])]
 
         def get(idx):
-            if cached and tuple(idx) not in accepted:
+            if cached and key(idx) not in accepted:
                 return self.load(oid, idx)
-            if tuple(idx) not in accepted:
+            if key(idx) not in accepted:
                 raise AssertionError(f"%{oid} is on chip but used at another position: "
                                      f"{idx} not in {accepted}")
             return expr
@@ -599,12 +609,26 @@ def handwritten(g: Graph, target) -> TileProgram:
 
 def run(m: Module, opts) -> Module:
     target = opts["target"]
-    progs = []
+    progs, plans = [], []
     for g, plan in zip(m.graphs, m.plans):
         sched = m.schedule_for(g.name, target.name)
         for p in g.params + g.outputs:
             if p.type.dtype not in target.resources.dtypes and p.type.dtype != "bool":
                 raise error(f"{p.type.dtype} is not supported on target {target.name}", p.loc)
-        progs.append(handwritten(g, target) if g.tile is not None else
-                     tile_graph(g, plan, target, sched))
-    return replace(m, programs=tuple(progs))
+        if g.tile is not None:
+            progs.append(handwritten(g, target))
+            plans.append(plan)
+            continue
+        try:
+            progs.append(tile_graph(g, plan, target, sched))
+        except TilecError:
+            raise
+        except Exception:
+            # A fusion bug: build every op as its own kernel instead (tests set
+            # TILEC_STRICT_FUSION=1 so that the bug still fails them)
+            if os.environ.get("TILEC_STRICT_FUSION"):
+                raise
+            plan = Fuser(g, False, isolate=True).run()
+            progs.append(tile_graph(g, plan, target, sched))
+        plans.append(plan)
+    return replace(m, plans=tuple(plans), programs=tuple(progs))
