@@ -147,7 +147,7 @@ def test_unknown_arch_is_an_error(tmp_path):
 
 
 # ---- the launcher's C ABI --------------------------------------------------------------------
-STATUS = {"ok": 0, "null": 1, "dim": 2, "assume": 3, "shape": 4, "alias": 5}
+STATUS = {"ok": 0, "null": 1, "dim": 2, "assume": 3, "shape": 4, "alias": 5, "too_large": 10}
 
 
 def _lib(name):
@@ -173,6 +173,34 @@ def test_launcher_rejects_bad_arguments_with_status_codes():
     assert fn(p(A), p(Wq), p(S), p(C), i64(0), i64(K), i64(N)) == STATUS["dim"]
     assert fn(p(A), p(Wq), p(S), p(C), i64(M), i64(200), i64(N)) == STATUS["assume"]
     assert fn(p(A), p(Wq), p(S), p(A), i64(M), i64(K), i64(N)) == STATUS["alias"]
+
+
+def test_sizes_and_assumes_that_overflow_64_bits_are_a_status_not_a_wrap():
+    """Each of these once computed with wrapped sizes: passed the assume, crashed, or returned
+    OK without writing."""
+    text = """
+kernel cube(X: f32[K]) -> Y: f32[K]:
+    assume K * K * K <= 1000000
+    Y = X * 2.0
+
+kernel mm(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:
+    C = relu(A @ B)
+
+kernel att(Q: f16[B, H, L, D], K: f16[B, H, S, D], V: f16[B, H, S, D]) -> O: f16[B, H, L, D]:
+    O = f16(softmax(Q @ K.T, axis=-1)) @ V
+"""
+    _, out = build_text(text, "overflow.tile")
+    i64, x, y = ctypes.c_int64, np.ones(101, np.float32), np.zeros(101, np.float32)
+    p, q = ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data)
+    cube = ctypes.CDLL(str(out / "libcube.so")).cube
+    assert cube(p, q, i64(100)) == STATUS["ok"] and y[:100].tolist() == [2.0] * 100
+    assert cube(p, q, i64(101)) == STATUS["assume"]
+    assert cube(p, q, i64(2 ** 21)) == STATUS["too_large"]
+    mm = ctypes.CDLL(str(out / "libmm.so")).mm
+    assert mm(p, p, p, i64(2 ** 32), i64(4), i64(2 ** 32)) == STATUS["too_large"]
+    att = ctypes.CDLL(str(out / "libatt.so")).att
+    big = [i64(2 ** 32), i64(2 ** 32), i64(4), i64(4), i64(4)]
+    assert att(p, p, p, p, *big) == STATUS["too_large"]
 
 
 def test_library_links_into_a_cpp_program(tmp_path):

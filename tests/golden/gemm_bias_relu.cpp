@@ -72,6 +72,12 @@ static int tilec_launch_gemm_bias_relu_k0(const tilec_f16* __restrict A, const t
 // ---- the C ABI: argument checks, workspace, and the kernels in launch order
 extern "C" size_t gemm_bias_relu_workspace_size(int64_t M, int64_t K, int64_t N) {
     if (M < 1 || K < 1 || N < 1) return 0;  // dimensions are at least 1
+    if (tilec::overflows(2 * tilec::ck(M) * tilec::ck(K))) return 0;  // bytes of A fits in 64 bits
+    if (tilec::overflows(2 * tilec::ck(K) * tilec::ck(N))) return 0;  // bytes of B fits in 64 bits
+    if (tilec::overflows(2 * tilec::ck(N))) return 0;  // bytes of bias fits in 64 bits
+    if (tilec::overflows(2 * tilec::ck(M) * tilec::ck(N))) return 0;  // bytes of C fits in 64 bits
+    if (tilec::overflows(4 * tilec::ck(M) * tilec::ck(N))) return 0;  // bytes of an intermediate value fits in 64 bits
+    if (tilec::overflows(4 * tilec::ck(N))) return 0;  // bytes of an intermediate value fits in 64 bits
     return (size_t)0;
 }
 
@@ -79,6 +85,12 @@ extern "C" int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16
     // Arguments: pointers must be non-null, every dimension at least 1, and every `assume` hold.
     if (!A || !B || !bias || !C) return TILEC_ERR_NULL_POINTER;  // NULL tensor
     if (M < 1 || K < 1 || N < 1) return TILEC_ERR_BAD_DIM;  // dimensions are at least 1
+    if (tilec::overflows(2 * tilec::ck(M) * tilec::ck(K))) return TILEC_ERR_TOO_LARGE;  // bytes of A fits in 64 bits
+    if (tilec::overflows(2 * tilec::ck(K) * tilec::ck(N))) return TILEC_ERR_TOO_LARGE;  // bytes of B fits in 64 bits
+    if (tilec::overflows(2 * tilec::ck(N))) return TILEC_ERR_TOO_LARGE;  // bytes of bias fits in 64 bits
+    if (tilec::overflows(2 * tilec::ck(M) * tilec::ck(N))) return TILEC_ERR_TOO_LARGE;  // bytes of C fits in 64 bits
+    if (tilec::overflows(4 * tilec::ck(M) * tilec::ck(N))) return TILEC_ERR_TOO_LARGE;  // bytes of an intermediate value fits in 64 bits
+    if (tilec::overflows(4 * tilec::ck(N))) return TILEC_ERR_TOO_LARGE;  // bytes of an intermediate value fits in 64 bits
     if (tilec::overlap(C, (size_t)(M) * (size_t)(N) * 2, A, (size_t)(M) * (size_t)(K) * 2)) return TILEC_ERR_ALIAS;  // C overlaps A
     if (tilec::overlap(C, (size_t)(M) * (size_t)(N) * 2, B, (size_t)(K) * (size_t)(N) * 2)) return TILEC_ERR_ALIAS;  // C overlaps B
     if (tilec::overlap(C, (size_t)(M) * (size_t)(N) * 2, bias, (size_t)1 * (size_t)(N) * 2)) return TILEC_ERR_ALIAS;  // C overlaps bias

@@ -22,6 +22,7 @@ enum {
     TILEC_ERR_WORKSPACE = 7,     /* the workspace is NULL or smaller than NAME_workspace_size() */
     TILEC_ERR_LAUNCH = 8,        /* the device rejected a kernel launch */
     TILEC_ERR_UNSUPPORTED = 9,   /* a dimension is larger than this build supports on the device */
+    TILEC_ERR_TOO_LARGE = 10,     /* a size computed from the dimensions does not fit in 64 bits */
 };
 
 static inline const char* tilec_status_string(int status) {
@@ -36,6 +37,7 @@ static inline const char* tilec_status_string(int status) {
     case TILEC_ERR_WORKSPACE: return "the workspace is NULL or smaller than NAME_workspace_size()";
     case TILEC_ERR_LAUNCH: return "the device rejected a kernel launch";
     case TILEC_ERR_UNSUPPORTED: return "a dimension is larger than this build supports on the device";
+    case TILEC_ERR_TOO_LARGE: return "a size computed from the dimensions does not fit in 64 bits";
     default: return "unknown tilec status";
     }
 }

@@ -64,6 +64,9 @@ _PREC = {"lt": 3, "le": 3, "gt": 3, "ge": 3, "eq": 3, "ne": 3, "or": 4, "and": 5
 _PY = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "mod": "%", "lt": "<", "le": "<=",
        "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&", "or": "|"}
 _C = dict(_PY, floordiv="/", **{"and": "&&", "or": "||"})
+_PY_FNS = {"cdiv": "cdiv", "min": "min", "max": "max"}
+_C_FNS = {"cdiv": "tilec::cdiv", "min": "tilec::imin", "max": "tilec::imax"}
+_CK_FNS = {"cdiv": "tilec::ck_cdiv", "min": "tilec::ck_min", "max": "tilec::ck_max"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,24 +172,28 @@ class Dim:
 
     # -- printing
     def __str__(self) -> str:
-        return self.render(_PY, "cdiv")
+        return self.render(_PY, _PY_FNS)
 
     def c(self, sym=lambda s: s) -> str:
         """C expression (dims are non-negative, so C's / and % agree with Python's)."""
-        return self.render(_C, "tilec::cdiv", sym)
+        return self.render(_C, _C_FNS, sym)
 
-    def render(self, ops: dict, cdiv: str, sym=lambda s: s, parent: int = 0) -> str:
+    def c_checked(self, sym=lambda s: s) -> str:
+        """C++ expression in the launchers' checked arithmetic (`tilec::ck`): its result says
+        whether any step overflowed (`tilec::overflows(...)`)."""
+        return self.render(_C, _CK_FNS, lambda s: f"tilec::ck({sym(s)})")
+
+    def render(self, ops: dict, fns: dict, sym=lambda s: s, parent: int = 0) -> str:
         if self.op == "sym":
             return sym(self.args[0])
         if self.op == "const":
             return str(self.args[0])
         if self.op in ("cdiv", "min", "max"):
-            name = cdiv if self.op == "cdiv" else (
-                self.op if cdiv == "cdiv" else f"tilec::i{self.op}")
-            return f"{name}({self.args[0].render(ops, cdiv, sym)}, {self.args[1].render(ops, cdiv, sym)})"
+            return (f"{fns[self.op]}({self.args[0].render(ops, fns, sym)}, "
+                    f"{self.args[1].render(ops, fns, sym)})")
         p = _PREC[self.op]
-        a = self.args[0].render(ops, cdiv, sym, p)
-        b = self.args[1].render(ops, cdiv, sym, p + 1)
+        a = self.args[0].render(ops, fns, sym, p)
+        b = self.args[1].render(ops, fns, sym, p + 1)
         s = f"{a} {ops[self.op]} {b}"
         return f"({s})" if p < parent else s
 

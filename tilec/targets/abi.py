@@ -12,6 +12,7 @@ For a source kernel NAME the header declares
 from __future__ import annotations
 
 from ..ir import tile as T
+from ..ir.types import DTYPES, Dim
 from .cstyle import ABI_TYPE, bytes_expr, cdim, cname
 
 STATUSES = (
@@ -25,6 +26,7 @@ STATUSES = (
     ("TILEC_ERR_WORKSPACE", 7, "the workspace is NULL or smaller than NAME_workspace_size()"),
     ("TILEC_ERR_LAUNCH", 8, "the device rejected a kernel launch"),
     ("TILEC_ERR_UNSUPPORTED", 9, "a dimension is larger than this build supports on the device"),
+    ("TILEC_ERR_TOO_LARGE", 10, "a size computed from the dimensions does not fit in 64 bits"),
 )
 WORKSPACE_ALIGN = 256
 
@@ -100,12 +102,49 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
 _REG = {"f16": "float", "bf16": "float"}
 
 
+def size_exprs(g) -> list:
+    """(expression, what it is) for the dimension expressions a call evaluates that could
+    overflow 64 bits: the byte size of every tensor (which bounds every index and grid extent of
+    the kernels), every derived dimension, every `assume`, the dequant group checks and the
+    values that may go through a workspace."""
+    out, seen = [], set()
+
+    def add(d: Dim, why: str):
+        if d.op not in ("sym", "const") and d not in seen:
+            seen.add(d)
+            out.append((d, why))
+
+    def nbytes(dtype, shape) -> Dim:
+        n = Dim.const(max(DTYPES[dtype][1] // 8, 1))
+        for d in shape:
+            n = Dim.bin("mul", n, d)
+        return n
+    for p in list(g.params) + list(g.outputs):
+        for d in p.type.shape:
+            add(d, f"dimension {d} of {p.name}")
+        if p.type.shape:
+            add(nbytes(p.type.dtype, p.type.shape), f"bytes of {p.name}")
+    for a in g.assumes:
+        add(a.cond, f"assume {a.text}")
+    ops = g.op_map()
+    for op in g.ops:
+        if op.kind == "dequant":
+            add(Dim.bin("mul", ops[op.args[1]].type.shape[0], Dim.const(op.attr("group"))),
+                "dequant group check")
+        elif op.kind not in ("input", "const") and op.type.shape:
+            add(nbytes(op.type.dtype, op.type.shape), "bytes of an intermediate value")
+    return out
+
+
 def dim_checks(g) -> list:
     """Dimensions at least 1, every `assume`, derived shapes at least 1, dequant group sizes."""
     checks = []
     if g.symbols:
         checks.append(dict(fail=" || ".join(f"{cname(s)} < 1" for s in g.symbols),
                            code="TILEC_ERR_BAD_DIM", why="dimensions are at least 1"))
+    for e, why in size_exprs(g):  # checked 64-bit arithmetic: an overflow is a status
+        checks.append(dict(fail=f"tilec::overflows({e.c_checked(cname)})",
+                           code="TILEC_ERR_TOO_LARGE", why=f"{why} fits in 64 bits"))
     for a in g.assumes:
         checks.append(dict(fail=f"!({a.cond.c(cname)})", code="TILEC_ERR_ASSUME",
                            why=f"assume {a.text}"))
