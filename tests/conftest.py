@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tilec import driver
-from tilec.build import cache_root, files_digest, run_make
+from tilec.build import cached_build
 from tilec.runner import choose_dims, run_kernel
 
 # A fusion bug fails the tests instead of falling back to unfused kernels (the users' default)
@@ -46,11 +46,7 @@ def build_text(text: str, name: str = "test.tile", target: str = "cpu", options=
     """Build all kernels of `text` into the compile cache; returns (parsed module, build dir)."""
     src, m0, m = compile_text(text, name, target, options=options)
     files = driver.render(src, m, target, options)
-    t = driver.get_target(target)
-    out = cache_root() / files_digest(files, t)
-    driver.write_files(out, files)
-    run_make(out, t)
-    return m0, out
+    return m0, cached_build(files, driver.get_target(target))
 
 
 def check_text(text: str, dims: dict | None = None, seed: int | None = None, name="test.tile",

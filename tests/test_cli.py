@@ -274,3 +274,54 @@ def test_deep_programs_compile(tmp_path, shape):
     r = tilec("run", f, "--dims", "N=37")
     assert r.returncode == 0, r.stdout + r.stderr
     assert " ok" in r.stdout
+
+
+def test_output_files_are_world_readable(tmp_path):
+    old = os.umask(0o022)
+    try:
+        r = tilec("build", SAMPLES / "softmax.tile", "-o", tmp_path, "--emit-only")
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.stderr
+    for f in tmp_path.iterdir():
+        assert f.stat().st_mode & 0o777 == 0o644, f"{f.name}: {oct(f.stat().st_mode)}"
+
+
+def test_a_users_file_in_the_output_folder_is_not_overwritten(tmp_path):
+    mine = "all:\n\techo my own Makefile\n"
+    (tmp_path / "Makefile").write_text(mine)
+    r = tilec("build", SAMPLES / "softmax.tile", "-o", tmp_path, "--emit-only")
+    assert r.returncode == 1 and "Makefile, which tilec did not write" in r.stderr, r.stderr
+    assert (tmp_path / "Makefile").read_text() == mine
+    assert not (tmp_path / "softmax_rows.cpp").exists(), "nothing is written when one file clashes"
+    # its own files tilec overwrites freely (a rebuild); --force takes over the user's file
+    r = tilec("build", SAMPLES / "softmax.tile", "-o", tmp_path, "--emit-only", "--force")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "Makefile").read_text() != mine
+    (tmp_path / "softmax_rows.cpp").write_text("// stale\n")
+    r = tilec("build", SAMPLES / "softmax.tile", "-o", tmp_path, "--emit-only")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "softmax_rows.cpp").read_text() != "// stale\n"
+
+
+def test_concurrent_runs_share_the_build_cache(tmp_path):
+    """Six processes build the same kernel into an empty cache at once: all succeed."""
+    env = dict(os.environ, TILEC_CACHE_DIR=str(tmp_path / "cache"))
+    procs = [subprocess.Popen(CMD + ["run", str(SAMPLES / "softmax.tile"), "--dims", "R=9,C=33"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(6)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1] for o in outs]
+    entries = [d for d in (tmp_path / "cache").iterdir() if not d.name.startswith(".")]
+    assert len(entries) == 1 and not [d for d in (tmp_path / "cache").iterdir()
+                                      if d.name.startswith(".")], "private build folders remain"
+
+
+def test_unwritable_output_and_cache_folders_are_user_errors(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    r = tilec("build", SAMPLES / "softmax.tile", "-o", blocker / "out")
+    assert r.returncode == 1 and "cannot create the output folder" in r.stderr, r.stderr
+    r = tilec("run", SAMPLES / "softmax.tile", env=dict(os.environ, TILEC_CACHE_DIR=str(blocker)))
+    assert r.returncode == 1 and "cannot use the build cache" in r.stderr, r.stderr
+    assert "internal compiler error" not in r.stderr

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from .diagnostics import TilecError, error
@@ -47,6 +49,44 @@ def run_make(out_dir: Path, target, jobs: int | None = None):
         raise TilecError(f"the {target.name} build failed (the generated sources are kept in "
                          f"{out_dir}):\n{tail}")
     return proc
+
+
+def cached_build(files: dict, target) -> Path:
+    """Build `files` in the content-addressed cache and return the folder. Safe when several
+    processes build the same kernel at once: each builds in a private folder and renames it into
+    place; whoever comes second uses the first one's build. A failed build keeps its private
+    folder (the error names it) and leaves the cache entry absent."""
+    from .driver import write_files
+    root = cache_root()
+    final = root / files_digest(files, target)
+    if (final / _DONE).exists():
+        return final
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{final.name}."))
+    except OSError as e:
+        raise error(f"cannot use the build cache {root}: {e.strerror or e}",
+                    None, "set TILEC_CACHE_DIR to a writable folder") from None
+    write_files(tmp, files)
+    run_make(tmp, target)
+    (tmp / _DONE).write_text("")
+    try:
+        os.rename(tmp, final)
+    except OSError:  # another process finished first (or a stale, incomplete entry)
+        if (final / _DONE).exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            return final
+        shutil.rmtree(final, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not (final / _DONE).exists():
+                raise error(f"cannot place the build in the cache at {final}") from None
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+_DONE = ".tilec-built"  # written last: the cache entry is complete
 
 
 def library_path(out_dir: Path, name: str) -> Path:

@@ -162,13 +162,16 @@ def explain(state, file, target, kernel, dims):
     click.echo("\n\n".join(out))
 
 
-def _build(state, file, target, out, kernel, emit_only, arch):
+FORCE_HELP = "Overwrite files in the output folder that tilec did not write."
+
+
+def _build(state, file, target, out, kernel, emit_only, arch, force=False):
     options = _options(target, arch)
     m0 = _load(state, file, kernel)
     m = driver.compile_module(m0, target, options=options)
     files = driver.render(state["src"], m, target, options)
     out_dir = Path(out)
-    driver.write_files(out_dir, files)
+    driver.write_files(out_dir, files, force)
     if not emit_only:
         from .build import run_make
         run_make(out_dir, driver.get_target(target))
@@ -182,11 +185,12 @@ def _build(state, file, target, out, kernel, emit_only, arch):
 @click.option("-o", "--out", help="Output directory (default: build/<file stem>).")
 @click.option("--kernel", help="Only this kernel.")
 @click.option("--emit-only", is_flag=True, help="Write the sources and Makefile; do not run make.")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @guarded
-def build(state, file, target, arch, out, kernel, emit_only):
+def build(state, file, target, arch, out, kernel, emit_only, force):
     """Compile FILE: sources, header, Makefile, then the libraries."""
     out = out or os.path.join("build", Path(file).stem)
-    _, m, out_dir = _build(state, file, target, out, kernel, emit_only, arch)
+    _, m, out_dir = _build(state, file, target, out, kernel, emit_only, arch, force)
     what = "sources" if emit_only else "libraries"
     names = ", ".join(g.name for g in m.graphs)
     click.echo(f"{state['src'].display}: {what} for {names} in {out_dir}")
@@ -201,10 +205,11 @@ def build(state, file, target, arch, out, kernel, emit_only):
                              "not tile multiples and satisfy the assumes).")
 @click.option("--seed", type=int, default=None, help="Random seed (default: fresh).")
 @click.option("-o", "--out", help="Build directory (default: a content-addressed cache).")
+@click.option("--force", is_flag=True, help=FORCE_HELP)
 @guarded
-def run(state, file, target, arch, kernel, dims, seed, out):
+def run(state, file, target, arch, kernel, dims, seed, out, force):
     """Build FILE, run it on random inputs, check it against the reference interpreter."""
-    from .build import cache_root, files_digest, run_make
+    from .build import cached_build, run_make
     from .runner import choose_dims, parse_dims, run_kernel
 
     t = driver.get_target(target)
@@ -214,9 +219,12 @@ def run(state, file, target, arch, kernel, dims, seed, out):
     m0 = _load(state, file, kernel)
     m = driver.compile_module(m0, target, options=options)
     files = driver.render(state["src"], m, target, options)
-    out_dir = Path(out) if out else cache_root() / files_digest(files, t)
-    driver.write_files(out_dir, files)
-    run_make(out_dir, t)
+    if out:
+        out_dir = Path(out)
+        driver.write_files(out_dir, files, force)
+        run_make(out_dir, t)
+    else:
+        out_dir = cached_build(files, t)
     given = parse_dims(dims)
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")

@@ -189,24 +189,53 @@ def render(src: Source, m: Module, target: str, options: dict | None = None) -> 
         return t.render_files(t, src, m, template_env(), lambda c: banner(src, c), options or {})
 
 
-def write_files(out_dir: Path, files: dict) -> list:
-    """Write atomically; leave a file untouched when its content is unchanged (make stays quiet)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+MANIFEST = ".tilec-files"  # in an output folder: the files tilec wrote there, one per line
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_files(out_dir: Path, files: dict, force: bool = False) -> list:
+    """Write atomically, readable by all (0644 under the usual umask); leave a file untouched
+    when its content is unchanged (make stays quiet). A file already there that tilec did not
+    write (it is not in the folder's manifest) is never overwritten unless `force`."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise error(f"cannot create the output folder {out_dir}: {e.strerror or e}") from None
+    manifest = out_dir / MANIFEST
+    owned = set(manifest.read_text().split("\n")) if manifest.exists() else set()
+    foreign = sorted(n for n in files if (out_dir / n).exists() and n not in owned and
+                     (out_dir / n).read_bytes() != files[n].encode())
+    if foreign and not force:
+        raise error(f"{out_dir} holds {', '.join(foreign)}, which tilec did not write; tilec "
+                    "does not overwrite them", None, "choose another output folder (-o), or "
+                    "pass --force to overwrite")
+    mode = 0o666 & ~_umask()
     written = []
-    for name, text in sorted(files.items()):
-        path = out_dir / name
-        if path.exists() and path.read_text() == text:
-            continue
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        written.append(name)
+    try:
+        for name, text in sorted({**files, MANIFEST: "\n".join(sorted(owned | set(files)))}
+                                 .items()):
+            path = out_dir / name
+            if path.exists() and path.read_text() == text:
+                continue
+            fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.")
+            try:
+                os.fchmod(fd, mode)
+                with os.fdopen(fd, "w") as f:
+                    f.write(text)
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+            if name != MANIFEST:
+                written.append(name)
+    except OSError as e:
+        raise error(f"cannot write to {out_dir}: {e.strerror or e}") from None
     return written
 
 
