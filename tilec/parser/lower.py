@@ -686,21 +686,27 @@ def build_schedule(t: ast.TargetSchedule) -> Schedule:
     return Schedule(t.target, loc=t.loc, locs=tuple(locs), **fields)
 
 
-# C library functions the generated sources see (a kernel's C function cannot take their names)
-_C_LIBRARY = set("""abs exp exp2 expf log log2 logf sqrt sqrtf rsqrt sin cos tan tanh erf erfc pow
-powf fabs fmax fmin floor ceil round trunc fma malloc free calloc realloc memcpy memset printf
-abort exit assert isnan isinf""".split())
-
-
 def lower_module(m: ast.Module) -> Module:
-    from ..targets.cstyle import CXX_KEYWORDS
-    graphs, names = [], {}
+    from ..targets.cstyle import C_LIBRARY, cname, reserved
+    graphs, names, folded = [], {}, {}
     for k in m.kernels:
-        if k.name in CXX_KEYWORDS or k.name in _C_LIBRARY or k.name.startswith("tilec_"):
+        if reserved(k.name) or k.name in C_LIBRARY:
             raise error(f"kernel name '{k.name}' is taken in C/C++: the library exports a C "
                         "function with the kernel's name", k.loc, "rename the kernel")
         if k.name in names:
             raise error(f"kernel '{k.name}' is defined twice", k.loc)
+        if k.name.lower() in folded:
+            raise error(f"kernel '{k.name}' differs from '{folded[k.name.lower()]}' only in case: "
+                        "their files would be one on case-insensitive file systems", k.loc)
+        folded[k.name.lower()] = k.name
+        c_names: dict = {}  # the names of the C functions' arguments
+        for p in list(k.params) + list(k.outputs):
+            for name, loc in [(p.name, p.loc)] + [x for d in (p.dims or ()) for x in _dim_names(d)]:
+                c = cname(name)
+                if c_names.setdefault(c, name) != name:
+                    raise error(f"'{name}' and '{c_names[c]}' are both '{c}' in the generated C "
+                                f"('{c_names[c] if c_names[c] != c else name}' is a reserved "
+                                "name there)", loc)
         names[k.name] = k
         graphs.append(KernelBuilder(k).build())
     scheds = []

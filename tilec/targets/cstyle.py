@@ -9,6 +9,7 @@ Python decides every line; templates only lay the lines out.
 from __future__ import annotations
 
 import math
+import re
 
 from ..ir import tile as T
 from ..ir.types import Dim, is_float, is_int
@@ -31,9 +32,31 @@ BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i
          "bool": 1, "i4": 1, "u4": 1}
 
 
+# Macros and names that C and C++ headers (or the generated code) define or use unqualified.
+_MACROS = set("""NULL EOF BUFSIZ FILENAME_MAX errno stdin stdout stderr assert offsetof setjmp
+va_start va_arg va_end va_copy HUGE_VAL HUGE_VALF HUGE_VALL EXIT_SUCCESS EXIT_FAILURE RAND_MAX
+CHAR_BIT MB_LEN_MAX CLOCKS_PER_SEC true false isnan isinf isfinite signbit fpclassify FP_NAN
+FP_INFINITE FP_ZERO FP_NORMAL FP_SUBNORMAL unix linux restrict _Bool""".split())
+# Prefixes of reserved or library names: _X and __, tilec's own (any case), OpenMP, CUDA, HIP,
+# <math.h> constants (M_PI), and <stdint.h>/<limits.h>/<float.h> limits (INT64_MAX, FLT_EPSILON)
+_RESERVED = re.compile(r"^(?:_[A-Za-z_]|[Tt][Ii][Ll][Ee][Cc]|omp_|cuda|hip[A-Z_]|M_[A-Z0-9_]|"
+                       r"(?:U?INT\d*|U?INTPTR|U?INTMAX|SIZE|PTRDIFF|SIG_ATOMIC|WCHAR|WINT|FLT|"
+                       r"DBL|LDBL|S?CHAR|UCHAR|U?SHRT|U?LONG|U?LLONG|UINT)_)")
+# C library functions: a kernel's C function (a global symbol) cannot take these names
+C_LIBRARY = set("""abs exp exp2 expf log log2 logf sqrt sqrtf rsqrt sin cos tan tanh erf erfc pow
+powf fabs fmax fmin floor ceil round trunc fma malloc free calloc realloc memcpy memmove memset
+memcmp strlen printf puts abort exit atexit qsort rand srand time clock""".split())
+
+
+def reserved(n: str) -> bool:
+    """Would `n` clash with C/C++ keywords, macros, library or tilec names in generated code?"""
+    return n in CXX_KEYWORDS or n in _MACROS or bool(_RESERVED.match(n))
+
+
 def cname(n: str) -> str:
-    """User names are kept readable; C++ keywords and reserved names get a trailing underscore."""
-    return n + "_" if n in CXX_KEYWORDS or n.startswith("tilec_") else n
+    """User names are kept readable; names `reserved` says would clash get a trailing
+    underscore (the front end rejects a kernel whose names then coincide)."""
+    return n + "_" if reserved(n) else n
 
 
 def cdim(d: Dim) -> str:
