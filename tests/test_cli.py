@@ -325,3 +325,33 @@ def test_unwritable_output_and_cache_folders_are_user_errors(tmp_path):
     r = tilec("run", SAMPLES / "softmax.tile", env=dict(os.environ, TILEC_CACHE_DIR=str(blocker)))
     assert r.returncode == 1 and "cannot use the build cache" in r.stderr, r.stderr
     assert "internal compiler error" not in r.stderr
+
+
+@pytest.mark.parametrize("dims, message", [
+    ("R=3,R=4", "--dims gives dimension 'R' twice"),
+    ("R=0,C=5", "--dims R=0: a dimension is at least 1"),
+    ("R=-2", "--dims R=-2: a dimension is at least 1"),
+    ("R=x", "--dims expects NAME=INT pairs"),
+    ("R=100000000,C=100000", "GiB for its inputs, outputs and reference values"),
+])
+def test_run_checks_dims_before_building(dims, message):
+    r = tilec("run", SAMPLES / "softmax.tile", "--dims", dims)
+    assert r.returncode == 1 and message in r.stderr, r.stderr
+    assert "internal compiler error" not in r.stderr
+
+
+def test_run_names_the_assume_the_dims_break():
+    r = tilec("run", SAMPLES / "w4a16.tile", "--dims", "K=100")
+    assert r.returncode == 1, r.stderr
+    assert "K=100 breaks kernel w4a16's assume K % 128 == 0" in r.stderr
+
+
+def test_explain_checks_dims():
+    r = tilec("explain", SAMPLES / "softmax.tile", "--dims", "R=-1")
+    assert r.returncode == 1 and "a dimension is at least 1" in r.stderr, r.stderr
+
+
+def test_run_reports_gflops_for_products():
+    r = tilec("run", SAMPLES / "gemm_bias_relu.tile", "--dims", "M=64,N=64,K=64")
+    assert r.returncode == 0, r.stderr
+    assert "GB/s" in r.stdout and "GFLOP/s" in r.stdout, r.stdout

@@ -46,3 +46,9 @@ def test_canonicalize_preserves_meaning(path):
         for name in a:
             assert interp.rel_error(b[name], a[name]) <= max(interp.tolerance(
                 g.outputs[[o.name for o in g.outputs].index(name)].type.dtype), 1e-6), name
+
+
+def test_f32_tolerance_grows_with_the_reduction_length():
+    assert interp.tolerance("f32", 1) == interp.tolerance("f32", 256) == interp.TOLERANCE["f32"]
+    assert interp.tolerance("f32", 8192) > 5 * interp.TOLERANCE["f32"]
+    assert interp.tolerance("f16", 8192) == interp.TOLERANCE["f16"]  # final rounding dominates

@@ -210,13 +210,23 @@ def build(state, file, target, arch, out, kernel, emit_only, force):
 def run(state, file, target, arch, kernel, dims, seed, out, force):
     """Build FILE, run it on random inputs, check it against the reference interpreter."""
     from .build import cached_build, run_make
-    from .runner import choose_dims, parse_dims, run_kernel
+    from .runner import check_memory, choose_dims, parse_dims, run_kernel
 
     t = driver.get_target(target)
     if not t.runtime:
         raise TilecError(f"tilec run cannot run target {target} yet")
     options = _options(target, arch)
     m0 = _load(state, file, kernel)
+    given = parse_dims(dims)
+    known = {s for g in m0.graphs for s in g.symbols}
+    for name in given:
+        if name not in known:
+            raise TilecError(f"no kernel in {state['src'].display} has a dimension '{name}' "
+                             f"(dimensions: {', '.join(sorted(known)) or 'none'})")
+    chosen = {}
+    for g in m0.graphs:  # dims are checked before anything is built
+        chosen[g.name] = choose_dims(g, {k: v for k, v in given.items() if k in g.symbols})
+        check_memory(g, chosen[g.name])
     m = driver.compile_module(m0, target, options=options)
     files = driver.render(state["src"], m, target, options)
     if out:
@@ -225,17 +235,11 @@ def run(state, file, target, arch, kernel, dims, seed, out, force):
         run_make(out_dir, t)
     else:
         out_dir = cached_build(files, t)
-    given = parse_dims(dims)
     if seed is None:
         seed = int.from_bytes(os.urandom(4), "little")
-    known = {s for g in m0.graphs for s in g.symbols}
-    for name in given:
-        if name not in known:
-            raise TilecError(f"no kernel in {state['src'].display} has a dimension '{name}' "
-                             f"(dimensions: {', '.join(sorted(known)) or 'none'})")
     failed = False
     for g in m0.graphs:
-        d = choose_dims(g, {k: v for k, v in given.items() if k in g.symbols})
+        d = chosen[g.name]
         r = run_kernel(out_dir / f"lib{g.name}.so", g, d, seed, runtime=t.runtime)
         dim_text = ",".join(f"{k}={v}" for k, v in d.items())
         for name in r.errors:

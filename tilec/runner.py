@@ -4,6 +4,7 @@ numpy reference interpreter, and time it."""
 from __future__ import annotations
 
 import ctypes
+import os
 import statistics
 from dataclasses import dataclass
 
@@ -16,30 +17,38 @@ BATCH_DIM = 3
 
 
 def parse_dims(text: str | None) -> dict:
+    """`--dims M=100,N=200`: each name once, each value at least 1."""
     out = {}
     for part in (text or "").split(","):
         part = part.strip()
         if not part:
             continue
         name, _, val = part.partition("=")
-        if not val.strip().lstrip("-").isdigit():
+        name, val = name.strip(), val.strip()
+        if not name or not val.lstrip("-").isdigit():
             raise error(f"--dims expects NAME=INT pairs separated by commas, got '{part}'")
-        out[name.strip()] = int(val)
+        if name in out:
+            raise error(f"--dims gives dimension '{name}' twice")
+        if int(val) < 1:
+            raise error(f"--dims {name}={val}: a dimension is at least 1")
+        out[name] = int(val)
     return out
 
 
 def _relations(g: Graph) -> list:
-    """Conditions on dims the launcher checks: shape expressions >= 1, dequant groups, assumes."""
-    conds = [a.cond for a in g.assumes]
+    """(condition, what it is) for the conditions on dims the launcher checks: the assumes,
+    shape expressions >= 1, dequant group sizes."""
+    conds = [(a.cond, f"assume {a.text}") for a in g.assumes]
     for p in g.params + g.outputs:
         for d in p.type.shape:
             if d.op not in ("sym", "const"):
-                conds.append(Dim.bin("ge", d, 1))
+                conds.append((Dim.bin("ge", d, 1), f"dimension {d} of {p.name} is at least 1"))
     ops = g.op_map()
     for o in g.ops:
         if o.kind == "dequant":
             K, R = ops[o.args[0]].type.shape[0], ops[o.args[1]].type.shape[0]
-            conds.append(Dim.bin("ge", R * o.attr("group"), K))
+            conds.append((Dim.bin("ge", R * o.attr("group"), K),
+                          f"dequant group={o.attr('group')} covers {K} rows"))
     return conds
 
 
@@ -54,6 +63,10 @@ def choose_dims(g: Graph, given: dict, inner: int | None = None, batch: int | No
                         f"{', '.join(g.symbols) or 'none'})")
     dims = dict(given)
     conds = _relations(g)
+    for c, what in conds:  # a condition the given dims decide alone
+        if set(c.symbols()) <= set(dims) and not c.eval(dims):
+            shown = ", ".join(f"{s}={dims[s]}" for s in c.symbols())
+            raise error(f"{shown} breaks kernel {g.name}'s {what}")
     # symbols that only size leading (batch) axes default small: the work grows with their product
     inner_syms = {s for p in g.params for d in p.type.shape[-2:] for s in d.symbols()}
     for s in g.symbols:
@@ -62,16 +75,65 @@ def choose_dims(g: Graph, given: dict, inner: int | None = None, batch: int | No
         start = inner if s in inner_syms else batch
         for v in list(range(start, start + 4 * DEFAULT_DIM)) + [2 ** k for k in range(9, 14)]:
             trial = dict(dims, **{s: v})
-            if all(c.eval(trial) for c in conds if set(c.symbols()) <= set(trial)):
+            if all(c.eval(trial) for c, _ in conds if set(c.symbols()) <= set(trial)):
                 dims[s] = v
                 break
         else:
             raise error(f"cannot pick a value for dimension '{s}' that satisfies the kernel's "
                         f"assumes; pass --dims {s}=...")
-    for c in conds:
+    for c, what in conds:
         if not c.eval(dims):
-            raise error(f"the dimensions {dims} break a condition of kernel {g.name}: {c}")
+            raise error(f"the dimensions {dims} break kernel {g.name}'s {what}")
     return dims
+
+
+def reference_bytes(g: Graph, dims: dict) -> int:
+    """About how much memory `tilec run` needs at `dims`: the reference interpreter holds every
+    value in float64, plus the inputs and outputs in their storage form."""
+    total = 0
+    for o in g.ops:
+        n = 1
+        for d in o.type.shape:
+            n *= d.eval(dims)
+        total += 8 * n
+    for p in g.params + g.outputs:
+        n = 1
+        for d in p.type.shape:
+            n *= d.eval(dims)
+        total += 8 * n
+    return total
+
+
+def check_memory(g: Graph, dims: dict):
+    """A user error, not a crash, when the run would not fit in this machine's memory."""
+    try:
+        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return
+    need = reference_bytes(g, dims)
+    if need > avail // 2:
+        raise error(f"kernel {g.name} at {', '.join(f'{k}={v}' for k, v in dims.items())} needs "
+                    f"about {need / 2**30:.1f} GiB for its inputs, outputs and reference values; "
+                    f"this machine has {avail / 2**30:.1f} GiB free", None,
+                    "pass smaller --dims")
+
+
+def reduction_length(g: Graph, dims: dict) -> int:
+    """The longest sum or product chain a value of `g` accumulates at `dims` (matrix products'
+    K, the reduced extent of reductions): rounding error grows with it."""
+    ops, longest = g.op_map(), 1
+    for o in g.ops:
+        n = 1
+        if o.kind == "matmul":
+            n = ops[o.args[0]].type.shape[-1].eval(dims)
+        elif o.kind in ("reduce", "mean", "softmax", "logsumexp"):
+            shape = ops[o.args[0]].type.shape
+            for ax in o.attr("axes"):
+                n *= shape[ax].eval(dims)
+        longest = max(longest, n)
+    if g.tile is not None:  # a hand-written kernel: its longest loop of accumulation is unknown
+        longest = max([longest] + list(dims.values()))
+    return longest
 
 
 @dataclass
@@ -93,7 +155,7 @@ class RunResult:
             return ""
         out = [f"{self.bytes / self.seconds / 1e9:.1f} GB/s"]
         if self.flops:
-            out.append(f"{self.flops / self.seconds / 1e12:.3f} TFLOP/s")
+            out.append(f"{self.flops / self.seconds / 1e9:.1f} GFLOP/s")
         return ", ".join(out)
 
 
@@ -197,7 +259,8 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
         c.check()
         got = c.outputs()
         errors = {n: interp.rel_error(got[n], ref[n]) for n in got}
-        tols = {p.name: interp.tolerance(p.type.dtype) for p in g.outputs}
+        n = reduction_length(g, dims)
+        tols = {p.name: interp.tolerance(p.type.dtype, n) for p in g.outputs}
         times = c.rt.time(c, repeat)
     finally:
         c.rt.close()
