@@ -135,9 +135,10 @@ def environment() -> dict:
 # ----------------------------------------------------------------------------- build & load
 
 def build(out_dir: Path) -> dict:
-    cmd = [sys.executable, "-m", "tilec.cli", "build", str(TILE), "--target", "cpu", "-o", str(out_dir)]
+    args = ["build", str(TILE), "--target", "cpu", "--arch", "native", "-o", str(out_dir), "--force"]
+    cmd = [sys.executable, "-m", "tilec.cli"] + args
     if not (ROOT / "tilec" / "cli.py").exists():
-        cmd = ["tilec", "build", str(TILE), "--target", "cpu", "-o", str(out_dir)]
+        cmd = ["tilec"] + args
     r = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True)
     if r.returncode != 0:
         sys.exit(f"tilec build failed ({' '.join(cmd)}):\n{r.stdout}\n{r.stderr}")
@@ -150,7 +151,7 @@ def build(out_dir: Path) -> dict:
     }
     fns = {}
     for name, argtypes in sigs.items():
-        lib = ctypes.CDLL(str(out_dir / f"lib{name}.so"))
+        lib = ctypes.CDLL(str(out_dir / f"lib{TILE.stem}.so"))
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = argtypes, ctypes.c_int
         fns[name] = fn

@@ -143,7 +143,12 @@ def test_unknown_arch_is_an_error(tmp_path):
     assert r.returncode == 1
     assert "unknown --arch 'sm_75' for target cuda; choose from sm_80" in r.stderr
     r = tilec("build", SAMPLES / "softmax.tile", "--target", "cpu", "--arch", "sm_80", "-o", tmp_path)
-    assert r.returncode == 1 and "target cpu takes no --arch" in r.stderr
+    assert r.returncode == 1 and "unknown --arch 'sm_80' for target cpu; choose from native" in \
+        r.stderr
+    r = tilec("build", SAMPLES / "softmax.tile", "--march", "x86-64-v2", "-o", tmp_path,
+              "--emit-only")
+    assert r.returncode == 0 and "TILEC_MARCH = -march=x86-64-v2" in \
+        (tmp_path / "Makefile").read_text()
 
 
 # ---- the launcher's C ABI --------------------------------------------------------------------
@@ -192,13 +197,13 @@ kernel att(Q: f16[B, H, L, D], K: f16[B, H, S, D], V: f16[B, H, S, D]) -> O: f16
     _, out = build_text(text, "overflow.tile")
     i64, x, y = ctypes.c_int64, np.ones(101, np.float32), np.zeros(101, np.float32)
     p, q = ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data)
-    cube = ctypes.CDLL(str(out / "libcube.so")).cube
+    cube = ctypes.CDLL(str(out / "liboverflow.so")).cube
     assert cube(p, q, i64(100)) == STATUS["ok"] and y[:100].tolist() == [2.0] * 100
     assert cube(p, q, i64(101)) == STATUS["assume"]
     assert cube(p, q, i64(2 ** 21)) == STATUS["too_large"]
-    mm = ctypes.CDLL(str(out / "libmm.so")).mm
+    mm = ctypes.CDLL(str(out / "liboverflow.so")).mm
     assert mm(p, p, p, i64(2 ** 32), i64(4), i64(2 ** 32)) == STATUS["too_large"]
-    att = ctypes.CDLL(str(out / "libatt.so")).att
+    att = ctypes.CDLL(str(out / "liboverflow.so")).att
     big = [i64(2 ** 32), i64(2 ** 32), i64(4), i64(4), i64(4)]
     assert att(p, p, p, p, *big) == STATUS["too_large"]
 
@@ -355,3 +360,22 @@ def test_run_reports_gflops_for_products():
     r = tilec("run", SAMPLES / "gemm_bias_relu.tile", "--dims", "M=64,N=64,K=64")
     assert r.returncode == 0, r.stderr
     assert "GB/s" in r.stdout and "GFLOP/s" in r.stdout, r.stdout
+
+
+def test_one_library_and_header_per_file_or_per_kernel(tmp_path):
+    r = tilec("build", SAMPLES / "rmsnorm.tile", "-o", tmp_path / "file")
+    assert r.returncode == 0, r.stderr
+    out = tmp_path / "file"
+    header = (out / "rmsnorm.h").read_text()
+    assert "int rmsnorm(" in header and "int rmsnorm_f32(" in header
+    lib = ctypes.CDLL(str(out / "librmsnorm.so"))
+    assert lib.rmsnorm and lib.rmsnorm_f32
+    assert not (out / "rmsnorm_f32.h").exists() and not (out / "librmsnorm_f32.so").exists()
+    soname = subprocess.run(["objdump", "-p", str(out / "librmsnorm.so")], capture_output=True,
+                            text=True).stdout
+    assert "SONAME               librmsnorm.so" in soname
+    r = tilec("build", SAMPLES / "rmsnorm.tile", "-o", tmp_path / "each", "--per-kernel")
+    assert r.returncode == 0, r.stderr
+    for name in ("rmsnorm", "rmsnorm_f32"):
+        assert (tmp_path / "each" / f"lib{name}.so").exists()
+        assert f"int {name}(" in (tmp_path / "each" / f"{name}.h").read_text()

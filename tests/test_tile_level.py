@@ -22,6 +22,7 @@ from tilec.diagnostics import TilecError
 from tilec.interp_tile import pick_variants, run_program
 from tilec.ir.tile import print_kernel
 from tilec.runner import call_library, choose_dims
+from tilec.targets.abi import library_name
 
 SAMPLE_FILES = sorted(SAMPLES.glob("*.tile"))
 TILE_SAMPLES = sorted((SAMPLES / "tile").glob("*.tile"))
@@ -176,7 +177,7 @@ def chain(m_dump, prog, out, inputs: dict, dims: dict) -> dict:
     graphs = {g.name: g for g in m_dump.graphs}
     for k in pick_variants(prog, dims):
         g = graphs[k.name]
-        env.update(call_library(out / f"lib{g.name}.so", g, env, dims))
+        env.update(call_library(out / "libdump.so", g, env, dims))
     return env
 
 
@@ -189,7 +190,7 @@ def same_results_from_dump(text: str, name: str, dims: dict | None = None):
     for g, prog in zip(m0.graphs, m.programs):
         d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols})
         inputs = interp.random_inputs(g, d, 7)
-        want = call_library(out_src / f"lib{g.name}.so", g, inputs, d)
+        want = call_library(out_src / f"lib{library_name(name)}.so", g, inputs, d)
         got = chain(m_dump, prog, out_dump, inputs, d)
         for p in g.outputs:
             assert np.array_equal(got[p.name], want[p.name], equal_nan=True), \

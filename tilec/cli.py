@@ -13,8 +13,9 @@ from . import __version__, driver, targets
 from .diagnostics import TilecError
 
 TARGETS = click.Choice(targets.names())
-ARCH_HELP = "Device architectures, comma-separated (cuda: sm_80,sm_86,sm_89,sm_90,sm_90a; " \
-            "default sm_80,sm_90); a list builds one library for all of them."
+ARCH_HELP = ("Architectures. cpu: one -march (native, x86-64-v2, x86-64-v3, x86-64-v4; default "
+             "x86-64-v3 for build, native for run). cuda: comma-separated (sm_80,sm_86,sm_89,"
+             "sm_90,sm_90a; default sm_80,sm_90); a list builds one library for all of them.")
 
 
 def _fail(src, e: TilecError):
@@ -100,14 +101,17 @@ def main():
     """tilec: compile fused tile kernels (.tile) to C++, CUDA and HIP."""
 
 
-def _options(target: str, arch: str | None) -> dict:
-    return {"arch": driver.get_target(target).parse_arch(arch)}
+def _options(target: str, arch: str | None, per_kernel: bool = False) -> dict:
+    return {"arch": driver.get_target(target).parse_arch(arch), "per_kernel": per_kernel}
+
+
+PER_KERNEL_HELP = "One library and header per kernel (default: one for the whole file)."
 
 
 @main.command()
 @click.argument("file")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
-@click.option("--arch", help=ARCH_HELP)
+@click.option("--arch", "--march", "arch", help=ARCH_HELP)
 @guarded
 def check(state, file, target, arch):
     """Parse, verify and compile FILE without writing anything."""
@@ -125,7 +129,7 @@ def check(state, file, target, arch):
               help="Also print the IR after this pass (repeatable).")
 @click.option("--print-after-all", is_flag=True, help="Print the IR after every pass.")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
-@click.option("--arch", help=ARCH_HELP)
+@click.option("--arch", "--march", "arch", help=ARCH_HELP)
 @click.option("--kernel", help="Only this kernel.")
 @guarded
 def dump_ir(state, file, stage, print_after, print_after_all, target, arch, kernel):
@@ -165,8 +169,8 @@ def explain(state, file, target, kernel, dims):
 FORCE_HELP = "Overwrite files in the output folder that tilec did not write."
 
 
-def _build(state, file, target, out, kernel, emit_only, arch, force=False):
-    options = _options(target, arch)
+def _build(state, file, target, out, kernel, emit_only, arch, force=False, per_kernel=False):
+    options = _options(target, arch, per_kernel)
     m0 = _load(state, file, kernel)
     m = driver.compile_module(m0, target, options=options)
     files = driver.render(state["src"], m, target, options)
@@ -181,16 +185,17 @@ def _build(state, file, target, out, kernel, emit_only, arch, force=False):
 @main.command()
 @click.argument("file")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
-@click.option("--arch", help=ARCH_HELP)
+@click.option("--arch", "--march", "arch", help=ARCH_HELP)
 @click.option("-o", "--out", help="Output directory (default: build/<file stem>).")
 @click.option("--kernel", help="Only this kernel.")
 @click.option("--emit-only", is_flag=True, help="Write the sources and Makefile; do not run make.")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
+@click.option("--per-kernel", is_flag=True, help=PER_KERNEL_HELP)
 @guarded
-def build(state, file, target, arch, out, kernel, emit_only, force):
+def build(state, file, target, arch, out, kernel, emit_only, force, per_kernel):
     """Compile FILE: sources, header, Makefile, then the libraries."""
     out = out or os.path.join("build", Path(file).stem)
-    _, m, out_dir = _build(state, file, target, out, kernel, emit_only, arch, force)
+    _, m, out_dir = _build(state, file, target, out, kernel, emit_only, arch, force, per_kernel)
     what = "sources" if emit_only else "libraries"
     names = ", ".join(g.name for g in m.graphs)
     click.echo(f"{state['src'].display}: {what} for {names} in {out_dir}")
@@ -199,23 +204,26 @@ def build(state, file, target, arch, out, kernel, emit_only, force):
 @main.command()
 @click.argument("file")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
-@click.option("--arch", help=ARCH_HELP)
+@click.option("--arch", "--march", "arch", help=ARCH_HELP)
 @click.option("--kernel", help="Kernel to run (default: every kernel in FILE).")
 @click.option("--dims", help="Dimension values, e.g. M=100,N=200 (others get defaults that are "
                              "not tile multiples and satisfy the assumes).")
 @click.option("--seed", type=int, default=None, help="Random seed (default: fresh).")
 @click.option("-o", "--out", help="Build directory (default: a content-addressed cache).")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
+@click.option("--per-kernel", is_flag=True, help=PER_KERNEL_HELP)
 @guarded
-def run(state, file, target, arch, kernel, dims, seed, out, force):
+def run(state, file, target, arch, kernel, dims, seed, out, force, per_kernel):
     """Build FILE, run it on random inputs, check it against the reference interpreter."""
     from .build import cached_build, run_make
     from .runner import check_memory, choose_dims, parse_dims, run_kernel
+    from .targets.abi import library_of
 
     t = driver.get_target(target)
     if not t.runtime:
         raise TilecError(f"tilec run cannot run target {target} yet")
-    options = _options(target, arch)
+    # it runs where it builds: the CPU code may use every instruction this machine has
+    options = _options(target, arch or ("native" if target == "cpu" else None), per_kernel)
     m0 = _load(state, file, kernel)
     given = parse_dims(dims)
     known = {s for g in m0.graphs for s in g.symbols}
@@ -240,7 +248,8 @@ def run(state, file, target, arch, kernel, dims, seed, out, force):
     failed = False
     for g in m0.graphs:
         d = chosen[g.name]
-        r = run_kernel(out_dir / f"lib{g.name}.so", g, d, seed, runtime=t.runtime)
+        lib = library_of(state["src"].display, g.name, per_kernel)
+        r = run_kernel(out_dir / f"lib{lib}.so", g, d, seed, runtime=t.runtime)
         dim_text = ",".join(f"{k}={v}" for k, v in d.items())
         for name in r.errors:
             status = "ok" if r.errors[name] <= r.tolerances[name] else "MISMATCH"

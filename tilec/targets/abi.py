@@ -31,6 +31,26 @@ STATUSES = (
 WORKSPACE_ALIGN = 256
 
 
+def library_name(source_name: str) -> str:
+    """The library a .tile file builds: its stem as a C identifier (`my-ops.tile` -> my_ops)."""
+    import re
+    stem = source_name.rsplit("/", 1)[-1]
+    stem = stem[:-5] if stem.endswith(".tile") else stem.rsplit(".", 1)[0]
+    name = re.sub(r"[^A-Za-z0-9_]", "_", stem) or "kernels"
+    return name if not name[0].isdigit() else "k" + name
+
+
+def libraries(source_name: str, graphs, per_kernel: bool) -> list:
+    """(library name, [graphs]) of a build: one library for the file, or one per kernel."""
+    if per_kernel:
+        return [(g.name, [g]) for g in graphs]
+    return [(library_name(source_name), list(graphs))]
+
+
+def library_of(source_name: str, kernel: str, per_kernel: bool) -> str:
+    return kernel if per_kernel else library_name(source_name)
+
+
 def scalar_params(g) -> set:
     return {p.name for p in g.params if p.is_scalar}
 
@@ -164,3 +184,11 @@ def dim_checks(g) -> list:
             checks.append(dict(fail=f"({cdim(R)}) * {G} < ({cdim(K)})", code="TILEC_ERR_SHAPE",
                                why=f"dequant group={G} needs {R} * {G} >= {K}"))
     return checks
+
+
+def render_header(env, banner, lib: str, graphs, ctxs: list, includes: list, target_doc: list):
+    """The C header of one library: the status codes and every kernel's declarations."""
+    return env.get_template("common/header.h.j2").render(
+        banner=banner("//"), lib=lib, kernels=ctxs, statuses=STATUSES, header_includes=includes,
+        target_doc=target_doc,
+        uses_bool=any(p.type.dtype == "bool" for g in graphs for p in g.params + g.outputs))

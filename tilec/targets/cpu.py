@@ -6,9 +6,12 @@ f16/bf16. The GEMM tile kernel and the elementwise functions live in `tilec_cpu.
 
 from __future__ import annotations
 
+import platform
+
+from ..diagnostics import error
 from ..ir import tile as T
 from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
-from .abi import launcher_context
+from .abi import launcher_context, libraries, render_header
 from .base import Resources, Target, Toolchain
 from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
 
@@ -216,19 +219,27 @@ def render_kernel(k: T.TileKernel, symbols, threads_expr: str) -> dict:
 
 def render(target, src, m, env, banner, options) -> dict:
     files = {}
-    for g, prog in zip(m.graphs, m.programs):
-        sched = m.schedule_for(g.name, target.name)
-        threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
-        ctx = launcher_context(g, prog, [], [])
-        ctx.update(banner=banner("//"), kernels=[render_kernel(k, g.symbols, threads)
-                                                for k in prog.kernels],
-                   header_includes=[], target_doc=[])
-        files[f"{g.name}.cpp"] = env.get_template("cpu/kernel.cpp.j2").render(ctx)
-        ctx["uses_bool"] = any(p.type.dtype == "bool" for p in g.params + g.outputs)
-        files[f"{g.name}.h"] = env.get_template("common/header.h.j2").render(ctx)
+    libs = []
+    graphs = dict(zip((g.name for g in m.graphs), zip(m.graphs, m.programs)))
+    for lib, members in libraries(src.display, m.graphs, options.get("per_kernel", False)):
+        ctxs = []
+        for g in members:
+            g, prog = graphs[g.name]
+            sched = m.schedule_for(g.name, target.name)
+            threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
+            ctx = launcher_context(g, prog, [], [])
+            ctx.update(banner=banner("//"), header=f"{lib}.h",
+                       kernels=[render_kernel(k, g.symbols, threads) for k in prog.kernels])
+            files[f"{g.name}.cpp"] = env.get_template("cpu/kernel.cpp.j2").render(ctx)
+            ctxs.append(ctx)
+        files[f"{lib}.h"] = render_header(env, banner, lib, members, ctxs, [], [])
+        libs.append(dict(name=lib, sources=[g.name for g in members]))
     files["tilec_cpu.h"] = env.loader.get_source(env, "cpu/tilec_cpu.h")[0]
+    archs = options.get("arch") or target.default_arch
+    if len(archs) > 1:
+        raise error(f"the cpu target builds for one -march, not {', '.join(archs)}")
     files["Makefile"] = env.get_template("cpu/Makefile.j2").render(
-        banner=banner("#"), names=[g.name for g in m.graphs])
+        banner=banner("#"), libs=libs, march=f"-march={archs[0]}" if archs else "")
     return files
 
 
@@ -256,4 +267,9 @@ CPU = Target(
     source_ext=".cpp",
     device_library="tilec_cpu.h",
     runtime="cpu",
+    # -march for g++: a portable default (x86-64-v3: AVX2 and FMA, every x86 server and desktop
+    # since about 2015) on x86-64 hosts, the compiler's own default elsewhere; `native` for the
+    # build machine (what `tilec run` uses, since it runs where it builds)
+    arch_choices=("native", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"),
+    default_arch=("x86-64-v3",) if platform.machine() in ("x86_64", "AMD64") else (),
 )

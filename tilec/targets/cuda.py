@@ -23,7 +23,7 @@ from ..passes import (
 )
 from ..passes.hoist_guards import conjuncts, split_bound
 from ..passes.rewrite import loads_in, multiple_of, uses_var
-from .abi import launcher_context
+from .abi import launcher_context, libraries, render_header
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
 from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, pdim
@@ -633,20 +633,26 @@ def _gencode(arch: str) -> str:
 def render(target, src, m, env, banner, options) -> dict:
     archs = options.get("arch") or target.default_arch
     files = {}
-    for g, prog in zip(m.graphs, m.programs):
-        ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"])
-        ctx.update(banner=banner("//"), kernels=[render_kernel(k, g.symbols, target)
-                                                for k in prog.kernels],
-                   header_includes=["cuda_runtime_api.h"],
-                   target_doc=["tilec_stream: the CUDA stream the kernels run on (0: default)",
-                               "Tensor pointers are device memory."])
-        files[f"{g.name}.cu"] = env.get_template("cuda/kernel.cu.j2").render(ctx)
-        ctx["uses_bool"] = any(p.type.dtype == "bool" for p in g.params + g.outputs)
-        files[f"{g.name}.h"] = env.get_template("common/header.h.j2").render(ctx)
+    libs = []
+    graphs = dict(zip((g.name for g in m.graphs), zip(m.graphs, m.programs)))
+    for lib, members in libraries(src.display, m.graphs, options.get("per_kernel", False)):
+        ctxs = []
+        for g in members:
+            g, prog = graphs[g.name]
+            ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"])
+            ctx.update(banner=banner("//"), header=f"{lib}.h",
+                       kernels=[render_kernel(k, g.symbols, target) for k in prog.kernels])
+            files[f"{g.name}.cu"] = env.get_template("cuda/kernel.cu.j2").render(ctx)
+            ctxs.append(ctx)
+        files[f"{lib}.h"] = render_header(
+            env, banner, lib, members, ctxs, ["cuda_runtime_api.h"],
+            ["tilec_stream: the CUDA stream the kernels run on (0: default)",
+             "Tensor pointers are device memory."])
+        libs.append(dict(name=lib, sources=[g.name for g in members]))
     files["tilec_cuda.h"] = env.loader.get_source(env, "cuda/tilec_cuda.h")[0]
     last = archs[-1][3:]
     files["Makefile"] = env.get_template("cuda/Makefile.j2").render(
-        banner=banner("#"), names=[g.name for g in m.graphs],
+        banner=banner("#"), libs=libs,
         gencode=" ".join(_gencode(a) for a in archs) +
         f" -gencode arch=compute_{last},code=compute_{last}", archs=", ".join(archs))
     return files
