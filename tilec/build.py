@@ -89,5 +89,44 @@ def cached_build(files: dict, target) -> Path:
 _DONE = ".tilec-built"  # written last: the cache entry is complete
 
 
+def tilec_files() -> list:
+    """Every file of tilec that decides what a build produces (code, templates, grammar)."""
+    pkg = Path(__file__).resolve().parent
+    files = [p for p in pkg.rglob("*") if p.suffix in (".py", ".j2", ".h", ".lark") and
+             "__pycache__" not in p.parts]
+    grammar = pkg.parent / "grammar" / "tile.lark"  # the source tree's copy
+    if grammar.exists():
+        files.append(grammar)
+    return sorted(files)
+
+
+def _make_escape(path) -> str:
+    return str(path).replace("\\", "\\\\").replace(" ", "\\ ").replace("#", "\\#").replace(
+        "$", "$$")
+
+
+def write_stamp(out_dir: Path, stem: str, source: str):
+    """After a successful build: `STEM.stamp`, and `STEM.d`, a Make-style depfile saying the
+    stamp depends on the .tile file and on tilec itself, so a build system (Make, Ninja, CMake's
+    DEPFILE) reruns tilec only when one of them changed."""
+    stamp = out_dir / f"{stem}.stamp"
+    deps = [Path(source).resolve()] + tilec_files()
+    text = f"{_make_escape(stamp.resolve())}: \\\n" + " \\\n".join(
+        f"  {_make_escape(d)}" for d in deps) + "\n"
+    try:
+        (out_dir / f"{stem}.d").write_text(text)
+        stamp.write_text("")
+    except OSError as e:
+        raise error(f"cannot write to {out_dir}: {e.strerror or e}") from None
+    for p in (stamp, out_dir / f"{stem}.d"):
+        os.chmod(p, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def library_path(out_dir: Path, name: str) -> Path:
     return out_dir / f"lib{name}.so"

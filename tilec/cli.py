@@ -177,8 +177,10 @@ def _build(state, file, target, out, kernel, emit_only, arch, force=False, per_k
     out_dir = Path(out)
     driver.write_files(out_dir, files, force)
     if not emit_only:
-        from .build import run_make
+        from .build import run_make, write_stamp
+        from .targets.abi import library_name
         run_make(out_dir, driver.get_target(target))
+        write_stamp(out_dir, library_name(state["src"].display), file)
     return m0, m, out_dir
 
 
@@ -199,6 +201,12 @@ def build(state, file, target, arch, out, kernel, emit_only, force, per_kernel):
     what = "sources" if emit_only else "libraries"
     names = ", ".join(g.name for g in m.graphs)
     click.echo(f"{state['src'].display}: {what} for {names} in {out_dir}")
+    if not emit_only:
+        from .targets.abi import libraries
+        t = driver.get_target(target)
+        libs = " ".join(f"-l{lib}" for lib, _ in libraries(state["src"].display, m.graphs,
+                                                            per_kernel))
+        click.echo(f"link with: -I{out_dir} -L{out_dir} {libs} {t.link_flags}".rstrip())
 
 
 @main.command()

@@ -4,9 +4,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifndef TILEC_COMMON_DEFINED
 #define TILEC_COMMON_DEFINED
+/* The C ABI these declarations follow; headers of one program must agree on it. */
+#define TILEC_ABI_VERSION 2
+
 typedef uint16_t tilec_f16;   /* IEEE binary16, as raw bits */
 typedef uint16_t tilec_bf16;  /* bfloat16, as raw bits */
 
@@ -41,11 +45,107 @@ static inline const char* tilec_status_string(int status) {
     default: return "unknown tilec status";
     }
 }
+
+/* float <-> f16 / bf16 bits, rounding to nearest even (NaN stays NaN, overflow gives inf). */
+static inline tilec_f16 tilec_f16_from_float(float f) {
+    uint32_t x, man, r, rest, half;
+    int e;
+    uint16_t sign;
+    memcpy(&x, &f, sizeof x);
+    sign = (uint16_t)((x >> 16) & 0x8000u);
+    man = x & 0x7FFFFFu;
+    if (((x >> 23) & 0xFFu) == 0xFFu)  /* inf, NaN */
+        return (tilec_f16)(sign | 0x7C00u | (man ? 0x200u : 0u));
+    e = (int)((x >> 23) & 0xFFu) - 127 + 15;  /* the f16 biased exponent */
+    if (e >= 31)
+        return (tilec_f16)(sign | 0x7C00u);
+    if (e <= 0) {  /* an f16 subnormal (or zero): the value in units of 2^-24 */
+        if (e < -10)
+            return (tilec_f16)sign;
+        man |= 0x800000u;
+        half = 1u << (13 - e);
+        rest = man & ((half << 1) - 1u);
+        r = man >> (14 - e);
+    } else {
+        half = 0x1000u;
+        rest = man & 0x1FFFu;
+        r = ((uint32_t)e << 10) | (man >> 13);
+    }
+    if (rest > half || (rest == half && (r & 1u)))
+        r++;  /* a carry into the exponent (or into inf) is the right result */
+    return (tilec_f16)(sign | r);
+}
+
+static inline float tilec_f16_to_float(tilec_f16 h) {
+    uint32_t sign = ((uint32_t)h & 0x8000u) << 16, e = ((uint32_t)h >> 10) & 0x1Fu;
+    uint32_t man = (uint32_t)h & 0x3FFu, x;
+    float f;
+    if (e == 0x1Fu) {
+        x = sign | 0x7F800000u | (man << 13);
+    } else if (e) {
+        x = sign | ((e + 112u) << 23) | (man << 13);
+    } else if (man) {  /* subnormal: normalize */
+        uint32_t k = 0;
+        while (!(man & 0x400u)) {
+            man <<= 1;
+            k++;
+        }
+        x = sign | ((113u - k) << 23) | ((man & 0x3FFu) << 13);
+    } else {
+        x = sign;
+    }
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static inline tilec_bf16 tilec_bf16_from_float(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u)
+        return (tilec_bf16)((x >> 16) | 0x40u);  /* keep NaN a NaN */
+    x += 0x7FFFu + ((x >> 16) & 1u);
+    return (tilec_bf16)(x >> 16);
+}
+
+static inline float tilec_bf16_to_float(tilec_bf16 b) {
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+/* What NAME_info() returns: a description of a kernel's C arguments, for generating bindings. */
+enum { TILEC_ARG_INPUT = 0, TILEC_ARG_OUTPUT = 1, TILEC_ARG_SCALAR = 2, TILEC_ARG_DIM = 3 };
+typedef struct tilec_arg_info {
+    const char* name;          /* as in the .tile file */
+    int kind;                  /* TILEC_ARG_* */
+    const char* dtype;         /* "f16", "f32", "u4", ... (NULL for a dimension) */
+    int rank;                  /* 0 for scalars and dimensions */
+    const char* const* shape;  /* rank expressions of the dimensions, e.g. "M", "K // 128" */
+} tilec_arg_info;
+typedef struct tilec_kernel_info {
+    const char* name;
+    const char* doc;
+    int abi_version;           /* TILEC_ABI_VERSION of the library */
+    const char* target;        /* "cpu", "cuda" */
+    int num_args;              /* in the order of the C function's parameters */
+    const tilec_arg_info* args;
+    int num_assumes;
+    const char* const* assumes;  /* conditions on the dimensions, e.g. "K % 128 == 0" */
+} tilec_kernel_info;
+#elif TILEC_ABI_VERSION != 2
+#error "tilec headers with different ABI versions in one translation unit"
 #endif /* TILEC_COMMON_DEFINED */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/*
+ * Link with libgemm_bias_relu.so, or with libgemm_bias_relu.a and -fopenmp.
+ * A call runs on an OpenMP team of omp_get_max_threads() threads; call omp_set_num_threads(n) on
+ * the calling thread to cap its calls at n threads.
+ */
 
 /*
  * gemm_bias_relu: Linear layer with bias and ReLU.
@@ -58,11 +158,15 @@ extern "C" {
  *   K: dimension
  *   N: dimension
  *
+ * Dimensions, in this order after the tensors: M, K, N.
  * Tensors are dense, row-major; 4-bit tensors pack two values per byte along the last axis,
  * low nibble first. Returns TILEC_OK, or an error code (see tilec_status_string) without
  * touching the outputs when an argument is invalid.
  */
 int gemm_bias_relu(const tilec_f16* A, const tilec_f16* B, const tilec_f16* bias, tilec_f16* C, int64_t M, int64_t K, int64_t N);
+
+/* The arguments of gemm_bias_relu, for tools that generate bindings. */
+const tilec_kernel_info* gemm_bias_relu_info(void);
 
 /* Bytes of scratch memory gemm_bias_relu_with_workspace needs for these dimensions (0: none). */
 size_t gemm_bias_relu_workspace_size(int64_t M, int64_t K, int64_t N);

@@ -112,3 +112,22 @@ def multiple_of(e, n: int) -> bool:
     if isinstance(e, T.Binary) and e.fn in ("add", "sub"):
         return multiple_of(e.a, n) and multiple_of(e.b, n)
     return False
+
+
+def used_names(k: T.TileKernel) -> set:
+    """Every variable name kernel `k` reads: in its grid, its statements (all nested fields) and
+    the dimensions of its tensors' shapes."""
+    out = set()
+
+    def note(e):
+        if isinstance(e, T.Var):
+            out.add(e.name)
+        return None
+    for e in k.grid:
+        map_expr(e, note)
+    for st in k.body:
+        map_exprs(st, note)
+    for p in k.params:
+        for d in p.shape:
+            out |= set(d.symbols())
+    return out

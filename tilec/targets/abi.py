@@ -11,6 +11,8 @@ For a source kernel NAME the header declares
 
 from __future__ import annotations
 
+import textwrap
+
 from ..ir import tile as T
 from ..ir.types import DTYPES, Dim
 from .cstyle import ABI_TYPE, bytes_expr, cdim, cname
@@ -29,6 +31,14 @@ STATUSES = (
     ("TILEC_ERR_TOO_LARGE", 10, "a size computed from the dimensions does not fit in 64 bits"),
 )
 WORKSPACE_ALIGN = 256
+# TILEC_ABI_VERSION: 2 added NAME_info() and TILEC_ERR_TOO_LARGE, and one header per library
+ABI_VERSION = 2
+
+
+def c_string(text: str) -> str:
+    """A C string literal (ASCII; other characters as universal character names)."""
+    import json
+    return json.dumps(text, ensure_ascii=True)
 
 
 def library_name(source_name: str) -> str:
@@ -108,6 +118,16 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                              name=k.name))
         launches.append(opts)
     doc_lines = (g.doc or "").splitlines() or [""]
+    info_args = []
+    for p, role in tensors:
+        kind = "TILEC_ARG_SCALAR" if p.is_scalar else (
+            "TILEC_ARG_INPUT" if role == "input" else "TILEC_ARG_OUTPUT")
+        info_args.append(dict(name=c_string(p.name), kind=kind, dtype=c_string(p.type.dtype),
+                              shape=[c_string(str(d)) for d in p.type.shape]))
+    info_args += [dict(name=c_string(s), kind="TILEC_ARG_DIM", dtype="nullptr", shape=[])
+                  for s in g.symbols]
+    info = dict(args=info_args, assumes=[c_string(a.text) for a in g.assumes],
+                doc=c_string(g.doc or ""), name=c_string(g.name))
     return dict(name=g.name, abi_params=abi + dims + target_params, dims=dims,
                 dim_args=[cname(s) for s in g.symbols],
                 call_args=[cname(p.name) for p, _ in tensors] + [cname(s) for s in g.symbols],
@@ -116,7 +136,8 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                 scalars=scalars, workspaces=workspaces, workspace_bytes=offset,
                 workspace_align=WORKSPACE_ALIGN, launches=launches, statuses=STATUSES,
                 title=f"{g.name}: {doc_lines[0]}" if g.doc else g.name, doc_lines=doc_lines,
-                arg_docs=arg_docs)
+                arg_docs=arg_docs, dim_names=list(g.symbols),
+                assume_texts=[a.text for a in g.assumes], info=info)
 
 
 _REG = {"f16": "float", "bf16": "float"}
@@ -186,9 +207,11 @@ def dim_checks(g) -> list:
     return checks
 
 
-def render_header(env, banner, lib: str, graphs, ctxs: list, includes: list, target_doc: list):
+def render_header(env, banner, lib: str, graphs, ctxs: list, includes: list, target_doc: list,
+                  link_flags: str = "", threads_note: str = ""):
     """The C header of one library: the status codes and every kernel's declarations."""
     return env.get_template("common/header.h.j2").render(
         banner=banner("//"), lib=lib, kernels=ctxs, statuses=STATUSES, header_includes=includes,
-        target_doc=target_doc,
+        target_doc=target_doc, abi_version=ABI_VERSION, link_flags=link_flags,
+        threads_note=textwrap.wrap(threads_note, 94),
         uses_bool=any(p.type.dtype == "bool" for g in graphs for p in g.params + g.outputs))

@@ -98,6 +98,7 @@ class Target:
     arch_choices: tuple = ()  # values of --arch
     default_arch: tuple = ()
     runtime: str = ""  # module in tilec.runtimes that `tilec run` uses
+    link_flags: str = ""  # what a program linking the library (static or shared) also needs
     options: dict = field(default_factory=dict)
 
     @property

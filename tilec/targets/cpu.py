@@ -11,6 +11,7 @@ import platform
 from ..diagnostics import error
 from ..ir import tile as T
 from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
+from ..passes.rewrite import used_names
 from .abi import launcher_context, libraries, render_header
 from .base import Resources, Target, Toolchain
 from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
@@ -202,7 +203,8 @@ def render_kernel(k: T.TileKernel, symbols, threads_expr: str) -> dict:
         else:
             const = "const " if p.kind == "input" else ""
             params.append(f"{const}{ABI_TYPE[p.dtype]}* __restrict {cname(p.name)}")
-    params += [f"int64_t {cname(s)}" for s in symbols]
+    used = used_names(k)  # a dimension the kernel does not read is an unnamed parameter
+    params += [f"int64_t {cname(s)}" if s in used else f"int64_t /*{s}*/" for s in symbols]
     grid = [em.expr(g) for g in k.grid] + ["1"] * (3 - len(k.grid))
     bvars = []
     for n, v in enumerate(k.block_vars):
@@ -228,11 +230,14 @@ def render(target, src, m, env, banner, options) -> dict:
             sched = m.schedule_for(g.name, target.name)
             threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
             ctx = launcher_context(g, prog, [], [])
-            ctx.update(banner=banner("//"), header=f"{lib}.h",
+            ctx.update(banner=banner("//"), header=f"{lib}.h", target_name=target.name,
                        kernels=[render_kernel(k, g.symbols, threads) for k in prog.kernels])
             files[f"{g.name}.cpp"] = env.get_template("cpu/kernel.cpp.j2").render(ctx)
             ctxs.append(ctx)
-        files[f"{lib}.h"] = render_header(env, banner, lib, members, ctxs, [], [])
+        files[f"{lib}.h"] = render_header(
+            env, banner, lib, members, ctxs, [], [], target.link_flags,
+            "A call runs on an OpenMP team of omp_get_max_threads() threads; call "
+            "omp_set_num_threads(n) on the calling thread to cap its calls at n threads.")
         libs.append(dict(name=lib, sources=[g.name for g in members]))
     files["tilec_cpu.h"] = env.loader.get_source(env, "cpu/tilec_cpu.h")[0]
     archs = options.get("arch") or target.default_arch
@@ -267,6 +272,7 @@ CPU = Target(
     source_ext=".cpp",
     device_library="tilec_cpu.h",
     runtime="cpu",
+    link_flags="-fopenmp",
     # -march for g++: a portable default (x86-64-v3: AVX2 and FMA, every x86 server and desktop
     # since about 2015) on x86-64 hosts, the compiler's own default elsewhere; `native` for the
     # build machine (what `tilec run` uses, since it runs where it builds)

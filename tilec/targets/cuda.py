@@ -22,7 +22,7 @@ from ..passes import (
     version_masks,
 )
 from ..passes.hoist_guards import conjuncts, split_bound
-from ..passes.rewrite import loads_in, multiple_of, uses_var
+from ..passes.rewrite import loads_in, multiple_of, used_names, uses_var
 from .abi import launcher_context, libraries, render_header
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
@@ -586,12 +586,16 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
         else:
             const = "const " if p.kind == "input" else ""
             params.append(f"{const}{ABI_TYPE[p.dtype]}* __restrict__ {cname(p.name)}")
-    params += [f"int64_t {cname(s)}" for s in symbols]
+    used = used_names(k)  # a dimension the kernel does not read is an unnamed parameter
+    kparams = params + [f"int64_t {cname(s)}" if s in used else f"int64_t /*{s}*/"
+                        for s in symbols]
+    params += [f"int64_t {cname(s)}" for s in symbols]  # the host launcher passes them all
     grid = [em.expr(g) for g in k.grid] + ["1"] * (3 - len(k.grid))
     # matrix kernels: registers matter more than a second block per SM (no spills)
     gemm = any(isinstance(s, T.Gemm) for s in T.walk_stmts(k.body))
     bounds = f"{k.threads}, 1" if gemm else f"{k.threads}"
-    return dict(name=k.name, comment=k.comment, params=params, bounds=bounds, args=[
+    return dict(name=k.name, comment=k.comment, params=params, kparams=kparams, bounds=bounds,
+                args=[
         cname(p.name) for p in k.params] + [cname(s) for s in symbols], grid=grid,
         block_vars=block_vars(k), threads=k.threads, smem=off, shared=shared, frags=frags,
         body=em.lines, tile_ir=T.print_kernel(k).splitlines())
@@ -640,14 +644,14 @@ def render(target, src, m, env, banner, options) -> dict:
         for g in members:
             g, prog = graphs[g.name]
             ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"])
-            ctx.update(banner=banner("//"), header=f"{lib}.h",
+            ctx.update(banner=banner("//"), header=f"{lib}.h", target_name=target.name,
                        kernels=[render_kernel(k, g.symbols, target) for k in prog.kernels])
             files[f"{g.name}.cu"] = env.get_template("cuda/kernel.cu.j2").render(ctx)
             ctxs.append(ctx)
         files[f"{lib}.h"] = render_header(
             env, banner, lib, members, ctxs, ["cuda_runtime_api.h"],
             ["tilec_stream: the CUDA stream the kernels run on (0: default)",
-             "Tensor pointers are device memory."])
+             "Tensor pointers are device memory."], target.link_flags)
         libs.append(dict(name=lib, sources=[g.name for g in members]))
     files["tilec_cuda.h"] = env.loader.get_source(env, "cuda/tilec_cuda.h")[0]
     last = archs[-1][3:]
@@ -693,4 +697,5 @@ CUDA = Target(
     arch_choices=("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"),
     default_arch=("sm_80", "sm_90"),
     runtime="cuda",
+    link_flags="-lcudart",
 )
