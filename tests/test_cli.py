@@ -379,3 +379,54 @@ def test_one_library_and_header_per_file_or_per_kernel(tmp_path):
     for name in ("rmsnorm", "rmsnorm_f32"):
         assert (tmp_path / "each" / f"lib{name}.so").exists()
         assert f"int {name}(" in (tmp_path / "each" / f"{name}.h").read_text()
+
+
+def test_build_prints_the_link_line_and_writes_a_depfile(tmp_path):
+    r = tilec("build", SAMPLES / "softmax.tile", "-o", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"link with: -I{tmp_path} -L{tmp_path} -lsoftmax -fopenmp" in r.stdout
+    dep = (tmp_path / "softmax.d").read_text()
+    assert dep.startswith(f"{tmp_path.resolve() / 'softmax.stamp'}:")
+    assert str((SAMPLES / "softmax.tile").resolve()) in dep and "tilec/driver.py" in dep
+    assert (tmp_path / "softmax.stamp").exists()
+
+
+THREADS = r"""
+#include "softmax.h"
+#include <omp.h>
+#include <dirent.h>
+#include <cstdio>
+#include <vector>
+static int threads_now() {  // threads of this process
+    int n = 0;
+    DIR* d = opendir("/proc/self/task");
+    while (readdir(d)) ++n;
+    closedir(d);
+    return n - 2;  // . and ..
+}
+int main(int argc, char**) {
+    std::vector<float> X(64 * 1024, 1.0f), Y(64 * 1024);
+    if (argc > 1) omp_set_num_threads(1);  // the documented cap, on the calling thread
+    int st = softmax_rows(X.data(), Y.data(), 64, 1024);
+    std::printf("%d %d\n", st, threads_now());
+    return st;
+}
+"""
+
+
+def test_the_calling_thread_caps_the_threads_of_a_call(tmp_path):
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: a call never starts a second thread")
+    r = tilec("build", SAMPLES / "softmax.tile", "-o", tmp_path)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "main.cpp").write_text(THREADS)
+    exe = tmp_path / "main"
+    cc = subprocess.run(["g++", "-std=c++17", "-fopenmp", str(tmp_path / "main.cpp"),
+                         f"-I{tmp_path}", str(tmp_path / "libsoftmax.a"), "-o", str(exe)],
+                        capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    free = subprocess.run([str(exe)], capture_output=True, text=True, env=env).stdout.split()
+    capped = subprocess.run([str(exe), "cap"], capture_output=True, text=True, env=env).stdout.split()
+    assert free[0] == capped[0] == "0"
+    assert int(free[1]) > 1 and int(capped[1]) == 1, (free, capped)
