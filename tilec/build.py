@@ -105,21 +105,31 @@ def _make_escape(path) -> str:
         "$", "$$")
 
 
-def write_stamp(out_dir: Path, stem: str, source: str):
-    """After a successful build: `STEM.stamp`, and `STEM.d`, a Make-style depfile saying the
-    stamp depends on the .tile file and on tilec itself, so a build system (Make, Ninja, CMake's
-    DEPFILE) reruns tilec only when one of them changed."""
+def write_stamp(out_dir: Path, stem: str, source: str, libs=(), link_flags: str = ""):
+    """After a successful build: `STEM.stamp`; `STEM.d`, a Make-style depfile saying the stamp
+    depends on the .tile file and on tilec itself, so a build system (Make, Ninja, CMake's
+    DEPFILE) reruns tilec only when one of them changed; and a pkg-config file per library
+    (its Libs carry an rpath to the output folder, where the shared library stays)."""
+    from . import __version__
     stamp = out_dir / f"{stem}.stamp"
     deps = [Path(source).resolve()] + tilec_files()
-    text = f"{_make_escape(stamp.resolve())}: \\\n" + " \\\n".join(
-        f"  {_make_escape(d)}" for d in deps) + "\n"
+    files = {f"{stem}.d": f"{_make_escape(stamp.resolve())}: \\\n" + " \\\n".join(
+        f"  {_make_escape(d)}" for d in deps) + "\n"}
+    prefix = out_dir.resolve()
+    for lib in libs:
+        files[f"{lib}.pc"] = (
+            f"# pkg-config file tilec wrote for lib{lib} ({Path(source).name})\n"
+            f"prefix={prefix}\nlibdir=${{prefix}}\nincludedir=${{prefix}}\n\n"
+            f"Name: {lib}\nDescription: tilec kernels from {Path(source).name}\n"
+            f"Version: {__version__}\nLibs: -L${{libdir}} -Wl,-rpath,${{libdir}} -l{lib}\n"
+            f"Libs.private: {link_flags}\nCflags: -I${{includedir}}\n")
+    files[stamp.name] = ""
     try:
-        (out_dir / f"{stem}.d").write_text(text)
-        stamp.write_text("")
+        for name, text in files.items():
+            (out_dir / name).write_text(text)
+            os.chmod(out_dir / name, 0o666 & ~_umask())
     except OSError as e:
         raise error(f"cannot write to {out_dir}: {e.strerror or e}") from None
-    for p in (stamp, out_dir / f"{stem}.d"):
-        os.chmod(p, 0o666 & ~_umask())
 
 
 def _umask() -> int:

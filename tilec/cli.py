@@ -95,8 +95,17 @@ def _load(state, file, kernel=None):
     return driver.select(driver.frontend(state["src"]), kernel)
 
 
+def _print_cmake_dir(ctx, param, value):
+    if value and not ctx.resilient_parsing:
+        click.echo(Path(__file__).resolve().parent / "cmake")
+        ctx.exit()
+
+
 @click.group()
 @click.version_option(__version__, prog_name="tilec")
+@click.option("--cmake-dir", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_cmake_dir,
+              help="Print the folder of tilec's CMake module (TilecConfig.cmake) and exit.")
 def main():
     """tilec: compile fused tile kernels (.tile) to C++, CUDA and HIP."""
 
@@ -178,9 +187,11 @@ def _build(state, file, target, out, kernel, emit_only, arch, force=False, per_k
     driver.write_files(out_dir, files, force)
     if not emit_only:
         from .build import run_make, write_stamp
-        from .targets.abi import library_name
-        run_make(out_dir, driver.get_target(target))
-        write_stamp(out_dir, library_name(state["src"].display), file)
+        from .targets.abi import libraries, library_name
+        t = driver.get_target(target)
+        run_make(out_dir, t)
+        libs = [lib for lib, _ in libraries(state["src"].display, m.graphs, per_kernel)]
+        write_stamp(out_dir, library_name(state["src"].display), file, libs, t.link_flags)
     return m0, m, out_dir
 
 
