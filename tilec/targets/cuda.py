@@ -41,6 +41,32 @@ def kind(dtype: str) -> str:
     return {"f16": "tilec::F16", "bf16": "tilec::BF16"}.get(dtype, f"tilec::Plain<{STORE[dtype]}>")
 
 
+def bits_kind(dtype: str) -> str:
+    """The storage kind that moves a dtype's bits unchanged (the vector arrays of a group)."""
+    return f"tilec::Plain<{STORE[dtype]}>"
+
+
+# 16-bit float operations run on 16-bit registers (see tilec_cuda.h: for these, computing in f32
+# and rounding once gives the same bits)
+NATIVE16 = {"add": "__hadd_rn", "sub": "__hsub_rn", "mul": "__hmul_rn", "maximum": "__hmax_nan",
+            "minimum": "__hmin_nan"}
+NATIVE16_UNARY = {"neg": "__hneg", "abs": "__habs"}
+
+
+def bits16(value: float, dtype: str) -> str:
+    """The bits of a 16-bit float constant, rounded to nearest even, as a C literal."""
+    import struct
+    if dtype == "f16":
+        b = struct.unpack("<H", struct.pack("<e", value))[0]
+    else:
+        f = struct.unpack("<I", struct.pack("<f", value))[0]
+        if (f & 0x7f800000) == 0x7f800000 and f & 0x7fffff:
+            b = 0x7fc0 | (f >> 16 & 0x8000)  # NaN
+        else:
+            b = (f + 0x7fff + (f >> 16 & 1)) >> 16
+    return f"(uint16_t)0x{b:04x}"
+
+
 class LoopContext:
     """Where the statements of a split parallel loop are being rendered: the loop's layout and
     variables, and the vector loads/stores hoisted around its element loop."""
@@ -51,6 +77,7 @@ class LoopContext:
         self.rows_of = layout.rows_layout() if isinstance(layout, (MmaLayout, VecLayout)) else None
         self.vec_loads: dict = {}  # Load -> register array name
         self.vec_stores: dict = {}  # id(Store) -> register array name
+        self.recips: dict = {}  # row divisor -> the name of its reciprocal
         self.rows_loop = isinstance(layout, (MmaRows, VecRows))
 
 
@@ -74,7 +101,26 @@ class CudaRenderer(CStyleRenderer):
     def binary(self, e: T.Binary) -> str:
         if e.fn == "pow" and not (float(e.exponent).is_integer() and abs(e.exponent) <= 4):
             return f"tilec::pow({self.expr(e.a)}, {_lit(e.exponent, e.dtype)})"
+        if e.fn == "div" and self.ctx is not None and e.b in self.ctx.recips:
+            # a row's elements divided by one value of the row (softmax's sum, a norm): times
+            # the reciprocal the group computed once, within 1.5 ulp of the division
+            return f"{self.operand(e.a, 8, False)} * {self.ctx.recips[e.b]}"
         return super().binary(e)
+
+    def row_divisors(self, body, jvar: str) -> list:
+        """f32 divisors in `body` that hold one value per row: no column variable, and read from
+        registers only (so that they can be evaluated once, before the element loop)."""
+        out = []
+        for st in body:
+            if isinstance(st, (T.If, T.For)):
+                continue
+            for x in T.walk_exprs(st.value) if isinstance(st, T.Store) else ():
+                if isinstance(x, T.Binary) and x.fn == "div" and x.dtype == "f32" and \
+                   x.b not in out and not uses_var(x.b, (jvar, "tilec_v")) and \
+                   all(ld.buf in self.allocs and self.allocs[ld.buf].scope == "fragment"
+                       for ld in T.walk_exprs(x.b) if isinstance(ld, T.Load)):
+                    out.append(x.b)
+        return out
 
     # ---- buffers
     def is_sixteen(self, buf: str) -> bool:
@@ -133,9 +179,66 @@ class CudaRenderer(CStyleRenderer):
         return f"{cname(a.name)}[{slot}] = {value};"
 
     def load(self, e: T.Load) -> str:
+        if self.ctx is not None and e in self.ctx.vec_loads:  # arrays hold the storage form
+            return self.from_storage(f"{self.ctx.vec_loads[e]}[tilec_v]", e.dtype)
+        return super().load(e)
+
+    # ---- 16-bit floats in 16-bit registers
+    def native16(self, e) -> bool:
+        """Is `e` a 16-bit float operation computed in 16-bit registers?"""
+        if getattr(e, "dtype", None) not in SIXTEEN:
+            return False
+        if isinstance(e, T.Binary):
+            return e.fn in NATIVE16 and e.a.dtype == e.b.dtype == e.dtype
+        if isinstance(e, T.Unary):
+            return e.fn in NATIVE16_UNARY and e.x.dtype == e.dtype
+        return False
+
+    def expr(self, e) -> str:
+        if self.native16(e):
+            return f"tilec::to_f32({self.hexpr(e)})"
+        return super().expr(e)
+
+    def hexpr(self, e) -> str:
+        """A 16-bit float expression as a `__half` / `__nv_bfloat16` value: native operations on
+        its operands' bits, loads as their bits, anything else computed in f32 and rounded once."""
+        dt = e.dtype
+        if self.native16(e):
+            if isinstance(e, T.Binary):
+                return f"{NATIVE16[e.fn]}({self.hexpr(e.a)}, {self.hexpr(e.b)})"
+            return f"{NATIVE16_UNARY[e.fn]}({self.hexpr(e.x)})"
+        if isinstance(e, T.Const):
+            return f"tilec::as_{dt}({bits16(float(e.value), dt)})"
+        if isinstance(e, T.Load):
+            raw = self.storage_ref(e)
+            if raw is not None:
+                return f"tilec::as_{dt}({raw})"
+        if isinstance(e, T.Cast) and hasattr(e.x, "dtype"):
+            return f"tilec::to_{dt}({self.cast(self.expr(e.x), e.x.dtype, 'f32')})"
+        return f"tilec::to_{dt}({self.expr_unrounded(e)})"
+
+    def storage_ref(self, e: T.Load):
+        """The register or memory reference that holds a loaded value's bits (None for 4-bit
+        values, which are unpacked)."""
         if self.ctx is not None and e in self.ctx.vec_loads:
             return f"{self.ctx.vec_loads[e]}[tilec_v]"
-        return super().load(e)
+        if e.buf in self.allocs:
+            a = self.allocs[e.buf]
+            if a.scope == "shared":
+                return None if a.layout.packed else self.smem_ref(a, e.idx)
+            return self.reg_read(a, self.reg_index(a, e.idx))
+        p = self.globals[e.buf]
+        return None if p.dtype in ("u4", "i4") else f"{cname(p.name)}[{self.global_offset(p, e.idx)}]"
+
+    def stored16(self, value, dtype: str) -> str:
+        """The bits of `value` stored into a 16-bit buffer of `dtype`: a value of that dtype as
+        its 16-bit result, any other converted once."""
+        if isinstance(value, T.Cast) and value.dtype == dtype and hasattr(value.x, "dtype"):
+            value = value.x  # the conversion to 16 bits is the store's own
+        vd = getattr(value, "dtype", "i64")
+        if vd == dtype:
+            return f"tilec::bits({self.hexpr(value)})"
+        return self.to_storage(self.cast(self.expr(value), vd, "f32"), dtype)
 
     def alloc_value(self, buf: str, value: str, vdtype: str) -> str:
         dt = self.allocs[buf].dtype
@@ -144,23 +247,17 @@ class CudaRenderer(CStyleRenderer):
         return self.cast(value, vdtype, dt)
 
     def store_expr(self, buf: str, value) -> str:
-        if buf in self.allocs and self.is_sixteen(buf) and isinstance(value, T.Cast) and \
-           value.dtype == self.allocs[buf].dtype and hasattr(value.x, "dtype"):
-            value = value.x  # the conversion to 16 bits is the store's own
+        dtype = self.allocs[buf].dtype if buf in self.allocs else self.globals[buf].dtype
+        if dtype in SIXTEEN:
+            return self.stored16(value, dtype)
         return super().store_expr(buf, value)
 
     # ---- statements
     def s_Store(self, s: T.Store, depth):
         ctx = self.ctx
-        dtype = self.allocs[s.buf].dtype if s.buf in self.allocs else self.globals[s.buf].dtype
         if ctx is not None and id(s) in ctx.vec_stores:  # one element of a vector store
-            v = s.value
-            if isinstance(v, T.Cast) and v.dtype == dtype and hasattr(v.x, "dtype"):
-                v = v.x
-            reg = "f32" if dtype in SIXTEEN else dtype
-            vd = getattr(v, "dtype", "i64")
-            text = self.expr_unrounded(v) if vd == dtype else self.expr(v)
-            self.emit(f"{ctx.vec_stores[id(s)]}[tilec_v] = {self.cast(text, vd, reg)};", depth)
+            self.emit(f"{ctx.vec_stores[id(s)]}[tilec_v] = {self.store_expr(s.buf, s.value)};",
+                      depth)
             return
         if s.buf in self.allocs:
             a = self.allocs[s.buf]
@@ -171,15 +268,6 @@ class CudaRenderer(CStyleRenderer):
                           depth)
             return
         p = self.globals[s.buf]
-        if ctx is not None and id(s) in ctx.vec_stores:
-            v = s.value
-            if isinstance(v, T.Cast) and v.dtype == p.dtype and hasattr(v.x, "dtype"):
-                v = v.x
-            reg = "f32" if p.dtype in SIXTEEN else p.dtype
-            vd = getattr(v, "dtype", "i64")
-            text = self.expr_unrounded(v) if vd == p.dtype else self.expr(v)
-            self.emit(f"{ctx.vec_stores[id(s)]}[tilec_v] = {self.cast(text, vd, reg)};", depth)
-            return
         line = f"{cname(s.buf)}[{self.global_offset(p, s.idx)}] = {self.store_expr(s.buf, s.value)};"
         if ctx is not None and ctx.rows_loop:  # every thread holding the row has the value
             line = f"if ({ctx.layout.leader()}) {line}"
@@ -408,6 +496,72 @@ class CudaRenderer(CStyleRenderer):
             self.stmts(orelse, d + 1)
         self.emit("}", d)
 
+    def packed_source(self, ld: T.Load, jvar: str, rowwise: dict):
+        """(base pointer, row, first column, columns) of a 4-bit column load, else None."""
+        at = ld.idx[:-1] + (_at_j0(ld.idx[-1], jvar),)
+        if ld.buf in rowwise:
+            a = rowwise[ld.buf]
+            if not a.layout.packed:
+                return None
+            r, c = (self.expr(x) for x in at[-2:])
+            return self.stage_base(a, at), r, c, str(_const(a.shape[-1]))
+        p = self.globals[ld.buf]
+        if p.dtype not in ("u4", "i4"):
+            return None
+        dims = [pdim(x) for x in p.shape]
+        row = self.linear(dims[:-1], at[:-1]) if len(dims) > 1 else "0"
+        return cname(p.name), row, self.expr(at[-1]), dims[-1]
+
+    def emit_column_load(self, ld: T.Load, jvar: str, rowwise: dict, packed, vec: int, nload: str,
+                         d: int):
+        """The vector load of one group's columns into its register array (storage form)."""
+        name = self.ctx.vec_loads[ld]
+        at = ld.idx[:-1] + (_at_j0(ld.idx[-1], jvar),)
+        if packed is not None:  # 4-bit values, unpacked to int32
+            base, row, col, cols = packed
+            self.emit(f"int32_t {name}[{vec}];", d)
+            self.emit(f"tilec::load_vec4<{vec}, {str(ld.dtype == 'i4').lower()}>({name}, {base}, "
+                      f"{row}, {col}, {cols}, {nload});", d)
+            return
+        if ld.buf in rowwise:  # a row-major shared tile: the group's columns are contiguous
+            a = rowwise[ld.buf]
+            r, c = (self.expr(x) for x in at[-2:])
+            ptr = f"{self.stage_base(a, at)} + {self.shared_layout_type(a)}::offset({r}, {c})"
+            dtype = a.dtype
+        else:
+            p = self.globals[ld.buf]
+            ptr, dtype = f"{cname(p.name)} + {self.global_offset(p, at)}", p.dtype
+        self.emit(f"{STORE[dtype]} {name}[{vec}];", d)
+        self.emit(f"tilec::load_vec<{vec}, {bits_kind(dtype)}>({name}, {ptr}, {nload});", d)
+
+    def dequant_stores(self, body, orelse, sources: dict) -> list:
+        """When every store of the group is dtype((f32(q) - zero) * f32(s)) of a 4-bit column
+        load q and a column load s of the stored 16-bit dtype (what `dequant` lowers to), and the
+        else branch stores zeros: (store, q, s, bias bits) for each, else []."""
+        out = []
+        for st in body:
+            dt = (self.allocs.get(st.buf) or self.globals.get(st.buf)).dtype \
+                if isinstance(st, T.Store) else None
+            hit = _dequant_form(st.value, dt) if dt in SIXTEEN else None
+            if hit is None or hit[0] not in self.ctx.vec_loads or sources.get(hit[0]) is None or \
+               hit[2] not in self.ctx.vec_loads or hit[2].dtype != dt:
+                return []
+            q, zero, sc = hit
+            magic = 1024 if dt == "f16" else 128
+            bias = magic + zero + (8 if q.dtype == "i4" else 0)
+            lo, hi = (-8, 7) if q.dtype == "i4" else (0, 15)
+            exact = 2048 if dt == "f16" else 256  # integers a 16-bit float holds exactly
+            if not (0 < bias < 2 * exact and max(abs(lo - zero), abs(hi - zero)) <= exact and
+                    float(bias).is_integer()):
+                return []
+            out.append((st, q, sc, bits16(float(bias), dt)[len("(uint16_t)0x"):]))
+        for st in orelse:
+            if not (isinstance(st, T.Store) and isinstance(st.value, T.Const) and
+                    st.value.value == 0 and any(st.buf == x.buf and st.idx == x.idx
+                                                for x, *_ in out)):
+                return []
+        return out
+
     def vector_group(self, body, orelse, ok, jvar, col0, col_bounds, other, vec, d):
         """One group of `vec` consecutive columns: its global loads along the columns as vector
         loads, the body per column, its global stores along the columns as vector stores; only
@@ -424,40 +578,25 @@ class CudaRenderer(CStyleRenderer):
         nload = f"({ok} ? tilec_n : 0)" if ok else "tilec_n"
         ctx = self.ctx
         rowwise = {n: a for n, a in self.allocs.items() if a.scope == "shared" and not a.layout.swizzle}
-        for ld in _column_loads(body, jvar, {**self.globals, **rowwise}):
-            name = self.fresh("tilec_ld")
-            at = ld.idx[:-1] + (_at_j0(ld.idx[-1], jvar),)
-            ctx.vec_loads[ld] = name
-            if ld.buf in rowwise:  # a row-major shared tile: the group's columns are contiguous
-                a = rowwise[ld.buf]
-                base = self.stage_base(a, at)
-                r, c = (self.expr(x) for x in at[-2:])
-                if a.layout.packed:
-                    self.emit(f"int32_t {name}[{vec}];", d)
-                    self.emit(f"tilec::load_vec4<{vec}, {str(a.dtype == 'i4').lower()}>({name}, "
-                              f"{base}, {r}, {c}, {_const(a.shape[-1])}, {nload});", d)
-                else:
-                    self.emit(f"{kind(a.dtype)}::reg {name}[{vec}];", d)
-                    self.emit(f"tilec::load_vec<{vec}, {kind(a.dtype)}>({name}, {base} + "
-                              f"{self.shared_layout_type(a)}::offset({r}, {c}), {nload});", d)
-                continue
-            p = self.globals[ld.buf]
-            if p.dtype in ("u4", "i4"):
-                dims = [pdim(x) for x in p.shape]
-                row = self.linear(dims[:-1], at[:-1]) if len(dims) > 1 else "0"
-                self.emit(f"int32_t {name}[{vec}];", d)
-                self.emit(f"tilec::load_vec4<{vec}, {str(p.dtype == 'i4').lower()}>({name}, "
-                          f"{cname(p.name)}, {row}, {self.expr(at[-1])}, {dims[-1]}, {nload});", d)
-            else:
-                ptr = f"{cname(p.name)} + {self.global_offset(p, at)}"
-                self.emit(f"{kind(p.dtype)}::reg {name}[{vec}];", d)
-                self.emit(f"tilec::load_vec<{vec}, {kind(p.dtype)}>({name}, {ptr}, {nload});", d)
+        loads = _column_loads(body, jvar, {**self.globals, **rowwise})
+        for ld in loads:
+            ctx.vec_loads[ld] = self.fresh("tilec_ld")
+        sources = {ld: self.packed_source(ld, jvar, rowwise) for ld in loads}
+        dequant = [] if other or vec != 8 else self.dequant_stores(body, orelse, sources)
+        deferred = {q for _, q, _, _ in dequant}  # loaded as words on the fast path
+        for ld in loads:
+            if ld not in deferred:
+                self.emit_column_load(ld, jvar, rowwise, sources[ld], vec, nload, d)
+        for b in self.row_divisors(body, jvar):
+            name = self.fresh("tilec_rcp")
+            self.emit(f"const float {name} = tilec::recip({self.expr(b)});", d)
+            ctx.recips[b] = name
         stores = [] if other or orelse else [
             st for st in body if isinstance(st, T.Store) and st.buf in self.globals and
             _unit_stride(st.idx, jvar)]
         for st in stores:
             name = self.fresh("tilec_st")
-            self.emit(f"{kind(self.globals[st.buf].dtype)}::reg {name}[{vec}];", d)
+            self.emit(f"{STORE[self.globals[st.buf].dtype]} {name}[{vec}];", d)
             ctx.vec_stores[id(st)] = name
         # stores into a shared tile whose `vec` columns are contiguous: one vector store, when
         # every element stores (both branches write the same element) or the tail is predicated
@@ -474,7 +613,7 @@ class CudaRenderer(CStyleRenderer):
                     continue
                 name = self.fresh("tilec_st")
                 a = self.allocs[st.buf]
-                self.emit(f"{kind(a.dtype)}::reg {name}[{vec}];", d)
+                self.emit(f"{STORE[a.dtype]} {name}[{vec}];", d)
                 ctx.vec_stores[id(st)] = name
                 if twin is not None:
                     ctx.vec_stores[id(twin)] = name
@@ -488,7 +627,28 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"(void){cname(jvar)};", depth + 1)
             self.branch(conds + (["tilec_v < tilec_n"] if guarded else []), body, orelse, depth + 1)
             self.emit("}", depth)
-        if col_bounds and vec > 1:
+        if dequant:
+            # whole groups of packed 4-bit values: two values per instruction (dequant4x8); the
+            # rest (a row's last group, a masked group, an unaligned word) value by value
+            words, calls = [], []
+            for st, q, sc, bias in dequant:
+                w = self.fresh("tilec_w")
+                base, row, col, cols = sources[q]
+                self.emit(f"uint32_t {w} = 0;", d)
+                words.append(f"tilec::word4({w}, {base}, {row}, {col}, {cols})")
+                calls.append(f"tilec::dequant4x8<{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}>"
+                             f"({ctx.vec_stores[id(st)]}, {w}, 0x{bias}{bias}u, "
+                             f"{ctx.vec_loads[sc]});")
+            self.emit(f"if ({' && '.join([f'tilec_n >= {vec}'] + ([ok] if ok else []) + words)}) {{",
+                      d)
+            for c in calls:
+                self.emit(c, d + 1)
+            self.emit("} else {", d)
+            for q in deferred:
+                self.emit_column_load(q, jvar, rowwise, sources[q], vec, nload, d + 1)
+            element_loop(bool(col_bounds), d + 1)
+            self.emit("}", d)
+        elif col_bounds and vec > 1:
             # whole groups (all but the last of a row) run without a test per element
             self.emit(f"if (tilec_n >= {vec}) {{", d)
             element_loop(False, d + 1)
@@ -500,14 +660,14 @@ class CudaRenderer(CStyleRenderer):
         for st in stores:
             p = self.globals[st.buf]
             at = st.idx[:-1] + (_at_j0(st.idx[-1], jvar),)
-            self.emit(f"tilec::store_vec<{vec}, {kind(p.dtype)}>({cname(p.name)} + "
+            self.emit(f"tilec::store_vec<{vec}, {bits_kind(p.dtype)}>({cname(p.name)} + "
                       f"{self.global_offset(p, at)}, {ctx.vec_stores[id(st)]}, tilec_n);", d)
         for st, name, whole in shared_stores:
             a = self.allocs[st.buf]
             at = st.idx[:-1] + (_at_j0(st.idx[-1], jvar),)
             r, c = (self.expr(x) for x in at[-2:])
             n = str(vec) if whole else nload
-            self.emit(f"tilec::store_vec<{vec}, {kind(a.dtype)}>({self.stage_base(a, at)} + "
+            self.emit(f"tilec::store_vec<{vec}, {bits_kind(a.dtype)}>({self.stage_base(a, at)} + "
                       f"{self.shared_layout_type(a)}::offset({r}, {c}), {name}, {n});", d)
 
 
@@ -539,6 +699,25 @@ def _at_j0(last, jvar: str):
     if isinstance(last, T.Var):
         return T.Var("tilec_j0")
     return T.Binary("add", last.a, T.Var("tilec_j0"), "i64")
+
+
+def _dequant_form(value, dtype: str):
+    """(q, zero, s) when `value` is dtype((f32(q) - zero) * f32(s)) (or without `- zero`) with q a
+    4-bit load, zero an integer constant and s a load of `dtype`; else None."""
+    if isinstance(value, T.Cast) and value.dtype == dtype:
+        value = value.x
+    if not (isinstance(value, T.Binary) and value.fn == "mul" and value.dtype == "f32"):
+        return None
+    for x, s in ((value.a, value.b), (value.b, value.a)):
+        if not (isinstance(s, T.Cast) and isinstance(s.x, T.Load) and s.x.dtype == dtype):
+            continue
+        zero = 0
+        if isinstance(x, T.Binary) and x.fn == "sub" and isinstance(x.b, T.Const) and \
+           float(x.b.value).is_integer():
+            x, zero = x.a, int(x.b.value)
+        if isinstance(x, T.Cast) and isinstance(x.x, T.Load) and x.x.dtype in ("u4", "i4"):
+            return x.x, zero, s.x
+    return None
 
 
 def _column_loads(body, jvar: str, globals_: dict) -> list:

@@ -42,6 +42,20 @@ TILEC_HD uint16_t f32_to_bf16(float x) { return __bfloat16_as_ushort(__float2bfl
 TILEC_DEV float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 TILEC_DEV float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
+// 16-bit arithmetic in 16-bit registers: an add, subtract or multiply of two f16 (bf16) values
+// computed in f32 and rounded once equals the correctly rounded 16-bit operation (24 >= 2 * 11 + 2
+// bits: the double rounding is innocuous), so the renderer runs such operations as one 16-bit
+// instruction on the values' bits (`__hadd_rn` etc.: `_rn` keeps mul + add from fusing) instead
+// of converting, computing in f32 and rounding.
+TILEC_DEV __half as_f16(uint16_t b) { return __ushort_as_half(b); }
+TILEC_DEV __nv_bfloat16 as_bf16(uint16_t b) { return __ushort_as_bfloat16(b); }
+TILEC_DEV __half to_f16(float x) { return __float2half_rn(x); }
+TILEC_DEV __nv_bfloat16 to_bf16(float x) { return __float2bfloat16_rn(x); }
+TILEC_DEV float to_f32(__half h) { return __half2float(h); }
+TILEC_DEV float to_f32(__nv_bfloat16 h) { return __bfloat162float(h); }
+TILEC_DEV uint16_t bits(__half h) { return __half_as_ushort(h); }
+TILEC_DEV uint16_t bits(__nv_bfloat16 h) { return __bfloat16_as_ushort(h); }
+
 // 16-bit fragments hold two values per 32-bit register: value e is half e % 2 of register e / 2
 // (after unrolling, e is a constant and these are register moves)
 TILEC_DEV uint16_t get16(const uint32_t* r, int e) { return (uint16_t)(r[e >> 1] >> ((e & 1) * 16)); }
@@ -83,7 +97,12 @@ TILEC_DEV int32_t load_i4(const uint8_t* base, int64_t row, int64_t col, int64_t
 // ---- elementwise math of fused expressions: float and double overloads, NumPy semantics ------
 // exp of f32 goes through ex2 (x * log2 e rounds once: about 2 ulp for |x| < 20, 3e-6 relative
 // at |x| = 88); the others are the CUDA math library's full-precision functions.
-TILEC_DEV float exp_f32(float x) { return exp2f(x * 1.4426950408889634f); }
+// (results below 2^-126 flush to zero: one ex2 instruction, without the subnormal rescaling)
+TILEC_DEV float exp_f32(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+    return r;
+}
 TILEC_DEV float exp(float x) { return exp_f32(x); }
 TILEC_DEV double exp(double x) { return ::exp(x); }
 TILEC_DEV float exp2(float x) { return exp2f(x); }
@@ -113,13 +132,20 @@ TILEC_DEV double abs(double x) { return ::fabs(x); }
 template <typename T> TILEC_DEV T abs(T x) { return x < T(0) ? T(-x) : x; }
 
 template <typename T> TILEC_DEV T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN
-// 1 / x, correctly rounded (the same value as a division, without its slow-path branch)
+// 1 / x, correctly rounded (a row's reciprocal, computed once per row)
 TILEC_DEV float recip(float x) { return __frcp_rn(x); }
-TILEC_DEV double recip(double x) { return __drcp_rn(x); }
+// 1 / y for y in [1, 2] (sigmoid's denominator): f32 takes the hardware reciprocal (within 1 ulp,
+// one instruction instead of a correctly rounded reciprocal's dozen and its slow-path call)
+TILEC_DEV float recip_1_2(float y) {
+    float r;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+    return r;
+}
+TILEC_DEV double recip_1_2(double y) { return __drcp_rn(y); }
 // 1 / (1 + exp(-x)) without overflow: for x < 0 it is e / (1 + e) with e = exp(x)
 template <typename T> TILEC_DEV T sigmoid(T x) {
     const T e = exp(-abs(x));
-    const T s = recip(T(1) + e);
+    const T s = recip_1_2(T(1) + e);
     return x >= T(0) ? s : e * s;
 }
 template <typename T> TILEC_DEV T silu(T x) { return x * sigmoid(x); }
@@ -307,6 +333,50 @@ TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V],
         for (int v = 0; v < V; ++v)
             if (v < n) p[v] = K::store(in[v]);
     }
+}
+
+// ---- dequantization of 4-bit weights, eight values per call ------------------------------------
+// out[v] = H((q_v - zero) * s_v) for the eight values of the 32-bit word w (value v in bits 4v..4v+3,
+// as a packed row stores them), each product rounded once: the same bits as the f32 expression
+// rounded to H. Two values per instruction: a byte permute and a mask put q_{2p} and q_{2p+1}
+// into the mantissas of MAGIC (whose ulp is 1) in the two halves of a register, subtracting
+// MAGIC + zero leaves q - zero exactly, and a product of two 16-bit values is exact in f32, so
+// the 16-bit multiply rounds it as the f32 expression's conversion does. `bias` is the 16-bit
+// pair (MAGIC + zero [+ 8 for signed values, whose sign bit is flipped]) in both halves.
+template <class H> struct Pair16;
+template <> struct Pair16<F16> {
+    typedef __half2 type;
+    static constexpr uint32_t magic = 0x64006400u;  // 1024.0 in both halves
+};
+template <> struct Pair16<BF16> {
+    typedef __nv_bfloat162 type;
+    static constexpr uint32_t magic = 0x43004300u;  // 128.0 in both halves
+};
+template <class H, bool SIGNED>
+TILEC_DEV void dequant4x8(uint16_t (&out)[8], uint32_t w, uint32_t bias, const uint16_t (&s)[8]) {
+    typedef typename Pair16<H>::type P;
+    if (SIGNED) w ^= 0x88888888u;  // q + 8 for two's complement nibbles
+    const uint32_t hi = w >> 4;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        // bytes: [w.byte p, -, (w >> 4).byte p, -]; the mask keeps nibble 2p low, 2p+1 high
+        const uint32_t x = (__byte_perm(w, hi, p | (p << 4) | ((p + 4) << 8) | ((p + 4) << 12)) &
+                            0x000f000fu) | Pair16<H>::magic;
+        const uint32_t sc = (uint32_t)s[2 * p] | ((uint32_t)s[2 * p + 1] << 16);
+        P v = __hsub2_rn(*reinterpret_cast<const P*>(&x), *reinterpret_cast<const P*>(&bias));
+        v = __hmul2_rn(v, *reinterpret_cast<const P*>(&sc));
+        const uint32_t r = *reinterpret_cast<const uint32_t*>(&v);
+        out[2 * p] = (uint16_t)r;
+        out[2 * p + 1] = (uint16_t)(r >> 16);
+    }
+}
+// The 32-bit word that holds values col0 .. col0+7 of row `row` of a packed [.., cols] tensor,
+// when it is one aligned word (else the caller takes the value-by-value path).
+TILEC_DEV bool word4(uint32_t& w, const uint8_t* base, int64_t row, int64_t col0, int64_t cols) {
+    const uint8_t* p = base + row * ((cols + 1) >> 1) + (col0 >> 1);
+    if ((col0 & 7) != 0 || (reinterpret_cast<uintptr_t>(p) & 3) != 0) return false;
+    w = *reinterpret_cast<const uint32_t*>(p);
+    return true;
 }
 
 // V consecutive 4-bit values of row `row` from column col0 (n valid) of a packed [.., cols]
