@@ -58,6 +58,13 @@ if [[ $what == *variants* ]]; then
             --seed 1 2>&1 | tee -a "$OUT/variants.log" | grep -E "ms|MISMATCH|error"
     done
 fi
+if [[ $what == *rowvariants* ]]; then
+    # row kernels with 128 / 256 / 512 threads per row, timed by `tilec run` (CUDA events, checked)
+    for dims in R=8192,C=8192 R=4096,C=16384 R=32768,C=1024; do
+        python3 -m tilec.cli run bench/row_variants.tile --target cuda --arch sm_90 --dims $dims \
+            --seed 1 2>&1 | tee -a "$OUT/rowvariants.log" | grep -E "ms|MISMATCH|error"
+    done
+fi
 if [[ $what == *w4variants* ]]; then
     for dims in M=1,N=8192,K=8192 M=16,N=8192,K=8192; do
         python3 -m tilec.cli run bench/w4a16_variants.tile --target cuda --arch sm_90 \

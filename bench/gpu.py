@@ -102,9 +102,11 @@ def sh(cmd: list[str]) -> str | None:
 
 
 def git_commit() -> str:
+    if os.environ.get("TILEC_COMMIT"):  # the device's copy of the tree may carry a stale .git
+        return os.environ["TILEC_COMMIT"]
     rev = sh(["git", "rev-parse", "--short", "HEAD"])
     if rev is None:  # the device machine gets a copy of the work tree without .git
-        return os.environ.get("TILEC_COMMIT", "unknown")
+        return "unknown"
     dirty = sh(["git", "status", "--porcelain", "--untracked-files=no"])
     return rev + ("+dirty" if dirty else "")
 

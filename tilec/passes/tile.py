@@ -324,7 +324,7 @@ class GroupLowering:
         body = [For((i, j), (iconst(br), iconst(bc)), "parallel",
                     tuple(self.store_outputs(self.grp.outputs, idx, guard)))]
         return self.kernel([dim_to_expr(cols.cdiv(bc)), dim_to_expr(rows.cdiv(br))], [bx, by],
-                           self.target.resources.ew_threads, body, "elementwise")
+                           self.sched.threads or self.target.resources.ew_threads, body, "elementwise")
 
     def lower_reduce(self) -> TileKernel:
         S, axes = self.grp.domain, self.grp.axes
@@ -396,7 +396,8 @@ class GroupLowering:
         for o in red_outs:
             at = keep_idx if self.ops[o].type.shape == keep_shape else drop_idx
             body.append(For((i,), (BR,), "parallel", tuple(self.store_outputs([o], at, row_ok))))
-        return self.kernel([dim_to_expr(rows.cdiv(br))], [bx], self.target.resources.row_threads,
+        return self.kernel([dim_to_expr(rows.cdiv(br))], [bx],
+                           self.sched.threads or self.target.resources.row_threads,
                            body, f"row reduction over axes {tuple(axes)}")
 
     def lower_attention(self) -> TileKernel:
