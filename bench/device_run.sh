@@ -23,7 +23,7 @@ fi
 if [[ $what == all || $what == *sanitize* ]]; then
     for case in "gemm_bias_relu M=200,N=130,K=70" "attention B=1,H=2,L=130,S=70,D=64" \
                 "causal_attention B=1,H=1,L=150,D=32" "softmax R=5,C=300" "w4a16 M=3,N=96,K=256" \
-                "layernorm R=3,C=20000"; do
+                "layernorm R=3,C=20000" "rmsnorm R=3,C=5000"; do
         read -r sample dims <<< "$case"
         for tool in memcheck racecheck; do
             echo "== compute-sanitizer --tool $tool $sample $dims" | tee -a "$OUT/sanitize.log"
@@ -49,7 +49,7 @@ if [[ $what == *profile* ]]; then
             "$OUT/ncu_$kernel.txt" | head -40
     done
 fi
-if [[ $what == *variants* ]]; then
+if [[ ,$what, == *,variants,* ]]; then
     # GEMM schedules x fragment double buffering, timed by `tilec run` (CUDA events, checked)
     for db in 1 0; do
         echo "== TILEC_FRAGMENT_DOUBLE_BUFFER=$db" | tee -a "$OUT/variants.log"

@@ -289,3 +289,30 @@ def test_sixteen_bit_results_are_bit_exact_on_gpu():
         res = check_text(EXACT16, dims, target="cuda", options={"arch": ("sm_90",)})
         for name, r in res.items():
             assert all(e == 0 for e in r.errors.values()), (name, dims, r.errors)
+
+
+def test_row_kernel_threads_follow_the_row_capacity_unless_scheduled():
+    """Longer rows get more threads per block (each thread holds a few 16-byte vectors), as the
+    target's table says; a schedule's `threads` fixes them for every variant (and applies to row
+    kernels at all)."""
+    text = """
+kernel sm(X: f16[R, C]) -> Y: f16[R, C]:
+    Y = softmax(X, axis=-1)
+
+kernel sm_fixed(X: f16[R, C]) -> Y: f16[R, C]:
+    Y = softmax(X, axis=-1)
+
+schedule sm_fixed:
+    target cuda:
+        threads 64
+"""
+    _, _, m = compile_text(text, "rows.tile", "cuda")
+    table = driver.get_target("cuda").resources.row_threads_by_capacity
+    kernels = {k.name: k for p in m.programs for k in p.kernels}
+    for name, k in kernels.items():
+        cap = re.search(r"_C(\d+)$", name)
+        if name.startswith("sm_fixed"):
+            assert k.threads == 64, name
+        elif cap:
+            assert k.threads == next(t for top, t in table if int(cap.group(1)) <= top), name
+    assert kernels["sm_k0_C1024"].threads < kernels["sm_k0_C8192"].threads

@@ -307,6 +307,8 @@ class TileKernel:
     # GPU targets: compile-time capacities of dynamic extents held on chip, ((symbol, (cap, ...)),
     # ...): one instantiation per capacity, the launcher picks the smallest that holds the value
     capacities: tuple = ()
+    # the threads are the target's default (no schedule fixed them): passes may pick others
+    auto_threads: bool = field(default=False, compare=False)
     # a hand-written (tile-level) kernel: where its grid block is, for errors the passes and
     # renderers raise about it (None for kernels the tile pass made)
     loc: object = field(default=None, compare=False)

@@ -47,7 +47,17 @@ def _feeds_gemm(k: T.TileKernel, ext) -> bool:
     return any(isinstance(s, T.Gemm) and bufs & {s.a, s.b, s.c} for s in T.walk_stmts(k.body))
 
 
-def _with_capacity(k: T.TileKernel, caps: dict) -> T.TileKernel:
+def _threads(k: T.TileKernel, caps: dict, target) -> int:
+    """Threads of a row kernel's capacity variant: the target's choice for its longest row
+    buffer, unless a schedule fixed them (or a buffer feeds a GEMM)."""
+    table = target.resources.row_threads_by_capacity
+    if not k.auto_threads or not table or any(_feeds_gemm(k, e) for e in caps):
+        return k.threads
+    cap = max(caps.values())
+    return next((t for top, t in table if cap <= top), k.threads)
+
+
+def _with_capacity(k: T.TileKernel, caps: dict, target=None) -> T.TileKernel:
     def fix(st):
         if isinstance(st, T.Alloc) and any(d in caps for d in st.shape):
             return [replace(st, shape=tuple(T.iconst(caps[d]) if d in caps else d for d in st.shape))]
@@ -57,7 +67,9 @@ def _with_capacity(k: T.TileKernel, caps: dict) -> T.TileKernel:
         c = Dim.bin("le", to_dim(ext), cap)
         when = c if when is None else Dim.bin("and", when, c)
     suffix = "_".join(_name(e) + str(c) for e, c in caps.items())
-    return replace(k, name=f"{k.name}_{suffix}", body=map_stmts(k.body, fix), when=when)
+    threads = _threads(k, caps, target) if target is not None else k.threads
+    return replace(k, name=f"{k.name}_{suffix}", body=map_stmts(k.body, fix), when=when,
+                   threads=threads)
 
 
 def _name(e) -> str:
@@ -138,7 +150,7 @@ def specialize(k: T.TileKernel, target) -> list:
     choices = [r.matrix_capacities if _feeds_gemm(k, e) else r.row_capacities for e in exts]
     out, derived = [], _derived(k, exts)
     for caps in itertools.product(*choices):
-        v = _with_capacity(k, dict(zip(exts, caps)))
+        v = _with_capacity(k, dict(zip(exts, caps)), target)
         doomed = [a for a in T.walk_stmts(v.body) if isinstance(a, T.Alloc) and a.name in derived]
         out.append((rematerialize(v, doomed, "") if doomed else None) or v)
     stream = rematerialize(k, _row_buffers(k, exts))

@@ -260,7 +260,7 @@ class GroupLowering:
     def lower(self) -> TileKernel:
         return getattr(self, "lower_" + self.grp.kind)()
 
-    def kernel(self, grid, bvars, threads, body, comment, swizzle=0) -> TileKernel:
+    def kernel(self, grid, bvars, threads, body, comment, swizzle=0, auto_threads=False) -> TileKernel:
         params = []
         written = set(self.grp.outputs)
         for oid in sorted(self.used, key=lambda o: (o in written, o)):
@@ -270,7 +270,7 @@ class GroupLowering:
             if all(p.name != b.name for p in params):
                 params.append(TensorDecl(b.name, b.type.dtype, b.type.shape, kind))
         return TileKernel("", tuple(params), tuple(grid), tuple(bvars), threads, tuple(body),
-                          comment, swizzle)
+                          comment, swizzle, auto_threads=auto_threads)
 
     def lower_gemm(self) -> TileKernel:
         mm = self.ops[self.grp.members[0]]
@@ -398,7 +398,8 @@ class GroupLowering:
             body.append(For((i,), (BR,), "parallel", tuple(self.store_outputs([o], at, row_ok))))
         return self.kernel([dim_to_expr(rows.cdiv(br))], [bx],
                            self.sched.threads or self.target.resources.row_threads,
-                           body, f"row reduction over axes {tuple(axes)}")
+                           body, f"row reduction over axes {tuple(axes)}",
+                           auto_threads=not self.sched.threads)
 
     def lower_attention(self) -> TileKernel:
         role = dict(self.grp.roles)

@@ -44,6 +44,10 @@ class Resources:
     # kernel variant each; for GEMM operands (attention's head dim) and for rows of row kernels
     matrix_capacities: tuple = ()
     row_capacities: tuple = ()
+    # ((largest row capacity, threads), ...): threads per block of each row-capacity variant of a
+    # row kernel whose schedule leaves `threads` open (longer rows: more threads, so that each
+    # holds a few vectors; measured in docs/PERFORMANCE.md); past the last: row_threads
+    row_threads_by_capacity: tuple = ()
     gemm_swizzle: int = 0  # default block rasterization panel of GEMM kernels (0: none)
     row_tile: bool = True  # a schedule's `tile M=` sets the rows per block of row kernels
     # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)
