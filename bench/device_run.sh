@@ -60,10 +60,16 @@ if [[ ,$what, == *,variants,* ]]; then
 fi
 if [[ $what == *rowvariants* ]]; then
     # row kernels with 128 / 256 / 512 threads per row, timed by `tilec run` (CUDA events, checked)
-    for dims in R=8192,C=8192 R=4096,C=16384 R=32768,C=1024; do
+    for dims in R=16384,C=8192 R=4096,C=16384 R=32768,C=1024 R=16384,C=4096; do
         python3 -m tilec.cli run bench/row_variants.tile --target cuda --arch sm_90 --dims $dims \
             --seed 1 2>&1 | tee -a "$OUT/rowvariants.log" | grep -E "ms|MISMATCH|error"
     done
+fi
+if [[ $what == *attnvariants* ]]; then
+    # attention tiles and warps, timed by `tilec run` (CUDA events, checked)
+    python3 -m tilec.cli run bench/attention_variants.tile --target cuda --arch sm_90 \
+        --dims B=1,H=16,L=4096,S=4096,D=128 --seed 1 2>&1 | tee -a "$OUT/attnvariants.log" \
+        | grep -E "ms|MISMATCH|error"
 fi
 if [[ $what == *w4variants* ]]; then
     for dims in M=1,N=8192,K=8192 M=16,N=8192,K=8192; do

@@ -567,13 +567,18 @@ class CudaRenderer(CStyleRenderer):
         loads, the body per column, its global stores along the columns as vector stores; only
         the first tilec_n columns (those inside every column bound) are valid, and with an else
         branch only where `ok` holds."""
-        self.emit(f"const int64_t tilec_j0 = {col0};", d)
+        # inside a layout of static columns the group's first column and its count are small:
+        # 32-bit registers (a streamed row's column runs to the tensor's length: 64 bits)
+        small = "tilec_g" not in col0
+        self.emit(f"const {'int' if small else 'int64_t'} tilec_j0 = {col0};", d)
         n = str(vec)
         for base, bound in col_bounds:
             lim = self.expr(T.isub(bound, base)) if not (isinstance(base, T.Const) and base.value == 0) \
                 else self.expr(bound)
             n = f"tilec::imin({n}, {lim} - tilec_j0)"
-        self.emit(f"const int64_t tilec_n = {n};", d)
+        if small and col_bounds:  # between 0 and vec whatever the bounds
+            n = f"(int)tilec::imax(0, {n})"
+        self.emit(f"const {'int' if small else 'int64_t'} tilec_n = {n};", d)
         self.emit("(void)tilec_n;", d)
         nload = f"({ok} ? tilec_n : 0)" if ok else "tilec_n"
         ctx = self.ctx
