@@ -854,7 +854,7 @@ CUDA = Target(
         ew_tile=(1, 4096), ew_threads=256, attn_tile=(128, 64), attn_threads=256, attn_stages=2,
         dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN,
         matrix_capacities=(64, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
-        row_threads_by_capacity=((1024, 128), (4096, 256), (16384, 512)),
+        row_threads_by_capacity=((256, 128),),
         gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32), row_tile=False,
         # M <= 16 (decode): 16-row tiles, 8 warps splitting N, deep K tiles: bound by reading B
         gemm_variants=((16, (16, 64, 128), 256, 4),)),
