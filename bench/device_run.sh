@@ -51,7 +51,7 @@ if [[ $what == *profile* ]]; then
 fi
 if [[ ,$what, == *,variants,* ]]; then
     # GEMM schedules x fragment double buffering, timed by `tilec run` (CUDA events, checked)
-    for db in 1 0; do
+    for db in ${TILEC_DB:-1 0}; do
         echo "== TILEC_FRAGMENT_DOUBLE_BUFFER=$db" | tee -a "$OUT/variants.log"
         NVCCFLAGS="-O3 -DTILEC_FRAGMENT_DOUBLE_BUFFER=$db" python3 -m tilec.cli run \
             bench/gemm_variants.tile --target cuda --arch sm_90 --dims M=4096,N=4096,K=4096 \
