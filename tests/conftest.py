@@ -51,7 +51,7 @@ def build_text(text: str, name: str = "test.tile", target: str = "cpu", options=
 
 
 def check_text(text: str, dims: dict | None = None, seed: int | None = None, name="test.tile",
-               target: str = "cpu", options=None):
+               target: str = "cpu", options=None, full_ints: bool = False):
     """Build and run every kernel of `text` on fresh random inputs; assert each output is within
     its dtype's tolerance of the reference interpreter. Returns {kernel: RunResult}."""
     m0, out = build_text(text, name, target, options)
@@ -61,7 +61,7 @@ def check_text(text: str, dims: dict | None = None, seed: int | None = None, nam
     for g in m0.graphs:
         d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols})
         r = run_kernel(out / f"lib{library_of(name, g.name, False)}.so", g, d, seed, repeat=1,
-                       runtime=runtime)
+                       runtime=runtime, full_ints=full_ints)
         for o in r.errors:
             assert r.errors[o] <= r.tolerances[o], (
                 f"{g.name}.{o} dims={d} seed={seed}: max rel error {r.errors[o]:.3e} > "

@@ -65,13 +65,13 @@ def round_trip(text: str, target: str, name: str = "test.tile"):
     return m0, m, back
 
 
-def agree(text: str, target: str, dims: dict | None = None, seed: int = 0):
+def agree(text: str, target: str, dims: dict | None = None, seed: int = 0, full_ints=False):
     """Run every kernel's Tile IR (each launch variant in turn) with the Tile IR interpreter and
     compare with the Graph IR interpreter."""
     m0, m = tiled(text, target)
     for g, prog in zip(m0.graphs, m.programs):
         d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols})
-        inputs = interp.random_inputs(g, d, seed)
+        inputs = interp.random_inputs(g, d, seed, full_ints)
         ref = interp.run_graph(g, inputs, d)
         picked = pick_variants(prog, d)
         runs = [picked]

@@ -48,8 +48,22 @@ def round_bf16(x: np.ndarray) -> np.ndarray:
     return out.astype(np.float64)
 
 
+def wrap(x, dtype: str) -> np.ndarray:
+    """The result of integer arithmetic in `dtype`: two's complement wrap-around, as NumPy's
+    fixed-width integers compute (other dtypes: `quantize`)."""
+    if dtype not in _INT_RANGE or dtype == "i64":  # int64 arithmetic already wraps
+        return quantize(x, dtype)
+    x = np.asarray(x)
+    if x.dtype.kind not in "iub":
+        return quantize(x, dtype)
+    lo, hi = _INT_RANGE[dtype]
+    span = hi - lo + 1
+    return (x.astype(np.int64) - lo) % span + lo
+
+
 def quantize(x, dtype: str) -> np.ndarray:
-    """Round/convert values to what `dtype` can hold (floats: nearest even; ints: saturate)."""
+    """Convert values to what `dtype` can hold, as a cast does (floats: nearest even; integers:
+    saturate)."""
     x = np.asarray(x)
     if dtype == "bool":
         return x.astype(bool)
@@ -178,14 +192,17 @@ def run_graph(g: Graph, inputs: dict, dims: dict) -> dict:
             v = (q.astype(np.float64) - z) * s[rows]
         else:
             raise NotImplementedError(f"interpreter: op kind {k}")
-        v = quantize(np.broadcast_to(v, shape) if np.shape(v) != shape else v, dt)
+        # integer arithmetic wraps; conversions (casts, literals, inputs) saturate
+        fit = wrap if k in ("unary", "binary", "matmul", "reduce") else quantize
+        v = fit(np.broadcast_to(v, shape) if np.shape(v) != shape else v, dt)
         vals[op.id] = v
     return {p.name: vals[r] for p, r in zip(g.outputs, g.results)}
 
 
 # ---- inputs and storage ----------------------------------------------------------------
-def random_inputs(g: Graph, dims: dict, seed: int) -> dict:
-    """Fresh random, never-zero-filled inputs: floats in [-1, 1], scalars in [0.1, 1]."""
+def random_inputs(g: Graph, dims: dict, seed: int, full_ints: bool = False) -> dict:
+    """Fresh random, never-zero-filled inputs: floats in [-1, 1], scalars in [0.1, 1], integers in
+    [-8, 8] (their whole range with `full_ints`, where arithmetic wraps)."""
     rng = np.random.default_rng(seed)
     out = {}
     for p in g.params:
@@ -198,8 +215,9 @@ def random_inputs(g: Graph, dims: dict, seed: int) -> dict:
             v = rng.integers(0, 2, size=shape)
         else:
             lo, hi = _INT_RANGE[dt]
-            lo, hi = max(lo, -8), min(hi, 8) if dt not in ("u4", "i4") else hi
-            v = rng.integers(lo, hi + 1, size=shape)
+            if not full_ints and dt not in ("u4", "i4"):
+                lo, hi = max(lo, -8), min(hi, 8)
+            v = rng.integers(lo, hi, size=shape, endpoint=True)
         out[p.name] = quantize(v, dt)
     return out
 

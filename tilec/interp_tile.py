@@ -19,7 +19,7 @@ import itertools
 import numpy as np
 
 from .diagnostics import error
-from .interp import _binary, _compare, _unary, quantize
+from .interp import _binary, _compare, _unary, quantize, wrap
 from .ir import tile as T
 from .ir.types import is_float
 
@@ -147,12 +147,15 @@ class KernelRun:
         a, b, c = self.bufs[s.a], self.bufs[s.b], self.bufs[s.c]
         a = a.T if s.transpose_a else a
         b = b.T if s.transpose_b else b
-        c[...] = quantize(c + a.astype(np.float64) @ b.astype(np.float64), self.allocs[s.c].dtype)
+        dt = self.allocs[s.c].dtype
+        if is_float(dt):
+            c[...] = quantize(c + a.astype(np.float64) @ b.astype(np.float64), dt)
+        else:  # integer products accumulate exactly in int64, then wrap
+            c[...] = wrap(c.astype(np.int64) + a.astype(np.int64) @ b.astype(np.int64), dt)
 
     def st_Reduce(self, s: T.Reduce, ctx):
         f = {"sum": np.sum, "max": np.max, "min": np.min}[s.fn]
-        self.bufs[s.dst][...] = quantize(f(self.bufs[s.src], axis=s.axis),
-                                         self.allocs[s.dst].dtype)
+        self.bufs[s.dst][...] = wrap(f(self.bufs[s.src], axis=s.axis), self.allocs[s.dst].dtype)
 
     def st_Store(self, s: T.Store, ctx):
         dtype = self.allocs[s.buf].dtype if s.buf in self.bufs else self.decls[s.buf].dtype
@@ -252,17 +255,17 @@ class KernelRun:
             return quantize(np.where(c, a, b), e.dtype)
         if isinstance(e, T.Unary):
             x = self.ev(e.x, ctx, mask)
-            return quantize(_unary(e.fn, np.asarray(x, np.float64) if is_float(e.dtype) else x),
-                            e.dtype)
+            return wrap(_unary(e.fn, np.asarray(x, np.float64) if is_float(e.dtype) else x),
+                        e.dtype)
         if isinstance(e, T.Compare):
             return _compare(e.fn, self.ev(e.a, ctx, mask), self.ev(e.b, ctx, mask))
         if isinstance(e, T.Binary):
             a = self.ev(e.a, ctx, mask)
             if e.fn == "pow":
                 with np.errstate(all="ignore"):
-                    return quantize(np.asarray(a) ** e.exponent, e.dtype)
+                    return wrap(np.asarray(a) ** e.exponent, e.dtype)
             b = self.ev(e.b, ctx, mask)
-            return quantize(self.binary(e.fn, a, b, e.dtype), e.dtype)
+            return wrap(self.binary(e.fn, a, b, e.dtype), e.dtype)
         raise NotImplementedError(f"interpreter: expression {type(e).__name__}")
 
     @staticmethod

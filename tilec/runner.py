@@ -243,7 +243,7 @@ def call_library(lib_path, g: Graph, inputs: dict, dims: dict, runtime: str = "c
 
 
 def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
-               runtime: str = "cpu") -> RunResult:
+               runtime: str = "cpu", full_ints: bool = False) -> RunResult:
     """Call kernel `g` of the library on fresh random inputs in the target runtime's memory,
     compare every output with the reference interpreter, and time `repeat` more calls."""
     try:
@@ -252,7 +252,7 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
         raise error("tilec run needs numpy for its reference interpreter: pip install numpy") from None
     from . import interp
 
-    inputs = interp.random_inputs(g, dims, seed)
+    inputs = interp.random_inputs(g, dims, seed, full_ints)
     ref = interp.run_graph(g, inputs, dims)
     c = _Call(lib_path, g, inputs, dims, runtime)
     try:

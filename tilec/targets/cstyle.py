@@ -88,6 +88,10 @@ _CPREC = {"mul": 13, "div": 13, "idiv": 13, "imod": 13, "add": 12, "sub": 12, "l
           "gt": 10, "ge": 10, "eq": 9, "ne": 9}
 
 
+_INT_LIMITS = {"i8": (-2**7, 2**7 - 1), "u8": (0, 2**8 - 1), "i16": (-2**15, 2**15 - 1),
+               "i32": (-2**31, 2**31 - 1), "i64": (-2**63, 2**63 - 1)}
+
+
 class CStyleRenderer:
     """Renders one Tile IR kernel's statements and expressions to C-family lines."""
 
@@ -165,6 +169,9 @@ class CStyleRenderer:
         if is_float(e.dtype):
             return float_lit(float(e.value), e.dtype)
         v = int(e.value)
+        if e.dtype in _INT_LIMITS:  # a literal converts to its type as a cast does: saturating
+            lo, hi = _INT_LIMITS[e.dtype]
+            v = min(max(v, lo), hi)
         if e.dtype == "i64":  # index arithmetic: int64_t operands keep it 64-bit
             return str(v) if -2**31 < v < 2**31 else f"INT64_C({v})"
         return f"({self.ctype(e.dtype)}){v}"
@@ -212,12 +219,18 @@ class CStyleRenderer:
             return f"({text})"
         return text
 
-    @staticmethod
-    def rounded(s: str, dtype: str) -> str:
+    NARROW_INTS = {"i8": "int8_t", "u8": "uint8_t", "i16": "int16_t"}
+
+    @classmethod
+    def rounded(cls, s: str, dtype: str) -> str:
+        """The result of an operation in `dtype`: 16-bit floats round, and integers narrower than
+        C's `int` (which C computes in) wrap around, as the language's integers do."""
         if dtype == "f16":
             return f"tilec::round_f16({s})"
         if dtype == "bf16":
             return f"tilec::round_bf16({s})"
+        if dtype in cls.NARROW_INTS:
+            return f"(({cls.NARROW_INTS[dtype]})({s}))"
         return s
 
     def cast(self, x: str, src: str, dst: str) -> str:

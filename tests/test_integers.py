@@ -1,0 +1,76 @@
+"""Integer arithmetic: results wrap around in their dtype (two's complement, as NumPy's fixed-width
+integers do); conversions (casts, literals, assignments from floats) saturate. The generated code,
+the Tile IR and the reference interpreter agree on inputs that span each dtype's whole range, so
+overflow happens in nearly every element."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import check_text
+from test_cuda import need_gpu, need_nvcc
+from test_tile_level import agree
+
+from tilec import interp
+
+WRAP = """
+kernel narrow(A: i8[N], B: i8[N], U: u8[N], V: u8[N], H: i16[N]) -> (C: i8[N], D: u8[N], E: i16[N], F: i8[N]):
+    C = (A + B) * A - (-B)
+    D = (U - V) * V + ~U
+    E = H * H + H ** 3 - abs(H)
+    F = abs(A) + relu(B) * 3
+
+kernel wide(A: i32[N], B: i32[N], X: i64[N], Y: i64[N]) -> (C: i32[N], Z: i64[N]):
+    C = A * B + A - B * 7
+    Z = X * Y - (X + Y)
+
+kernel sums(A: i8[R, C], B: i32[R, C]) -> (S: i8[R], T: i32[R], M: i8[R]):
+    S = sum(A * A, axis=-1)
+    T = sum(B, axis=-1)
+    M = max(A + A, axis=-1)
+
+kernel casts(A: i32[N], X: f32[N]) -> (C: i8[N], D: u8[N], E: i16[N]):
+    C = i8(A)
+    D = u8(A) + 200
+    E = i16(X * 100000.0)
+"""
+
+DIMS = [dict(N=1000, R=7, C=300), dict(N=17, R=3, C=5000)]
+
+
+def test_wrap_semantics_of_the_reference():
+    """The reference is NumPy's fixed-width arithmetic for operations, and saturation for
+    conversions."""
+    a = np.array([100, -128, 127], np.int64)
+    assert interp.wrap(a + a, "i8").tolist() == (a.astype(np.int8) + a.astype(np.int8)).tolist()
+    assert interp.wrap(np.array([0 - 1]), "u8").tolist() == [255]
+    assert interp.quantize(np.array([300, -5]), "u8").tolist() == [255, 0]
+    assert interp.wrap(np.array([2**31]), "i32").tolist() == [-2**31]
+
+
+@pytest.mark.parametrize("dims", DIMS, ids=lambda d: f"N{d['N']}")
+def test_integer_programs_match_the_reference_exactly_on_the_cpu(dims):
+    res = check_text(WRAP, dims, full_ints=True)
+    for name, r in res.items():
+        assert all(e == 0 for e in r.errors.values()), (name, r.errors)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_integer_programs_tile_ir_agrees_with_the_reference(target):
+    agree(WRAP, target, DIMS[0], seed=5, full_ints=True)
+
+
+@pytest.mark.nvcc
+def test_integer_programs_compile_for_cuda():
+    need_nvcc()
+    from conftest import build_text
+    build_text(WRAP, "ints.tile", "cuda", {"arch": ("sm_80",)})
+
+
+@pytest.mark.gpu
+def test_integer_programs_match_the_reference_exactly_on_gpu():
+    need_gpu()
+    for dims in DIMS:
+        res = check_text(WRAP, dims, target="cuda", options={"arch": ("sm_90",)}, full_ints=True)
+        for name, r in res.items():
+            assert all(e == 0 for e in r.errors.values()), (name, r.errors)
