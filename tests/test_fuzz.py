@@ -1,6 +1,7 @@
 """Fuzzing the front end and the compiler through `tilec check`: mutated samples and error-corpus
 files (spans deleted, duplicated or swapped, tokens inserted, text cut short) either compile or
-get a user error (`file[:line:col]: error: ...`, exit 1); never an internal error or a traceback.
+get a user error (`file[:line:col]: error: ...`, exit 1) within the time limit; never an internal
+error or a traceback.
 
 The examples are derandomized (the same on every run, so CI is reproducible); set
 TILEC_FUZZ_EXAMPLES to run more of them locally.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,7 @@ TOKENS = ["kernel", "schedule", "target", "cuda", "cpu", "assume", "->", ":", "(
           "range(", "reduce(", "fill(", "clear(", "swizzle(", "threads=", "stages=", "tile M=",
           "fuse off", "if", "else:", "for", "in", "as", "\u00e9", "\ufeff", "\x00"]
 EXAMPLES = int(os.environ.get("TILEC_FUZZ_EXAMPLES", "120"))
+SECONDS = 20  # per input: a sample-sized program checks in well under a second
 USER_ERROR = re.compile(r"^\S+?(:\d+:\d+)?: error: ", re.M)
 
 
@@ -73,7 +76,10 @@ def test_mutated_programs_compile_or_get_a_located_user_error(tmp_path, target):
               suppress_health_check=list(HealthCheck))
     @given(mutated())
     def one(text):
+        t0 = time.monotonic()
         r = check(tmp_path, text, target)
+        if time.monotonic() - t0 > SECONDS:
+            failures.append((text, f"took {time.monotonic() - t0:.1f} s (limit {SECONDS} s)"))
         out = r.output + (r.stderr if r.stderr_bytes is not None else "")
         if r.exception is not None and not isinstance(r.exception, SystemExit):
             failures.append((text, f"exception {type(r.exception).__name__}: {r.exception}"))
