@@ -39,10 +39,11 @@ static int tilec_launch_gemm_bias_relu_k0(const tilec_f16* __restrict A, const t
     const size_t tilec_off_B_s = tilec_off_A_s + tilec::align64((size_t)((64) * (256)) * sizeof(float));  // shared float[(256) * (256)]
     const size_t tilec_off_acc = tilec_off_B_s + tilec::align64((size_t)((256) * (256)) * sizeof(float));  // fragment float[(64) * (256)]
     const size_t tilec_per_thread = tilec_off_acc + tilec::align64((size_t)((64) * (256)) * sizeof(float));  // each thread owns one block's tile buffers
-    const int tilec_threads = omp_get_max_threads();
+    // no more threads than blocks: a small call does not start a whole team
+    const int tilec_threads = (int)tilec::imin(omp_get_max_threads(), tilec_blocks);
     tilec::Scratch tilec_scratch(tilec_per_thread * (size_t)tilec_threads);
     if (tilec_per_thread && !tilec_scratch.data) return TILEC_ERR_OUT_OF_MEMORY;
-    #pragma omp parallel num_threads(tilec_threads)
+    #pragma omp parallel num_threads(tilec_threads) if (tilec_threads > 1)
     {
         unsigned char* tilec_mine = tilec_scratch.data + tilec_per_thread * (size_t)omp_get_thread_num();
         (void)tilec_mine;
@@ -59,7 +60,7 @@ static int tilec_launch_gemm_bias_relu_k0(const tilec_f16* __restrict A, const t
                 tilec::copy_tile(A + (by * 64) * K + k * 256, K, M - by * 64, K - k * 256, A_s, 64, 256, tilec::from_f16());
                 // copy B[k * 256, bx * 256] -> B_s
                 tilec::copy_tile(B + (k * 256) * N + bx * 256, N, K - k * 256, N - bx * 256, B_s, 256, 256, tilec::from_f16());
-                tilec::gemm_tile<false, false, float>(64, 256, 256, A_s, 256, B_s, 256, acc, 256);
+                tilec::gemm_tile<false, false, float>(tilec::imin(64, M - by * 64), tilec::imin(256, N - bx * 256), tilec::imin(256, K - k * 256), A_s, 256, B_s, 256, acc, 256);
             }
             for (int64_t i = 0; i < tilec::imin(64, M - by * 64); ++i) {
                 #pragma omp simd

@@ -143,8 +143,9 @@ extern "C" {
 
 /*
  * Link with libgemm_bias_relu.so, or with libgemm_bias_relu.a and -fopenmp.
- * A call runs on an OpenMP team of omp_get_max_threads() threads; call omp_set_num_threads(n) on
- * the calling thread to cap its calls at n threads.
+ * A call runs on an OpenMP team of up to omp_get_max_threads() threads (no more than it has
+ * blocks of work); call omp_set_num_threads(n) on the calling thread to cap its calls at n
+ * threads.
  */
 
 /*

@@ -22,6 +22,11 @@ ALL_DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4"
 class CpuRenderer(CStyleRenderer):
     """C++ for one kernel's body: a grid block's statements, run by one OpenMP thread."""
 
+    def __init__(self, kernel: T.TileKernel):
+        super().__init__(kernel)
+        self.valid: dict = {}  # tile buffer -> (statement list, valid rows, valid cols) of its copy
+        self.body_id = None  # the statement list being rendered
+
     def load_alloc(self, e: T.Load) -> str:
         a = self.allocs[e.buf]
         return f"{cname(e.buf)}[{self.linear([self.expr(s) for s in a.shape], e.idx)}]"
@@ -61,15 +66,31 @@ class CpuRenderer(CStyleRenderer):
 
         def left(dim, off):  # how much of the tensor remains from `off` on
             return dim if off == "0" else f"{dim} - {off}"
+        # the part of the tile that holds tensor values (the rest is zero padding): a GEMM of
+        # this tile in the same statement list computes only that part
+        self.valid[s.dst.buf] = (self.body_id, f"tilec::imin({rows}, {left(dims[-2], offs[-2])})",
+                                 f"tilec::imin({cols}, {left(dims[-1], offs[-1])})")
         self.emit(f"tilec::copy_tile({cname(src.name)} + {start}, {dims[-1]}, "
                   f"{left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])}, {cname(s.dst.buf)}, "
                   f"{rows}, {cols}, {conv});", depth)
+
+    def stmts(self, ss, depth: int):
+        outer, self.body_id = self.body_id, id(ss)
+        super().stmts(ss, depth)
+        self.body_id = outer
 
     def s_Gemm(self, s: T.Gemm, depth):
         a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]
         m, n = (self.expr(x) for x in c.shape)
         k = self.expr(a.shape[0] if s.transpose_a else a.shape[1])
         lda, ldb, ldc = self.expr(a.shape[1]), self.expr(b.shape[1]), n
+        va, vb = self.valid.get(s.a), self.valid.get(s.b)
+        if va and vb and va[0] == vb[0] == self.body_id and \
+           s.a_stage is None and s.b_stage is None:
+            # only the rows, columns and depth that hold tensor values (padding adds zeros)
+            ra, ca = va[1:] if not s.transpose_a else va[2:0:-1]
+            rb, cb = vb[1:] if not s.transpose_b else vb[2:0:-1]
+            m, n, k = ra, cb, (ca if ca == rb else f"tilec::imin({ca}, {rb})")
         ct = self.ctype(self.storage(c.dtype))
         if ct in ("float", "double") and \
            self.ctype(self.storage(a.dtype)) == ct == self.ctype(self.storage(b.dtype)):
@@ -236,8 +257,9 @@ def render(target, src, m, env, banner, options) -> dict:
             ctxs.append(ctx)
         files[f"{lib}.h"] = render_header(
             env, banner, lib, members, ctxs, [], [], target.link_flags,
-            "A call runs on an OpenMP team of omp_get_max_threads() threads; call "
-            "omp_set_num_threads(n) on the calling thread to cap its calls at n threads.")
+            "A call runs on an OpenMP team of up to omp_get_max_threads() threads (no more "
+            "than it has blocks of work); call omp_set_num_threads(n) on the calling thread to "
+            "cap its calls at n threads.")
         libs.append(dict(name=lib, sources=[g.name for g in members]))
     files["tilec_cpu.h"] = env.loader.get_source(env, "cpu/tilec_cpu.h")[0]
     archs = options.get("arch") or target.default_arch
