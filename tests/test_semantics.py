@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from conftest import check_text
 
+from tilec import interp
+
 PROGRAMS = {
     "integer_division_by_zero_is_zero": """
 kernel k(X: i32[N], Y: i32[N]) -> (Q: i32[N], R: i32[N]):
@@ -101,3 +103,25 @@ kernel loops(i: f32[bx, j], k: f32[j], row: f32) -> (acc: f32[bx, j], tilec_b: f
     acc = i * k + row
     tilec_b = max(i, axis=1)
 """)
+
+
+LONG_ROWS = """
+kernel long_sum(X: f32[R, C]) -> S: f32[R]:
+    S = sum(X * X, axis=-1)
+
+kernel long_softmax(X: f32[R, C]) -> Y: f32[R, C]:
+    Y = softmax(X * 4.0, axis=-1)
+
+kernel long_mean(X: f32[R, C]) -> Y: f32[R]:
+    Y = mean(X + 1.0, axis=-1)
+"""
+
+
+def test_long_row_sums_keep_the_short_row_tolerance():
+    """A sum over millions of elements is as accurate as one over a few hundred: blocks summed
+    in vector lanes, the blocks in double (a single f32 running sum drifts by about the count
+    times an ulp: 1e-2 relative at these lengths)."""
+    res = check_text(LONG_ROWS, dict(R=2, C=3_000_001), seed=4)
+    for name, r in res.items():
+        for out, err in r.errors.items():
+            assert err <= interp.TOLERANCE["f32"], (name, out, err)

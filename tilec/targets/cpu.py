@@ -19,6 +19,9 @@ from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
 ALL_DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4", "u4")
 
 
+SUM_BLOCK = 4096  # elements a float sum adds in vector lanes before adding the block in double
+
+
 class CpuRenderer(CStyleRenderer):
     """C++ for one kernel's body: a grid block's statements, run by one OpenMP thread."""
 
@@ -138,7 +141,7 @@ class CpuRenderer(CStyleRenderer):
         """Each reduction store accumulates into a local (vectorized with an OpenMP reduction
         clause); the buffer is updated once after the loop. A float max/min also tracks NaN,
         which must win as in NumPy (OpenMP's vector max/min would drop it)."""
-        accs, clauses, after = {}, [], []
+        accs, clauses, after, totals = {}, [], [], []
         for st in reductions:
             fn = {"add": "sum", "maximum": "max", "minimum": "min"}[st.value.fn]
             ct = self.ctype(self.storage(self.allocs[st.buf].dtype))
@@ -159,12 +162,35 @@ class CpuRenderer(CStyleRenderer):
                 result = f"({nan} ? std::numeric_limits<{ct}>::quiet_NaN() : {acc})"
             accs[st] = (fn, acc, flt)
             ref = self.load_alloc(T.Load(st.buf, st.idx, self.allocs[st.buf].dtype))
+            if fn == "sum" and flt:
+                # blocked summation: each block of SUM_BLOCK elements is summed in vector lanes,
+                # the blocks' sums in double, so a long row's sum keeps its accuracy (a single
+                # f32 running sum over millions of elements drifts by their count times an ulp)
+                total = acc + "_total"
+                self.emit(f"double {total} = 0;", depth)
+                totals.append((acc, total))
+                result = f"({ct}){total}"
             after.append(f"{ref} += {result};" if fn == "sum" else
                          f"{ref} = tilec::{'maximum' if fn == 'max' else 'minimum'}({ref}, {result});")
-        self.emit(f"#pragma omp simd {' '.join(clauses)}", depth)
-        self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)}) {{", depth)
-        self.reducing_body(body, accs, depth + 1)
-        self.emit("}", depth)
+        n = self.expr(ext)
+        d = depth
+        if totals:
+            blk = self.fresh("tilec_blk")
+            self.emit(f"for (int64_t {blk} = 0; {blk} < {n}; {blk} += {SUM_BLOCK}) {{", d)
+            d += 1
+            self.emit(f"const int64_t {blk}_end = tilec::imin({n}, {blk} + {SUM_BLOCK});", d)
+            lo, hi = blk, f"{blk}_end"
+        else:
+            lo, hi = "0", n
+        self.emit(f"#pragma omp simd {' '.join(clauses)}", d)
+        self.emit(f"for (int64_t {cname(v)} = {lo}; {cname(v)} < {hi}; ++{cname(v)}) {{", d)
+        self.reducing_body(body, accs, d + 1)
+        self.emit("}", d)
+        if totals:
+            for acc, total in totals:
+                self.emit(f"{total} += {acc};", d)
+                self.emit(f"{acc} = 0;", d)
+            self.emit("}", depth)
         for line in after:
             self.emit(line, depth)
 
