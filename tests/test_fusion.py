@@ -193,6 +193,19 @@ def test_causal_mask_bounds_the_key_loop(shift):
         check_text(text, dims)
 
 
+def test_cpu_deals_causal_blocks_out_one_at_a_time():
+    """On the CPU the blocks of a causal kernel do different amounts of work (the key loop is
+    bounded by the block's row): they go to the threads one at a time, not in contiguous
+    halves (where one thread would get all the long blocks); equal blocks stay static."""
+    from tilec.targets.cpu import render_kernel
+    for shift, want in ((0, "dynamic, 1"), (None, "static")):
+        text = CAUSAL_SHIFTED.replace("SHIFT", str(shift)) if shift is not None else \
+            CAUSAL_SHIFTED.replace("index(T, -1) > index(T, -2) + SHIFT", "index(T, -1) > 3")
+        _, _, m = compile_text(text)
+        (k,) = m.programs[0].kernels
+        assert render_kernel(k, m.graphs[0].symbols, "2")["schedule"] == want
+
+
 def test_non_causal_masks_keep_every_key_tile():
     text = CAUSAL_SHIFTED.replace("index(T, -1) > index(T, -2) + SHIFT", "index(T, -1) > 3")
     _, _, m = compile_text(text)

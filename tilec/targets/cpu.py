@@ -11,7 +11,7 @@ import platform
 from ..diagnostics import error
 from ..ir import tile as T
 from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
-from ..passes.rewrite import used_names
+from ..passes.rewrite import used_names, uses_var
 from .abi import launcher_context, libraries, render_header
 from .base import Resources, Target, Toolchain
 from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
@@ -261,7 +261,13 @@ def render_kernel(k: T.TileKernel, symbols, threads_expr: str) -> dict:
         if n < len(k.block_vars) - 1:
             e = f"({e}) % tilec_grid[{n}]"
         bvars.append(dict(name=cname(v), expr=e))
+    # blocks whose loops run a block-dependent number of steps (a causal key loop) are dealt out
+    # one at a time, so that the threads finish together; equal blocks go in contiguous ranges
+    uneven = any(isinstance(s, T.For) and s.kind != "parallel" and
+                 any(uses_var(e, tuple(k.block_vars)) for e in s.extents)
+                 for s in T.walk_stmts(k.body))
     return dict(name=k.name, comment=k.comment, params=params, grid=grid,
+                schedule="dynamic, 1" if uneven else "static",
                 buffers=buffers, per_thread=off if buffers else "0", threads=threads_expr,
                 block_vars=bvars, body=em.lines, tile_ir=T.print_kernel(k).splitlines())
 
