@@ -48,6 +48,23 @@ static inline float f32_bits(uint32_t u) { float x; std::memcpy(&x, &u, 4); retu
 
 // ---------------------------------------------------------------------------
 // binary16 <-> binary32
+#if defined(__F16C__) && defined(__GNUC__) && !defined(__clang__)
+// g++ with F16C (x86-64-v3 and up): the hardware conversions (vcvtph2ps / vcvtps2ph, round to
+// nearest even: the same results as the portable code below, except that a signaling NaN
+// comes back quiet)
+#define TILEC_F16_HARDWARE 1
+static inline float f16_to_f32(uint16_t h) {
+    _Float16 v;
+    std::memcpy(&v, &h, 2);
+    return (float)v;
+}
+static inline uint16_t f32_to_f16(float x) {
+    const _Float16 v = (_Float16)x;
+    uint16_t h;
+    std::memcpy(&h, &v, 2);
+    return h;
+}
+#else
 static inline float f16_to_f32(uint16_t h) {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t e = (h >> 10) & 0x1fu;
@@ -83,6 +100,7 @@ static inline uint16_t f32_to_f16(float x) {
     const float v = f32_bits(u) + 0.5f;
     return (uint16_t)(sign | (bits_f32(v) - 0x3f000000u));
 }
+#endif
 
 // bfloat16 is the top half of a binary32.
 static inline float bf16_to_f32(uint16_t h) { return f32_bits((uint32_t)h << 16); }
