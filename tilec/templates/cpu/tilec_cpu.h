@@ -368,35 +368,54 @@ static inline void pack_a(int64_t mr, int64_t kc, const T* A, int64_t lda, T* Ap
 // fully unrolled so that it lives in registers; each k step is NV vector
 // loads of B, MR scalar broadcasts of A and MR*NV FMAs (contracted by the
 // compiler from a*b+c; GCC/Clang contract by default in C++).
-template <typename T>
+// ROWS (<= MR) rows of the register block: a tile with fewer rows than MR (GEMV, decode sizes,
+// a ragged last row block) does not compute the missing rows; Ap keeps its MR-row layout.
+template <typename T, int ROWS>
 static inline void micro_kernel(int64_t kc, const T* __restrict Ap, const T* __restrict Bp, int64_t ldbp,
                                 T* __restrict C, int64_t ldc, int64_t mr, int64_t nr) {
     typedef typename gemm_cfg<T>::V V;
     constexpr int W = gemm_cfg<T>::W, MR = gemm_cfg<T>::MR, NR = gemm_cfg<T>::NR, NV = NR / W;
-    V acc[std::size_t(MR)][std::size_t(NV)];
-    TILEC_UNROLL(16) for (int i = 0; i < MR; ++i)
+    V acc[std::size_t(ROWS)][std::size_t(NV)];
+    TILEC_UNROLL(16) for (int i = 0; i < ROWS; ++i)
         TILEC_UNROLL(16) for (int v = 0; v < NV; ++v) acc[i][v] = V{} ;
     TILEC_UNROLL(2) for (int64_t p = 0; p < kc; ++p) {
         V b[std::size_t(NV)];
         TILEC_UNROLL(16) for (int v = 0; v < NV; ++v) b[v] = vload<V>(Bp + p * ldbp + v * W);
-        TILEC_UNROLL(16) for (int i = 0; i < MR; ++i) {
+        TILEC_UNROLL(16) for (int i = 0; i < ROWS; ++i) {
             const T a = Ap[p * MR + i];
             TILEC_UNROLL(16) for (int v = 0; v < NV; ++v) acc[i][v] += b[v] * a;
         }
     }
-    if (mr == MR && nr == NR) {
-        TILEC_UNROLL(16) for (int i = 0; i < MR; ++i)
+    if (mr == ROWS && nr == NR) {
+        TILEC_UNROLL(16) for (int i = 0; i < ROWS; ++i)
             TILEC_UNROLL(16) for (int v = 0; v < NV; ++v) {
                 T* c = C + i * ldc + v * W;
                 vstore(c, vload<V>(c) + acc[i][v]);
             }
     } else {  // clipped write-back of an edge tile
-        alignas(64) T tmp[std::size_t(MR * NR)];
-        for (int i = 0; i < MR; ++i)
+        alignas(64) T tmp[std::size_t(ROWS * NR)];
+        for (int i = 0; i < ROWS; ++i)
             for (int v = 0; v < NV; ++v) vstore(tmp + i * NR + v * W, acc[i][v]);
         for (int64_t i = 0; i < mr; ++i)
             for (int64_t j = 0; j < nr; ++j) C[i * ldc + j] += tmp[i * NR + j];
     }
+}
+
+// The micro-kernel for mr rows: the full register block, or the smallest of 1, 2, 4 rows that
+// covers a shorter tile.
+template <typename T>
+static inline void micro_kernel_rows(int64_t kc, const T* __restrict Ap, const T* __restrict Bp,
+                                     int64_t ldbp, T* __restrict C, int64_t ldc, int64_t mr,
+                                     int64_t nr) {
+    constexpr int MR = gemm_cfg<T>::MR;
+    if (mr == 1)
+        micro_kernel<T, 1>(kc, Ap, Bp, ldbp, C, ldc, mr, nr);
+    else if (mr <= 2 && MR > 2)
+        micro_kernel<T, (MR > 2 ? 2 : MR)>(kc, Ap, Bp, ldbp, C, ldc, mr, nr);
+    else if (mr <= 4 && MR > 4)
+        micro_kernel<T, (MR > 4 ? 4 : MR)>(kc, Ap, Bp, ldbp, C, ldc, mr, nr);
+    else
+        micro_kernel<T, MR>(kc, Ap, Bp, ldbp, C, ldc, mr, nr);
 }
 
 }  // namespace detail
@@ -432,7 +451,7 @@ static inline void gemm_tile(int64_t m, int64_t n, int64_t k,
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int64_t nr = nc - jr < NR ? nc - jr : NR;
                     const bool d = jr < n_direct;
-                    detail::micro_kernel<T>(kc, ap, d ? Bs + jr : bp + ((jr - n_direct) / NR) * kc * NR,
+                    detail::micro_kernel_rows<T>(kc, ap, d ? Bs + jr : bp + ((jr - n_direct) / NR) * kc * NR,
                                             d ? ldb : (int64_t)NR, C + ic * ldc + jc + jr, ldc, mr, nr);
                 }
             }
