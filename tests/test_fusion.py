@@ -230,3 +230,19 @@ def test_an_internal_error_in_a_fused_kernel_falls_back_to_unfused_kernels(monke
     monkeypatch.setenv("TILEC_STRICT_FUSION", "1")
     with pytest.raises(AssertionError, match="injected"):
         compile_text(text)
+
+
+def test_cpu_gemm_reads_same_dtype_operands_in_place():
+    """On the CPU a GEMM whose operands are copied without a conversion reads the tensors in
+    place (only the windows' valid part: no padding, no staging copy); a converting copy
+    (f16 -> f32) still fills its tile; both give the reference's results at ragged sizes."""
+    from tilec.targets.cpu import render_kernel
+    f32 = "kernel mm(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]:\n    C = relu(A @ B)\n"
+    f16 = f32.replace("f32[M, K]", "f16[M, K]")
+    for text, copies in ((f32, 0), (f16, 1)):
+        _, _, m = compile_text(text)
+        (k,) = m.programs[0].kernels
+        body = "\n".join(render_kernel(k, m.graphs[0].symbols, "2")["body"])
+        assert body.count("tilec::copy_tile(") == copies, body
+        check_text(text, dict(M=130, N=257, K=300))
+        check_text(text, dict(M=1, N=3, K=1))

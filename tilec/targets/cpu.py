@@ -19,6 +19,58 @@ from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
 ALL_DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4", "u4")
 
 
+def _gemm_operands_read_in_place(k: T.TileKernel, globals_: dict, allocs: dict) -> set:
+    """Tile buffers a GEMM can read straight from the tensor: filled by one copy without a
+    conversion (same dtype, f32 or f64) in the statement list of the GEMM, with the GEMM's other
+    operand also copied there (so the GEMM computes only the windows' valid part), and read by
+    nothing else."""
+    uses: dict = {}
+    for st in T.walk_stmts(k.body):
+        if isinstance(st, T.Copy):
+            uses.setdefault(st.dst.buf, []).append(st)
+        elif isinstance(st, T.Gemm):
+            for b in (st.a, st.b, st.c):
+                uses.setdefault(b, []).append(st)
+        elif isinstance(st, (T.Store, T.Fill)):
+            uses.setdefault(st.buf, []).append(st)
+        for e in _exprs_of(st):
+            for ld in T.walk_exprs(e):
+                if isinstance(ld, T.Load):
+                    uses.setdefault(ld.buf, []).append(st)
+    out = set()
+    for body in _statement_lists(k.body):
+        copies = {st.dst.buf: st for st in body if isinstance(st, T.Copy)}
+        for g in body:
+            if not (isinstance(g, T.Gemm) and g.a in copies and g.b in copies and
+                    g.a_stage is None and g.b_stage is None):
+                continue
+            for b in (g.a, g.b):
+                c = copies[b]
+                same = globals_[c.src.buf].dtype == allocs[b].dtype in ("f32", "f64")
+                if same and not c.async_ and uses.get(b) == [c, g] and b not in (g.c,):
+                    out.add(b)
+    return out
+
+
+def _exprs_of(st) -> list:
+    if isinstance(st, (T.For,)):
+        return list(st.extents)
+    if isinstance(st, T.If):
+        return [st.cond]
+    out = [getattr(st, "value", None)] + list(getattr(st, "idx", ()) or ())
+    return [e for e in out if e is not None and not isinstance(e, str)]
+
+
+def _statement_lists(body):
+    yield body
+    for st in body:
+        if isinstance(st, T.For):
+            yield from _statement_lists(st.body)
+        elif isinstance(st, T.If):
+            yield from _statement_lists(st.body)
+            yield from _statement_lists(st.orelse)
+
+
 SUM_BLOCK = 4096  # elements a float sum adds in vector lanes before adding the block in double
 
 
@@ -29,6 +81,8 @@ class CpuRenderer(CStyleRenderer):
         super().__init__(kernel)
         self.valid: dict = {}  # tile buffer -> (statement list, valid rows, valid cols) of its copy
         self.body_id = None  # the statement list being rendered
+        self.in_place = _gemm_operands_read_in_place(kernel, self.globals, self.allocs)
+        self.direct: dict = {}  # tile buffer read in place -> (pointer, row stride)
 
     def load_alloc(self, e: T.Load) -> str:
         a = self.allocs[e.buf]
@@ -73,6 +127,11 @@ class CpuRenderer(CStyleRenderer):
         # this tile in the same statement list computes only that part
         self.valid[s.dst.buf] = (self.body_id, f"tilec::imin({rows}, {left(dims[-2], offs[-2])})",
                                  f"tilec::imin({cols}, {left(dims[-1], offs[-1])})")
+        if s.dst.buf in self.in_place:
+            # only a GEMM of the tile's valid part reads it: it reads the tensor in place
+            self.direct[s.dst.buf] = (f"{cname(src.name)} + {start}", dims[-1])
+            self.emit(f"// (read in place by the GEMM: {s.dst.buf} is not filled)", depth)
+            return
         self.emit(f"tilec::copy_tile({cname(src.name)} + {start}, {dims[-1]}, "
                   f"{left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])}, {cname(s.dst.buf)}, "
                   f"{rows}, {cols}, {conv});", depth)
@@ -94,11 +153,16 @@ class CpuRenderer(CStyleRenderer):
             ra, ca = va[1:] if not s.transpose_a else va[2:0:-1]
             rb, cb = vb[1:] if not s.transpose_b else vb[2:0:-1]
             m, n, k = ra, cb, (ca if ca == rb else f"tilec::imin({ca}, {rb})")
+        pa, pb = cname(s.a), cname(s.b)
+        if s.a in self.direct:
+            pa, lda = self.direct[s.a]
+        if s.b in self.direct:
+            pb, ldb = self.direct[s.b]
         ct = self.ctype(self.storage(c.dtype))
         if ct in ("float", "double") and \
            self.ctype(self.storage(a.dtype)) == ct == self.ctype(self.storage(b.dtype)):
             self.emit(f"tilec::gemm_tile<{str(s.transpose_a).lower()}, {str(s.transpose_b).lower()}, "
-                      f"{ct}>({m}, {n}, {k}, {cname(s.a)}, {lda}, {cname(s.b)}, {ldb}, "
+                      f"{ct}>({m}, {n}, {k}, {pa}, {lda}, {pb}, {ldb}, "
                       f"{cname(s.c)}, {ldc});", depth)
             return
         ia = (f"{cname(s.a)}[tilec_k * {lda} + tilec_i]" if s.transpose_a else
@@ -238,6 +302,8 @@ def render_kernel(k: T.TileKernel, symbols, threads_expr: str) -> dict:
     em.stmts(k.body, 0)
     buffers, off = [], "0"
     for a in em.allocs.values():
+        if a.name in em.in_place:  # a GEMM reads the tensor itself: no tile buffer
+            continue
         ct = em.ctype(em.storage(a.dtype))
         count = " * ".join(f"({em.expr(x)})" for x in a.shape)
         buffers.append(dict(name=a.name, cname=cname(a.name), ctype=ct, scope=a.scope, count=count,

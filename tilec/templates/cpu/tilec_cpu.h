@@ -441,7 +441,9 @@ static inline void gemm_tile(int64_t m, int64_t n, int64_t k,
             // contiguous NR-vectors, and skipping the copy is worth ~4%.
             // Large strides are packed because each micro-panel would touch
             // kc distinct pages/sets.  A ragged last panel is always packed.
-            const bool b_direct = !TB && ldb * (int64_t)sizeof(T) <= 8192;
+            // With a few rows (GEMV, decode sizes) packing B would cost more than using it once:
+            // it is read in place whatever its stride.
+            const bool b_direct = !TB && (ldb * (int64_t)sizeof(T) <= 8192 || m <= 4);
             const int64_t n_direct = b_direct ? nc / NR * NR : 0;
             if (n_direct < nc)
                 detail::pack_b<TB>(kc, nc - n_direct, TB ? Bs + n_direct * ldb : Bs + n_direct, ldb, bp);
