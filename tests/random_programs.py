@@ -202,6 +202,27 @@ def mul_iv(a, b):
     return min(ps), max(ps)
 
 
+_IRANGE = {"i8": (-128, 127), "u8": (0, 255), "i16": (-2**15, 2**15 - 1)}
+
+
+def literal_fits(a, b) -> bool:
+    """A weak integer literal must be representable in the other operand's integer dtype
+    (`u8` and `-3` is an error, as it should be)."""
+    for x, y in ((a, b), (b, a)):
+        if x.weak and y.dtype in _IRANGE and not (_IRANGE[y.dtype][0] <= x.lo <= x.hi <=
+                                                  _IRANGE[y.dtype][1]):
+            return False
+    return True
+
+
+def wrapped(dtype: str, lo, hi) -> tuple:
+    """The interval of an integer result: i8/u8/i16 arithmetic wraps around (the language's
+    integers), so a result past the dtype's range may be anything in it."""
+    if dtype in _IRANGE and (lo < _IRANGE[dtype][0] or hi > _IRANGE[dtype][1]):
+        return _IRANGE[dtype]
+    return lo, hi
+
+
 def fits(dtype: str, lo: float, hi: float) -> bool:
     m = max(abs(lo), abs(hi))
     if m > BIG:
@@ -359,9 +380,11 @@ class Generator:
             # -(x + y) is emitted as (-x + y), ~(x < y) as (!x < y); this includes values
             # that *render* as infix: names of earlier statements, x.T, logsumexp (log(s) + m)
             raise Reject("filtered")
-        return node(f"-{a.op()}", a.shape, a.dtype, -a.hi, -a.lo, [a])
+        return node(f"-{a.op()}", a.shape, a.dtype, *wrapped(a.dtype, -a.hi, -a.lo), [a])
 
     def binop(self, op: str, a: E, b: E) -> E:
+        if not literal_fits(a, b):
+            raise Reject("literal out of the integer dtype's range")
         if "bool" in (a.dtype, b.dtype):
             raise Reject("bool arithmetic")
         shape = self.bcast(a.shape, b.shape)
@@ -384,6 +407,7 @@ class Generator:
             lo, hi = min(ps), max(ps)
         if a.weak and b.weak:
             raise Reject("constant folding")
+        lo, hi = wrapped(dt, lo, hi)
         if op == "-" and a.text == b.text and "fp_contract" in self.filters:
             # bug (fixed): the CPU build contracts a*b - a*b into an FMA (g++ -O3 -march=native defaults
             # to -ffp-contract=fast), so x - x is not 0 when x is a product
@@ -405,12 +429,15 @@ class Generator:
             lo, hi = min(ps), max(ps)
         else:
             lo, hi = sorted((a.lo ** n, a.hi ** n))
+        lo, hi = wrapped(dt, lo, hi)
         if not fits(dt, lo, hi):
             raise Reject("range")
         nt = str(n) if n >= 0 else f"-{-n}"
         return node(f"{a.op()} ** {nt}", a.shape, dt, lo, hi, [a])
 
     def intdiv(self, op: str, a: E, b: E) -> E:
+        if not literal_fits(a, b):
+            raise Reject("literal out of the integer dtype's range")
         shape = self.bcast(a.shape, b.shape)
         if shape is None or not is_int(a.dtype) or not is_int(b.dtype):
             raise Reject("intdiv")
@@ -423,6 +450,8 @@ class Generator:
         return node(f"{a.op()} {op} {b.op()}", shape, dt, lo, hi, [a, b])
 
     def minmax(self, fn: str, a: E, b: E) -> E:
+        if not literal_fits(a, b):
+            raise Reject("literal out of the integer dtype's range")
         if "bool" in (a.dtype, b.dtype) or (a.weak and b.weak):
             raise Reject("minmax")
         shape = self.bcast(a.shape, b.shape)
@@ -449,6 +478,8 @@ class Generator:
                     atom=True)
 
     def compare(self, op: str, a: E, b: E) -> E:
+        if not literal_fits(a, b):
+            raise Reject("literal out of the integer dtype's range")
         if "bool" in (a.dtype, b.dtype) or (a.weak and b.weak):
             raise Reject("compare")
         if (a.red or b.red) and "bool_workspace" in self.filters:
@@ -474,6 +505,8 @@ class Generator:
         return node(f"~{a.op()}", a.shape, "bool", 0, 1, [a])
 
     def where(self, c: E, a: E, b: E) -> E:
+        if not literal_fits(a, b):
+            raise Reject("literal out of the integer dtype's range")
         if c.dtype != "bool" or "bool" in (a.dtype, b.dtype) or (a.weak and b.weak):
             raise Reject("where")
         s = broadcast(a.shape, b.shape)
@@ -845,6 +878,8 @@ class Generator:
                 shape = ("R", "C")
             dt = ch.choice(FLOATS + FLOATS + ("i32",)) if shape else ch.choice(("f32", "f32", "f16",
                                                                                   "bf16", "f64"))
+            if dt == "i32" and ch.chance(0.5):  # narrow integers, whose arithmetic wraps
+                dt = ch.choice(("i8", "u8", "i16"))
             if odd and i == 0:
                 name = ch.choice(ODD_NAMES)
                 self.names_used.add(name)
@@ -852,8 +887,10 @@ class Generator:
                 name = self.fresh("x" if shape else "s")
             inputs.append((name, dt, shape))
             self.bound |= {d for d in shape if isinstance(d, str)}
-            if dt == "i32":
+            if dt in ("i32", "i8", "i16"):
                 e = E(name, shape, dt, -8, 8)
+            elif dt == "u8":
+                e = E(name, shape, dt, 0, 8)
             elif shape:
                 e = E(name, shape, dt, -1.0, 1.0)
             else:
