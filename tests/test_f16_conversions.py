@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-HEADER = Path(__file__).resolve().parent.parent / "tilec" / "templates" / "cpu"
+TEMPLATES = Path(__file__).resolve().parent.parent / "tilec" / "templates"
 
 PROGRAM = r"""
 #include "tilec_cpu.h"
@@ -45,7 +45,7 @@ def run(tmp: Path, march: str) -> str:
     src = tmp / "conv.cpp"
     src.write_text(PROGRAM)
     exe = tmp / f"conv_{march}"
-    subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", f"-I{HEADER}", str(src), "-o",
+    subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}", str(src), "-o",
                     str(exe)], check=True, capture_output=True, text=True)
     return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.strip()
 

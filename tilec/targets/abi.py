@@ -50,6 +50,11 @@ def library_name(source_name: str) -> str:
     return name if not name[0].isdigit() else "k" + name
 
 
+def common_files(env) -> dict:
+    """Headers every target's device library includes (checked launcher arithmetic)."""
+    return {"tilec_checked.h": env.loader.get_source(env, "common/tilec_checked.h")[0]}
+
+
 def libraries(source_name: str, graphs, per_kernel: bool) -> list:
     """(library name, [graphs]) of a build: one library for the file, or one per kernel."""
     if per_kernel:

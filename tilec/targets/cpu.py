@@ -12,7 +12,7 @@ from ..diagnostics import error
 from ..ir import tile as T
 from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
 from ..passes.rewrite import used_names, uses_var
-from .abi import launcher_context, libraries, render_header
+from .abi import common_files, launcher_context, libraries, render_header
 from .base import Resources, Target, Toolchain
 from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
 
@@ -360,6 +360,7 @@ def render(target, src, m, env, banner, options) -> dict:
             "cap its calls at n threads.")
         libs.append(dict(name=lib, sources=[g.name for g in members]))
     files["tilec_cpu.h"] = env.loader.get_source(env, "cpu/tilec_cpu.h")[0]
+    files.update(common_files(env))
     archs = options.get("arch") or target.default_arch
     if len(archs) > 1:
         raise error(f"the cpu target builds for one -march, not {', '.join(archs)}")

@@ -23,7 +23,7 @@ from ..passes import (
 )
 from ..passes.hoist_guards import conjuncts, split_bound
 from ..passes.rewrite import loads_in, multiple_of, used_names, uses_var
-from .abi import launcher_context, libraries, render_header
+from .abi import common_files, launcher_context, libraries, render_header
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
 from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, pdim
@@ -838,6 +838,7 @@ def render(target, src, m, env, banner, options) -> dict:
              "Tensor pointers are device memory."], target.link_flags)
         libs.append(dict(name=lib, sources=[g.name for g in members]))
     files["tilec_cuda.h"] = env.loader.get_source(env, "cuda/tilec_cuda.h")[0]
+    files.update(common_files(env))
     last = archs[-1][3:]
     files["Makefile"] = env.get_template("cuda/Makefile.j2").render(
         banner=banner("#"), libs=libs,

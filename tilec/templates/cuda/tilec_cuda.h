@@ -21,6 +21,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "tilec_checked.h"
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -247,38 +249,6 @@ template <typename I, typename S> TILEC_DEV I sat_int(S x) {
     const int64_t v = (int64_t)x;
     return v < limits<I>::lo ? (I)limits<I>::lo : v > limits<I>::hi ? (I)limits<I>::hi : (I)v;
 }
-
-// ---- checked dimension arithmetic (launchers only) -------------------------------------------
-// Every size and `assume` a launcher computes from the dimensions goes through `ck`: 64-bit
-// arithmetic where an overflow (or a division by zero) marks the result instead of wrapping.
-struct ck {
-    int64_t v;
-    bool bad;
-    ck(int64_t x) : v(x), bad(false) {}  // NOLINT: implicit from integers, on purpose
-    ck(int64_t x, bool b) : v(x), bad(b) {}
-};
-struct ckbool {
-    bool v;
-    bool bad;
-};
-static inline ck operator+(ck a, ck b) { int64_t r; bool o = __builtin_add_overflow(a.v, b.v, &r); return ck(r, a.bad || b.bad || o); }
-static inline ck operator-(ck a, ck b) { int64_t r; bool o = __builtin_sub_overflow(a.v, b.v, &r); return ck(r, a.bad || b.bad || o); }
-static inline ck operator*(ck a, ck b) { int64_t r; bool o = __builtin_mul_overflow(a.v, b.v, &r); return ck(r, a.bad || b.bad || o); }
-static inline ck operator/(ck a, ck b) { bool z = b.v == 0; return ck(z ? 0 : a.v / b.v, a.bad || b.bad || z); }
-static inline ck operator%(ck a, ck b) { bool z = b.v == 0; return ck(z ? 0 : a.v % b.v, a.bad || b.bad || z); }
-static inline ck ck_cdiv(ck a, ck b) { return (a + b - 1) / b; }
-static inline ck ck_min(ck a, ck b) { return ck(a.v < b.v ? a.v : b.v, a.bad || b.bad); }
-static inline ck ck_max(ck a, ck b) { return ck(a.v > b.v ? a.v : b.v, a.bad || b.bad); }
-static inline ckbool operator<(ck a, ck b) { return {a.v < b.v, a.bad || b.bad}; }
-static inline ckbool operator<=(ck a, ck b) { return {a.v <= b.v, a.bad || b.bad}; }
-static inline ckbool operator>(ck a, ck b) { return {a.v > b.v, a.bad || b.bad}; }
-static inline ckbool operator>=(ck a, ck b) { return {a.v >= b.v, a.bad || b.bad}; }
-static inline ckbool operator==(ck a, ck b) { return {a.v == b.v, a.bad || b.bad}; }
-static inline ckbool operator!=(ck a, ck b) { return {a.v != b.v, a.bad || b.bad}; }
-static inline ckbool operator&&(ckbool a, ckbool b) { return {a.v && b.v, a.bad || b.bad}; }
-static inline ckbool operator||(ckbool a, ckbool b) { return {a.v || b.v, a.bad || b.bad}; }
-static inline bool overflows(ck a) { return a.bad; }
-static inline bool overflows(ckbool a) { return a.bad; }
 
 TILEC_HD int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 TILEC_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
