@@ -212,6 +212,29 @@ def dim_checks(g) -> list:
     return checks
 
 
+def render_libraries(target, src, m, env, banner, options, kernel_context, includes: list,
+                     target_doc: list, threads_note: str = "") -> tuple:
+    """The sources and headers of a build's libraries, as (files, libs for the Makefile).
+    `kernel_context(g, prog)` gives a source kernel's launcher context with its `kernels`; the
+    source is `templates/TARGET/kernel{source_ext}.j2` rendered with it."""
+    files, libs = {}, []
+    graphs = dict(zip((g.name for g in m.graphs), zip(m.graphs, m.programs)))
+    template = env.get_template(f"{target.templates}/kernel{target.source_ext}.j2")
+    for lib, members in libraries(src.display, m.graphs, options.get("per_kernel", False)):
+        ctxs = []
+        for g in members:
+            g, prog = graphs[g.name]
+            ctx = kernel_context(g, prog)
+            ctx.update(banner=banner("//"), header=f"{lib}.h", target_name=target.name)
+            files[f"{g.name}{target.source_ext}"] = template.render(ctx)
+            ctxs.append(ctx)
+        files[f"{lib}.h"] = render_header(env, banner, lib, members, ctxs, includes, target_doc,
+                                          target.link_flags, threads_note)
+        libs.append(dict(name=lib, sources=[g.name for g in members]))
+    files.update(common_files(env))
+    return files, libs
+
+
 def render_header(env, banner, lib: str, graphs, ctxs: list, includes: list, target_doc: list,
                   link_flags: str = "", threads_note: str = ""):
     """The C header of one library: the status codes and every kernel's declarations."""

@@ -12,7 +12,7 @@ from ..diagnostics import error
 from ..ir import tile as T
 from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
 from ..passes.rewrite import used_names, uses_var
-from .abi import common_files, launcher_context, libraries, render_header
+from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
 
@@ -339,28 +339,18 @@ def render_kernel(k: T.TileKernel, symbols, threads_expr: str) -> dict:
 
 
 def render(target, src, m, env, banner, options) -> dict:
-    files = {}
-    libs = []
-    graphs = dict(zip((g.name for g in m.graphs), zip(m.graphs, m.programs)))
-    for lib, members in libraries(src.display, m.graphs, options.get("per_kernel", False)):
-        ctxs = []
-        for g in members:
-            g, prog = graphs[g.name]
-            sched = m.schedule_for(g.name, target.name)
-            threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
-            ctx = launcher_context(g, prog, [], [])
-            ctx.update(banner=banner("//"), header=f"{lib}.h", target_name=target.name,
-                       kernels=[render_kernel(k, g.symbols, threads) for k in prog.kernels])
-            files[f"{g.name}.cpp"] = env.get_template("cpu/kernel.cpp.j2").render(ctx)
-            ctxs.append(ctx)
-        files[f"{lib}.h"] = render_header(
-            env, banner, lib, members, ctxs, [], [], target.link_flags,
-            "A call runs on an OpenMP team of up to omp_get_max_threads() threads (no more "
-            "than it has blocks of work); call omp_set_num_threads(n) on the calling thread to "
-            "cap its calls at n threads.")
-        libs.append(dict(name=lib, sources=[g.name for g in members]))
+    def kernel_context(g, prog):
+        sched = m.schedule_for(g.name, target.name)
+        threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
+        ctx = launcher_context(g, prog, [], [])
+        ctx["kernels"] = [render_kernel(k, g.symbols, threads) for k in prog.kernels]
+        return ctx
+    files, libs = render_libraries(
+        target, src, m, env, banner, options, kernel_context, [], [],
+        "A call runs on an OpenMP team of up to omp_get_max_threads() threads (no more "
+        "than it has blocks of work); call omp_set_num_threads(n) on the calling thread to "
+        "cap its calls at n threads.")
     files["tilec_cpu.h"] = env.loader.get_source(env, "cpu/tilec_cpu.h")[0]
-    files.update(common_files(env))
     archs = options.get("arch") or target.default_arch
     if len(archs) > 1:
         raise error(f"the cpu target builds for one -march, not {', '.join(archs)}")

@@ -23,7 +23,7 @@ from ..passes import (
 )
 from ..passes.hoist_guards import conjuncts, split_bound
 from ..passes.rewrite import loads_in, multiple_of, used_names, uses_var
-from .abi import common_files, launcher_context, libraries, render_header
+from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
 from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, pdim
@@ -820,25 +820,16 @@ def _gencode(arch: str) -> str:
 
 def render(target, src, m, env, banner, options) -> dict:
     archs = options.get("arch") or target.default_arch
-    files = {}
-    libs = []
-    graphs = dict(zip((g.name for g in m.graphs), zip(m.graphs, m.programs)))
-    for lib, members in libraries(src.display, m.graphs, options.get("per_kernel", False)):
-        ctxs = []
-        for g in members:
-            g, prog = graphs[g.name]
-            ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"])
-            ctx.update(banner=banner("//"), header=f"{lib}.h", target_name=target.name,
-                       kernels=[render_kernel(k, g.symbols, target) for k in prog.kernels])
-            files[f"{g.name}.cu"] = env.get_template("cuda/kernel.cu.j2").render(ctx)
-            ctxs.append(ctx)
-        files[f"{lib}.h"] = render_header(
-            env, banner, lib, members, ctxs, ["cuda_runtime_api.h"],
-            ["tilec_stream: the CUDA stream the kernels run on (0: default)",
-             "Tensor pointers are device memory."], target.link_flags)
-        libs.append(dict(name=lib, sources=[g.name for g in members]))
+
+    def kernel_context(g, prog):
+        ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"])
+        ctx["kernels"] = [render_kernel(k, g.symbols, target) for k in prog.kernels]
+        return ctx
+    files, libs = render_libraries(
+        target, src, m, env, banner, options, kernel_context, ["cuda_runtime_api.h"],
+        ["tilec_stream: the CUDA stream the kernels run on (0: default)",
+         "Tensor pointers are device memory."])
     files["tilec_cuda.h"] = env.loader.get_source(env, "cuda/tilec_cuda.h")[0]
-    files.update(common_files(env))
     last = archs[-1][3:]
     files["Makefile"] = env.get_template("cuda/Makefile.j2").render(
         banner=banner("#"), libs=libs,
