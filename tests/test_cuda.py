@@ -252,6 +252,14 @@ kernel dq_u4_bf16_z3(Wq: u4[K, N], s: bf16[K // 16, N]) -> Y: bf16[K, N]:
     assume K % 16 == 0
     Y = bf16(dequant(Wq, s, zero=3, group=16))
 
+kernel dq_bf16_z130(Wq: u4[K, N], s: bf16[K // 16, N]) -> Y: bf16[K, N]:
+    assume K % 16 == 0
+    Y = bf16(dequant(Wq, s, zero=130, group=16))
+
+kernel dq_bf16_z131(Wq: u4[K, N], s: bf16[K // 16, N]) -> Y: bf16[K, N]:
+    assume K % 16 == 0
+    Y = bf16(dequant(Wq, s, zero=131, group=16))
+
 kernel half_ops(X: f16[R, C], W: f16[R, C]) -> Z: f16[R, C]:
     Z = (X * W - X) * 0.5 + maximum(X, -W) - abs(W)
 
@@ -278,6 +286,10 @@ def test_sixteen_bit_operations_render_as_sixteen_bit_instructions():
     assert "dequant4x8<tilec::BF16, true>" in src["dq_i4_bf16_k0"]
     assert "0x43084308u" in src["dq_i4_bf16_k0"]  # 128 + the sign flip's 8
     assert "0x43034303u" in src["dq_u4_bf16_z3_k0"]
+    # 128 + 130 = 258 is a bf16 value; 128 + 131 = 259 is not (bf16 holds even integers past
+    # 256), so that zero point takes the value-by-value path
+    assert "0x43814381u" in src["dq_bf16_z130_k0"]
+    assert "dequant4x8" not in src["dq_bf16_z131_k0"]
 
 
 @pytest.mark.gpu

@@ -10,6 +10,8 @@ calls into `tilec_cuda.h`.
 
 from __future__ import annotations
 
+import struct
+
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows
 from ..passes import (
@@ -53,18 +55,25 @@ NATIVE16 = {"add": "__hadd_rn", "sub": "__hsub_rn", "mul": "__hmul_rn", "maximum
 NATIVE16_UNARY = {"neg": "__hneg", "abs": "__habs"}
 
 
-def bits16(value: float, dtype: str) -> str:
-    """The bits of a 16-bit float constant, rounded to nearest even, as a C literal."""
-    import struct
+def to_bits16(value: float, dtype: str) -> int:
+    """The bits of `value` rounded to nearest even in a 16-bit float dtype."""
     if dtype == "f16":
-        b = struct.unpack("<H", struct.pack("<e", value))[0]
-    else:
-        f = struct.unpack("<I", struct.pack("<f", value))[0]
-        if (f & 0x7f800000) == 0x7f800000 and f & 0x7fffff:
-            b = 0x7fc0 | (f >> 16 & 0x8000)  # NaN
-        else:
-            b = (f + 0x7fff + (f >> 16 & 1)) >> 16
-    return f"(uint16_t)0x{b:04x}"
+        return struct.unpack("<H", struct.pack("<e", value))[0]
+    f = struct.unpack("<I", struct.pack("<f", value))[0]
+    if (f & 0x7f800000) == 0x7f800000 and f & 0x7fffff:
+        return 0x7fc0 | (f >> 16 & 0x8000)  # NaN
+    return (f + 0x7fff + (f >> 16 & 1)) >> 16
+
+
+def from_bits16(bits: int, dtype: str) -> float:
+    if dtype == "f16":
+        return struct.unpack("<e", struct.pack("<H", bits))[0]
+    return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
+
+
+def bits16(value: float, dtype: str) -> str:
+    """A 16-bit float constant as a C literal of its bits."""
+    return f"(uint16_t)0x{to_bits16(value, dtype):04x}"
 
 
 class LoopContext:
@@ -540,8 +549,9 @@ class CudaRenderer(CStyleRenderer):
         else branch stores zeros: (store, q, s, bias bits) for each, else []."""
         out = []
         for st in body:
-            dt = (self.allocs.get(st.buf) or self.globals.get(st.buf)).dtype \
-                if isinstance(st, T.Store) else None
+            if not isinstance(st, T.Store):
+                return []
+            dt = (self.allocs[st.buf] if st.buf in self.allocs else self.globals[st.buf]).dtype
             hit = _dequant_form(st.value, dt) if dt in SIXTEEN else None
             if hit is None or hit[0] not in self.ctx.vec_loads or sources.get(hit[0]) is None or \
                hit[2] not in self.ctx.vec_loads or hit[2].dtype != dt:
@@ -551,10 +561,12 @@ class CudaRenderer(CStyleRenderer):
             bias = magic + zero + (8 if q.dtype == "i4" else 0)
             lo, hi = (-8, 7) if q.dtype == "i4" else (0, 15)
             exact = 2048 if dt == "f16" else 256  # integers a 16-bit float holds exactly
-            if not (0 < bias < 2 * exact and max(abs(lo - zero), abs(hi - zero)) <= exact and
-                    float(bias).is_integer()):
+            bits = to_bits16(float(bias), dt)
+            # MAGIC + zero and every q - zero must be exact 16-bit values (the paired subtraction
+            # is then exact); else the values go one by one
+            if from_bits16(bits, dt) != bias or max(abs(lo - zero), abs(hi - zero)) > exact:
                 return []
-            out.append((st, q, sc, bits16(float(bias), dt)[len("(uint16_t)0x"):]))
+            out.append((st, q, sc, f"{bits:04x}"))
         for st in orelse:
             if not (isinstance(st, T.Store) and isinstance(st.value, T.Const) and
                     st.value.value == 0 and any(st.buf == x.buf and st.idx == x.idx
