@@ -22,21 +22,9 @@ ALL_DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4"
 def _gemm_operands_read_in_place(k: T.TileKernel, globals_: dict, allocs: dict) -> set:
     """Tile buffers a GEMM can read straight from the tensor: filled by one copy without a
     conversion (same dtype, f32 or f64) in the statement list of the GEMM, with the GEMM's other
-    operand also copied there (so the GEMM computes only the windows' valid part), and read by
-    nothing else."""
-    uses: dict = {}
-    for st in T.walk_stmts(k.body):
-        if isinstance(st, T.Copy):
-            uses.setdefault(st.dst.buf, []).append(st)
-        elif isinstance(st, T.Gemm):
-            for b in (st.a, st.b, st.c):
-                uses.setdefault(b, []).append(st)
-        elif isinstance(st, (T.Store, T.Fill)):
-            uses.setdefault(st.buf, []).append(st)
-        for e in _exprs_of(st):
-            for ld in T.walk_exprs(e):
-                if isinstance(ld, T.Load):
-                    uses.setdefault(ld.buf, []).append(st)
+    operand also copied there (so the GEMM computes only the windows' valid part), and named by
+    no other statement."""
+    stmts = [s for s in T.walk_stmts(k.body) if not isinstance(s, T.Alloc)]
     out = set()
     for body in _statement_lists(k.body):
         copies = {st.dst.buf: st for st in body if isinstance(st, T.Copy)}
@@ -46,19 +34,29 @@ def _gemm_operands_read_in_place(k: T.TileKernel, globals_: dict, allocs: dict) 
                 continue
             for b in (g.a, g.b):
                 c = copies[b]
-                same = globals_[c.src.buf].dtype == allocs[b].dtype in ("f32", "f64")
-                if same and not c.async_ and uses.get(b) == [c, g] and b not in (g.c,):
+                if globals_[c.src.buf].dtype == allocs[b].dtype in ("f32", "f64") and \
+                   [s for s in stmts if _names(s, b)] == [c, g]:
                     out.add(b)
     return out
 
 
-def _exprs_of(st) -> list:
-    if isinstance(st, (T.For,)):
-        return list(st.extents)
-    if isinstance(st, T.If):
-        return [st.cond]
-    out = [getattr(st, "value", None)] + list(getattr(st, "idx", ()) or ())
-    return [e for e in out if e is not None and not isinstance(e, str)]
+_EXPRS = (T.Load, T.Binary, T.Unary, T.Cast, T.Select, T.Compare)
+
+
+def _names(st, buf: str) -> bool:
+    """Does statement `st` itself (its fields and expressions, not its nested statements) name
+    buffer `buf`?"""
+    for f in st.__dataclass_fields__:
+        if f in ("body", "orelse"):
+            continue
+        v = getattr(st, f)
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if x == buf or getattr(x, "buf", None) == buf:
+                return True
+            if isinstance(x, _EXPRS) and any(isinstance(ld, T.Load) and ld.buf == buf
+                                             for ld in T.walk_exprs(x)):
+                return True
+    return False
 
 
 def _statement_lists(body):

@@ -581,7 +581,7 @@ class CudaRenderer(CStyleRenderer):
         branch only where `ok` holds."""
         # inside a layout of static columns the group's first column and its count are small:
         # 32-bit registers (a streamed row's column runs to the tensor's length: 64 bits)
-        small = "tilec_g" not in col0
+        small = not self.ctx.streaming
         self.emit(f"const {'int' if small else 'int64_t'} tilec_j0 = {col0};", d)
         n = str(vec)
         for base, bound in col_bounds:
