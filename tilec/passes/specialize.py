@@ -57,7 +57,7 @@ def _threads(k: T.TileKernel, caps: dict, target) -> int:
     return next((t for top, t in table if cap <= top), k.threads)
 
 
-def _with_capacity(k: T.TileKernel, caps: dict, target=None) -> T.TileKernel:
+def _with_capacity(k: T.TileKernel, caps: dict, target) -> T.TileKernel:
     def fix(st):
         if isinstance(st, T.Alloc) and any(d in caps for d in st.shape):
             return [replace(st, shape=tuple(T.iconst(caps[d]) if d in caps else d for d in st.shape))]
@@ -67,9 +67,8 @@ def _with_capacity(k: T.TileKernel, caps: dict, target=None) -> T.TileKernel:
         c = Dim.bin("le", to_dim(ext), cap)
         when = c if when is None else Dim.bin("and", when, c)
     suffix = "_".join(_name(e) + str(c) for e, c in caps.items())
-    threads = _threads(k, caps, target) if target is not None else k.threads
     return replace(k, name=f"{k.name}_{suffix}", body=map_stmts(k.body, fix), when=when,
-                   threads=threads)
+                   threads=_threads(k, caps, target))
 
 
 def _name(e) -> str:
