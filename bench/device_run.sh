@@ -16,13 +16,13 @@ nvcc --version | tail -2 | tee -a "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
 status=0
 if [[ $what == all || $what == *tests* ]]; then
-    python3 -m pytest -q -m gpu tests/test_cuda.py -n 12 -p no:cacheprovider -rf 2>&1 \
+    python3 -m pytest -q -m gpu tests/ -n 12 -p no:cacheprovider -rf 2>&1 \
         | tee "$OUT/tests.log" | tail -40
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 if [[ $what == all || $what == *sanitize* ]]; then
     for case in "gemm_bias_relu M=200,N=130,K=70" "attention B=1,H=2,L=130,S=70,D=64" \
-                "causal_attention B=1,H=1,L=150,D=32" "softmax R=5,C=300" "w4a16 M=3,N=96,K=256" \
+                "causal_attention B=1,H=1,L=150,D=32" "softmax R=5,C=300" "w4a16 M=3,N=96,K=256" "w4a16 M=2,N=200,K=1536" \
                 "layernorm R=3,C=20000" "rmsnorm R=3,C=5000"; do
         read -r sample dims <<< "$case"
         for tool in memcheck racecheck; do
@@ -42,11 +42,18 @@ if [[ $what == *profile* ]]; then
         ncu --clock-control none -k "regex:${kernel}_k" -c 1 --section SpeedOfLight \
             --section WarpStateStats --section Occupancy --section LaunchStats \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-            --section SourceCounters --section SchedulerStats \
+            --section SourceCounters --section SchedulerStats --section InstructionStats \
             python3 -m tilec.cli run "$file" --kernel "$kernel" --target cuda --arch sm_90 \
             --dims "$dims" --seed 1 > "$OUT/ncu_$kernel.txt" 2>&1
         grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Warp Cycles|Issued Ipc|ok|MISMATCH" \
             "$OUT/ncu_$kernel.txt" | head -40
+    done
+    # the SASS of the profiled kernels (libraries built by these runs only)
+    for so in $(find "$TILEC_CACHE_DIR" -name "*.so" -newer "$OUT/gpu.txt"); do
+        for case in $cases; do
+            cuobjdump -sass "$so" 2>/dev/null | awk -v k="${TILEC_SASS:-${case%%:*}_k}" \
+                '/Function : / {keep = index($0, k) > 0} keep' >> "$OUT/sass.txt"
+        done
     done
 fi
 if [[ ,$what, == *,variants,* ]]; then
@@ -75,6 +82,20 @@ if [[ $what == *w4variants* ]]; then
     for dims in M=1,N=8192,K=8192 M=16,N=8192,K=8192; do
         python3 -m tilec.cli run bench/w4a16_variants.tile --target cuda --arch sm_90 \
             --dims $dims --seed 1 2>&1 | tee -a "$OUT/w4variants.log" | grep -E "ms|MISMATCH|error"
+    done
+fi
+if [[ $what == *splitvariants* ]]; then
+    # decode GEMM variants on W4A16 (bench/gpu.py, peers in the same run), each entry
+    # "DECODE_TILE|SPLIT_K|GEMV" (see docs/CUDA.md; an empty field keeps the default):
+    # TILEC_DECODE_TILE = max M,BMxBNxBK,threads,stages; TILEC_SPLIT_K = blocks,least K tiles
+    # per split,blocks per SM; TILEC_GEMV = columns,threads,blocks,least rows,blocks per SM
+    for cfg in ${TILEC_SPLITS:-"||" "||off"}; do
+        IFS='|' read -r tile split gemv <<< "$cfg"
+        echo "== TILEC_DECODE_TILE=$tile TILEC_SPLIT_K=$split TILEC_GEMV=$gemv" | tee -a "$OUT/splitvariants.log"
+        TILEC_DECODE_TILE=$tile TILEC_SPLIT_K=$split TILEC_GEMV=$gemv python3 bench/gpu.py \
+            --arch sm_90 --cases w4a16 --kernel w4a16 --no-compile \
+            --build-dir "/tmp/split_${cfg//[,|]/_}" 2>&1 | tee -a "$OUT/splitvariants.log" \
+            | grep -E "^\| w4a16" | head -8
     done
 fi
 if [[ $what == all || $what == *bench* ]]; then

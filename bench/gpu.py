@@ -144,10 +144,12 @@ class TilecFailure(Exception):
     """A tilec kernel could not be built, loaded or bound, or returned a non-zero status."""
 
 
-def build(out_dir: Path, arch: str) -> tuple[float, str | None]:
-    """Build bench/gpu.tile for CUDA into out_dir. Returns (wall seconds, None or what went wrong)."""
+def build(out_dir: Path, arch: str, kernel: str | None = None) -> tuple[float, str | None]:
+    """Build bench/gpu.tile (or only `kernel` of it) for CUDA into out_dir. Returns (wall seconds,
+    None or what went wrong)."""
     base = [sys.executable, "-m", "tilec.cli"]
     opts = ["build", str(TILE), "--target", "cuda", "--arch", arch, "-o", str(out_dir)]
+    opts += ["--kernel", kernel] if kernel else []
     t0 = time.perf_counter()
 
     def go(cmd):
@@ -876,6 +878,7 @@ def main() -> int:
     ap.add_argument("--build-dir", metavar="DIR",
                     help="build here (and reuse it) instead of in a temporary directory")
     ap.add_argument("--arch", default="sm_90", help="passed to tilec build")
+    ap.add_argument("--kernel", help="build only this kernel of bench/gpu.tile (for --cases using only it)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -900,7 +903,7 @@ def main() -> int:
     else:
         tmp = tempfile.TemporaryDirectory(prefix="tilec_gpu_bench_")
         out_dir = Path(tmp.name)
-    build_s, build_error = build(out_dir, args.arch)
+    build_s, build_error = build(out_dir, args.arch, args.kernel)
     print(f"tilec build: {build_s:.1f} s{', FAILED' if build_error else ''} -> {out_dir}", flush=True)
     bench = Bench(args, env, Tilec(out_dir, build_error))
     if build_error:

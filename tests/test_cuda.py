@@ -135,9 +135,10 @@ GPU_SIZES = {
     # tile multiples of the CUDA defaults (GEMM 128 x 128 x 32, attention 128 x 64, rows 256..)
     "gemm_bias_relu": [dict(M=256, N=256, K=256), dict(M=17, N=1000, K=40), dict(M=1, N=1, K=1)],
     "gemm_gelu_softmax": [dict(M=128, N=256, K=64), dict(M=33, N=17, K=100)],
-    "batched_matmul": [dict(B=2, M=128, N=128, K=64), dict(B=3, M=17, N=31, K=9)],
+    "batched_matmul": [dict(B=2, M=128, N=128, K=64), dict(B=3, M=17, N=31, K=9),
+                       dict(B=3, M=7, N=100, K=1500)],  # the last: split over K
     "w4a16": [dict(M=128, N=256, K=256), dict(M=1, N=1000, K=384), dict(M=16, N=64, K=128),
-              dict(M=100, N=17, K=128)],
+              dict(M=100, N=17, K=128), dict(M=1, N=1000, K=2048), dict(M=3, N=130, K=1280)],
     "attention": [dict(B=1, H=2, L=128, S=128, D=64), dict(B=2, H=1, L=17, S=1000, D=32),
                   dict(B=1, H=1, L=1, S=1, D=1), dict(B=1, H=3, L=200, S=70, D=128)],
     "causal_attention": [dict(B=2, H=1, L=256, D=64), dict(B=1, H=2, L=1000, D=100)],

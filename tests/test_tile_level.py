@@ -19,7 +19,7 @@ from test_random_programs import REGRESSIONS
 
 from tilec import driver, interp
 from tilec.diagnostics import TilecError
-from tilec.interp_tile import pick_variants, run_program
+from tilec.interp_tile import pick_slots, pick_variants, run_program
 from tilec.ir.tile import print_kernel
 from tilec.runner import call_library, choose_dims
 from tilec.targets.abi import library_name
@@ -53,9 +53,10 @@ def round_trip(text: str, target: str, name: str = "test.tile"):
         assert g.tile is not None, f"{g.name} did not parse as a tile-level kernel"
         assert print_kernel(g.tile) == without_comments(print_kernel(k))
         # a workspace the kernel writes reads back as one of its outputs
-        params = tuple(replace(p, kind="output") if p.kind == "workspace" else p
+        params = tuple(replace(p, kind="output", when=None) if p.kind == "workspace" else p
                        for p in k.params)
-        assert g.tile == replace(k, params=params, comment="", when=None, slot=0, capacities=())
+        assert g.tile == replace(k, params=params, comment="", when=None, slot=0, part=0,
+                                 capacities=(), blocks_per_sm=1)
     # and the parsed kernel goes through the tile pass unchanged (but for its device name)
     again = driver.stage_module(back, "tiled", target, verify=True)
     for p, k in zip(again.programs, kernels):
@@ -73,11 +74,12 @@ def agree(text: str, target: str, dims: dict | None = None, seed: int = 0, full_
         d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols})
         inputs = interp.random_inputs(g, d, seed, full_ints)
         ref = interp.run_graph(g, inputs, d)
-        picked = pick_variants(prog, d)
+        picked = pick_slots(prog, d)
         runs = [picked]
         for slot, variants in enumerate(prog.slots()):
             runs += [picked[:slot] + [v] + picked[slot + 1:] for v in variants if v not in picked]
-        for kernels in runs:
+        for chosen in runs:
+            kernels = [k for parts in chosen for k in parts]
             got = run_program(kernels, inputs, d, [p.name for p in g.outputs])
             for p in g.outputs:
                 err = interp.rel_error(got[p.name], ref[p.name])

@@ -276,8 +276,8 @@ class KernelRun:
             r = {"idiv": lambda: a // b0, "imod": lambda: a % b0,
                  "cdiv": lambda: -(-a // b0)}[fn]()
             return np.where(b == 0, 0, r)
-        if fn == "min":
-            return np.minimum(a, b)
+        if fn in ("min", "max"):
+            return (np.minimum if fn == "min" else np.maximum)(a, b)
         return _binary(fn, a, b, dtype)
 
     def load(self, e: T.Load, ctx: _Ctx, mask):
@@ -327,9 +327,12 @@ def run_program(kernels, inputs: dict, dims: dict, outputs) -> dict:
 
 
 def pick_variants(prog: T.TileProgram, dims: dict) -> list:
-    """The kernels the launcher would run for `dims`: per slot, the first whose `when` holds."""
-    out = []
-    for variants in prog.slots():
-        out.append(next((k for k in variants if k.when is None or k.when.eval(dims)),
-                        variants[-1]))
-    return out
+    """The kernels the launcher would run for `dims`, in launch order."""
+    return [k for parts in pick_slots(prog, dims) for k in parts]
+
+
+def pick_slots(prog: T.TileProgram, dims: dict) -> list:
+    """Per launch slot, the variant the launcher would run for `dims`: the first whose `when`
+    holds (the tuple of its kernels)."""
+    return [next((parts for parts in variants if parts[0].when is None or
+                  parts[0].when.eval(dims)), variants[-1]) for variants in prog.slots()]

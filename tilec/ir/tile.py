@@ -39,7 +39,7 @@ class Unary:
 
 @dataclass(frozen=True, slots=True)
 class Binary:
-    fn: str  # add sub mul div floordiv mod maximum minimum and or pow | idiv imod min (index math)
+    fn: str  # add sub mul div floordiv mod maximum minimum and or pow | idiv imod cdiv min max (index math)
     a: object
     b: object
     dtype: str
@@ -134,7 +134,9 @@ def dim_to_expr(d: Dim):
         return iconst(d.args[0])
     a, b = (dim_to_expr(x) for x in d.args)
     return {"add": iadd, "sub": isub, "mul": imul, "floordiv": idiv, "mod": imod,
-            "cdiv": lambda x, y: Binary("cdiv", x, y, "i64")}[d.op](a, b)
+            "cdiv": lambda x, y: Binary("cdiv", x, y, "i64"),
+            "min": lambda x, y: Binary("min", x, y, "i64"),
+            "max": lambda x, y: Binary("max", x, y, "i64")}[d.op](a, b)
 
 
 # `//` and `%` of i64 values: `idiv`/`imod` (C's / and %) where the dividend cannot be negative
@@ -148,7 +150,7 @@ def nonneg(e, index_vars) -> bool:
         return not isinstance(e.value, bool) and e.value >= 0
     if isinstance(e, Var):
         return e.name in index_vars
-    if isinstance(e, Binary) and e.fn in ("add", "mul", "idiv", "imod", "cdiv", "min",
+    if isinstance(e, Binary) and e.fn in ("add", "mul", "idiv", "imod", "cdiv", "min", "max",
                                           "floordiv", "mod"):
         return e.dtype == "i64" and nonneg(e.a, index_vars) and nonneg(e.b, index_vars)
     return False
@@ -288,6 +290,7 @@ class TensorDecl:
     dtype: str
     shape: tuple  # Dims
     kind: str  # input | output | workspace | scalar
+    when: object = None  # workspaces: needed only when this Dim condition holds (else 0 bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,9 +304,15 @@ class TileKernel:
     comment: str = ""
     swizzle: int = 0
     # Variants: several kernels may fill the same launch `slot`; the launcher runs the first whose
-    # `when` (a Dim condition on the dimensions, None = always) holds.
+    # `when` (a Dim condition on the dimensions, None = always) holds. A variant may take several
+    # launches: its kernels share the `when` and run in the order of `part` (split-K: the partial
+    # products, then their sum with the epilogue).
     slot: int = 0
     when: object = None
+    part: int = 0
+    # GPU targets: blocks of this kernel meant to be resident on one SM at once (the register
+    # budget per thread follows from it)
+    blocks_per_sm: int = 1
     # GPU targets: compile-time capacities of dynamic extents held on chip, ((symbol, (cap, ...)),
     # ...): one instantiation per capacity, the launcher picks the smallest that holds the value
     capacities: tuple = ()
@@ -324,10 +333,15 @@ class TileProgram:
     meta: dict = field(default_factory=dict, compare=False, hash=False)
 
     def slots(self) -> list:
-        """The kernels grouped by launch slot, in launch order: [[variant, ...], ...]."""
+        """The kernels grouped by launch slot, in launch order: [[variant, ...], ...], where a
+        variant is the tuple of kernels it launches (its parts, in order)."""
         out: dict = {}
         for k in self.kernels:
-            out.setdefault(k.slot, []).append(k)
+            variants = out.setdefault(k.slot, [])
+            if k.part and variants and variants[-1][-1].part == k.part - 1:
+                variants[-1] = variants[-1] + (k,)
+            else:
+                variants.append((k,))
         return [out[s] for s in sorted(out)]
 
 
@@ -409,7 +423,7 @@ def fmt(e, parent: int = 0) -> str:
     if isinstance(e, (Binary, Compare)):
         if e.fn == "pow":
             return f"{fmt(e.a, 10)} ** {e.exponent!r}"
-        if e.fn in ("maximum", "minimum", "min", "cdiv"):
+        if e.fn in ("maximum", "minimum", "min", "max", "cdiv"):
             return f"{e.fn}({fmt(e.a)}, {fmt(e.b)})"
         p = _PREC[e.fn]
         s = f"{fmt(e.a, p)} {_SYM[e.fn]} {fmt(e.b, p + 1)}"
@@ -524,8 +538,11 @@ def print_kernel(k: TileKernel) -> str:
     lines = []
     if k.comment:
         lines += [f"# {c}" for c in k.comment.splitlines()]
+    part = f", launch {k.part + 1} of the variant" if k.part else ""
     if k.when is not None:
-        lines.append(f"# variant of launch {k.slot}, when {k.when}")
+        lines.append(f"# variant of launch {k.slot}{part}, when {k.when}")
+    elif part:
+        lines.append(f"# launch {k.slot}{part}")
     for sym, caps in k.capacities:
         lines.append(f"# {sym} held on chip up to a capacity of {' | '.join(str(c) for c in caps)}")
     o = ", ".join(_decl(p) for p in outs)
@@ -542,5 +559,6 @@ def print_kernel(k: TileKernel) -> str:
 def print_program(p: TileProgram) -> str:
     head = [f"# {p.name}: {len(p.kernels)} device kernel(s)"]
     if p.workspaces:
-        head.append("# workspaces: " + ", ".join(_decl(w) for w in p.workspaces))
+        head.append("# workspaces: " + ", ".join(
+            _decl(w) + (f" (when {w.when})" if w.when is not None else "") for w in p.workspaces))
     return "\n".join(head) + "\n" + "\n\n".join(print_kernel(k) for k in p.kernels) + "\n"

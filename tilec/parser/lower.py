@@ -241,7 +241,17 @@ class KernelBuilder:
                 raise error("division by zero in a dimension", e.right.loc)
             a, b = self.dim_expr(e.left, False), self.dim_expr(e.right, False)
             return Dim.bin(_BIN[e.op], a, b)
-        raise error("a dimension must be a name, an integer, or + - * // % of those", e.loc)
+        if isinstance(e, ast.Call) and e.func in ("cdiv", "min", "max"):
+            if len(e.args) != 2 or e.kwargs:
+                raise error(f"{e.func}() of dimensions takes two arguments", e.loc)
+            a, b = (self.dim_expr(x, False) for x in e.args)
+            if e.func == "cdiv":
+                if b == Dim.const(0):
+                    raise error("division by zero in a dimension", e.args[1].loc)
+                return a.cdiv(b)
+            return Dim.bin(e.func, a, b)
+        raise error("a dimension must be a name, an integer, or + - * // % cdiv min max of those",
+                    e.loc)
 
     def dim_cond(self, e) -> Dim:
         if isinstance(e, ast.Compare):

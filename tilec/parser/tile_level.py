@@ -114,7 +114,8 @@ class TileBuilder:
         return self.outputs
 
     def index_vars(self) -> set:
-        """Names that cannot be negative: block and loop variables, dimensions."""
+        """Names that cannot be negative: block and loop variables, dimensions, and i64 locals
+        computed from those."""
         return self.loop_vars | self.symbols
 
     def declare_name(self, name: str, loc):
@@ -189,6 +190,8 @@ class TileBuilder:
         val = self.expr(v)
         val = self.strong(val)
         self.scalars[st.name] = val.dtype
+        if val.dtype == "i64" and T.nonneg(val.e, self.index_vars()):
+            self.loop_vars.add(st.name)  # index math over it divides as C does (int_division)
         return [T.Let(st.name, val.e)]
 
     def extent(self, e) -> object:
@@ -636,7 +639,7 @@ class TileBuilder:
             zero = T.Const(0.0, x.dtype)
             return TE(T.Select(T.Compare("ge", x.e, zero), x.e,
                                T.Binary("mul", x.e, s.e, x.dtype), x.dtype))
-        if f in ("min", "cdiv"):
+        if f in ("min", "max", "cdiv"):
             a, b = args(2)
             a, b = self.strong(a, "i64"), self.strong(b, "i64")
             if a.dtype != "i64" or b.dtype != "i64":

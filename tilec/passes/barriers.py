@@ -1,8 +1,9 @@
 """Block barriers: a `barrier()` goes before any statement that reads a shared buffer written
 since the last barrier (another thread may have written it), or writes one read or written since
 then (another thread may still be reading it). Loops are analysed with the state their body ends
-in carried round to its start. Asynchronous copies are ordered by the pipeline pass's own
-wait + barrier; a block-wide `allreduce` synchronizes the block itself.
+in carried round to its start; a loop that only reads what was written before it gets its
+barrier before the loop rather than in every iteration. Asynchronous copies are ordered by the
+pipeline pass's own wait + barrier; a block-wide `allreduce` synchronizes the block itself.
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ def insert(stmts, state: tuple, shared: set, layouts: dict) -> tuple:
             read, written = s1[0] | s2[0], s1[1] | s2[1]
             continue
         if isinstance(st, T.For) and st.kind != "parallel":
+            r, w = _access(st, shared)
+            if not w and (r & written):
+                # a loop that only reads shared memory another thread wrote before it: one
+                # barrier before the loop, none per iteration
+                out.append(T.Barrier())
+                read, written = frozenset(), frozenset()
             _, end = insert(st.body, (read, written), shared, layouts)
             entry = (read | end[0], written | end[1])
             body, end = insert(st.body, entry, shared, layouts)

@@ -23,7 +23,7 @@ from dataclasses import replace
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, SharedLayout, VecLayout, VecRows
 from ..ir.types import DTYPES
-from .rewrite import loads_in, map_stmts
+from .rewrite import loads_in, map_stmts, stores_in
 
 
 def _const(e) -> int | None:
@@ -70,8 +70,8 @@ class Assign:
         self.loops = [s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "parallel"]
         self.by: dict = {}  # id(loop) -> layout
         self.warps = k.threads // target.resources.warp
-        params = {p.name: p for p in k.params}
-        widths = [DTYPES[p.dtype][1] // 8 or 1 for p in params.values() if p.kind != "scalar"]
+        self.params = params = {p.name: p for p in k.params if p.kind != "scalar"}
+        widths = [DTYPES[p.dtype][1] // 8 or 1 for p in params.values()]
         self.vmax = 16 // max(widths or [4])
 
     def shape(self, buf: str) -> tuple:
@@ -86,14 +86,33 @@ class Assign:
             raise AssertionError(f"fragment {buf} needs two layouts: {old} and {layout}")
         return False
 
-    def vec_layout(self, rows: int, cols: int | None) -> VecLayout:
-        threads = self.k.threads
+    def vec_layout(self, rows: int, cols: int | None, vmax: int | None = None) -> VecLayout:
+        threads, vmax = self.k.threads, vmax or self.vmax
         if cols is None:
-            return VecLayout(rows, None, threads, self.vmax)
-        vec = self.vmax
+            return VecLayout(rows, None, threads, vmax)
+        vec = vmax
         while vec > 1 and (cols % vec or rows * cols // vec < threads):
             vec //= 2
         return VecLayout(rows, cols, threads, vec)
+
+    def frag_vmax(self, f: str) -> int:
+        """Columns per thread group of a fragment's vector layout: what the first loop that fills
+        it reads from memory in one 16-byte access (the fragment's own registers do not count: a
+        GEMV's f32 sums of 16-bit weights take 8 columns, a cached bf16 row 8)."""
+        for lp in self.loops:
+            full = tuple(T.Var(v) for v in lp.vars)
+            if len(lp.vars) == 2 and any(st.buf == f and st.idx == full for st in stores_in(lp)):
+                return self.loop_vmax(lp)
+        return self.vmax
+
+    def loop_vmax(self, loop: T.For) -> int:
+        """Columns per 16-byte access of a loop over memory and shared buffers: set by the widest
+        dtype of memory or shared tile it reads or writes (a wider tensor elsewhere in the kernel does not
+        narrow it)."""
+        decls = {**self.params, **{n: a for n, a in self.allocs.items() if a.scope == "shared"}}
+        bufs = {x.buf for x in stores_in(loop) + loads_in(loop) if x.buf in decls}
+        widths = [DTYPES[decls[b].dtype][1] // 8 or 1 for b in bufs]
+        return 16 // max(widths or [4])
 
     def stored_tile(self, loop: T.For):
         """The static (rows, cols) of the shared tile a loop fills at [i, j], if it fills one."""
@@ -145,9 +164,9 @@ class Assign:
             rows, cols = self.shape(g.c)
             self.set(g.c, mma_layout(rows, cols, self.warps, rows_in_warp))
         self.propagate()
-        for f in sorted(self.frags):  # row kernels' cached rows
+        for f in sorted(self.frags):  # row kernels' cached rows, GEMV accumulators
             if f not in self.lay and len(self.allocs[f].shape) == 2:
-                self.set(f, self.vec_layout(*self.shape(f)))
+                self.set(f, self.vec_layout(*self.shape(f), self.frag_vmax(f)))
                 self.propagate()
         for loop in self.loops:  # loops over memory and shared buffers only
             if id(loop) not in self.by and len(loop.vars) == 2:
@@ -158,7 +177,7 @@ class Assign:
                 if rows is None or (cols is None and rows != 1):
                     raise AssertionError(f"parallel loop over ({', '.join(loop.vars)}) has a "
                                          "run-time extent it cannot split")
-                self.by[id(loop)] = self.vec_layout(rows, cols)
+                self.by[id(loop)] = self.vec_layout(rows, cols, self.loop_vmax(loop))
         self.propagate()
         for f in sorted(self.frags):
             if f not in self.lay:

@@ -35,8 +35,9 @@ from ..ir.tile import (
     land,
 )
 from ..ir.types import DTYPES, PACKED, Dim, is_float, numel
+from . import split_k
 from .fuse import Fuser, is_squeeze
-from .rewrite import map_expr, map_exprs
+from .rewrite import map_expr, map_exprs, map_stmts
 
 NEG_INF = T.Const(-math.inf, "f32")
 
@@ -257,22 +258,28 @@ class GroupLowering:
         return [For((i, j), (nrows, ncols), "parallel", (body,))], False
 
     # ---- group kinds
-    def lower(self) -> TileKernel:
-        return getattr(self, "lower_" + self.grp.kind)()
+    def lower(self) -> list:
+        """The group's kernels, in launch order (one, or a split-K GEMM's two)."""
+        out = getattr(self, "lower_" + self.grp.kind)()
+        return out if isinstance(out, list) else [out]
 
-    def kernel(self, grid, bvars, threads, body, comment, swizzle=0, auto_threads=False) -> TileKernel:
-        params = []
-        written = set(self.grp.outputs)
+    def kernel(self, grid, bvars, threads, body, comment, swizzle=0, auto_threads=False,
+               extra=(), writes_outputs=True) -> TileKernel:
+        """A kernel reading or writing the buffers `used` so far, plus the tensors `extra` (a
+        split-K workspace: inputs first, outputs last, as for every kernel)."""
+        params = [p for p in extra if p.kind == "input"]
+        written = set(self.grp.outputs) if writes_outputs else set()
         for oid in sorted(self.used, key=lambda o: (o in written, o)):
             b = self.bufs[oid]
             kind = "scalar" if b.kind == "input" and not b.type.shape else \
                 (b.kind if oid in written else "input")
             if all(p.name != b.name for p in params):
                 params.append(TensorDecl(b.name, b.type.dtype, b.type.shape, kind))
+        params += [p for p in extra if p.kind != "input"]
         return TileKernel("", tuple(params), tuple(grid), tuple(bvars), threads, tuple(body),
                           comment, swizzle, auto_threads=auto_threads)
 
-    def lower_gemm(self) -> TileKernel:
+    def lower_gemm(self) -> list:
         mm = self.ops[self.grp.members[0]]
         a_id, b_id = mm.args
         shape = mm.type.shape
@@ -280,37 +287,140 @@ class GroupLowering:
         K = self.ops[a_id].type.shape[-1]
         mma_dt = self.mma_dtype(a_id, b_id)
         bm, bn, bk, stages, threads = self.target.gemm_config(self.sched, scalar=mma_dt is None)
+        split, gemv = None, False
         if self.gemm_config is not None:
-            (bm, bn, bk), threads, stages = self.gemm_config
+            (bm, bn, bk), threads, stages, split, gemv = self.gemm_config
         bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
         grid = [dim_to_expr(N.cdiv(bn)), dim_to_expr(M.cdiv(bm))]
         bvars = [bx, by]
         if batch:
             grid.append(dim_to_expr(numel(batch)))
             bvars.append(bz)
-        bidx = decompose(T.Var(bz), batch)
-        row0, col0 = imul(T.Var(by), iconst(bm)), imul(T.Var(bx), iconst(bn))
-        a_dt = mma_dt or self.ops[a_id].type.dtype
-        b_dt = mma_dt or self.ops[b_id].type.dtype
-        As, Bs, acc = (self.names.fresh(n) for n in ("A_s", "B_s", "acc"))
+        nk = K.cdiv(bk)
         k = self.names.fresh("k")
-        k0 = imul(T.Var(k), iconst(bk))
-        load_a, ta = self.operand(a_id, As, row0, k0, iconst(bm), iconst(bk), bidx, batch, mma_dt)
-        load_b, tb = self.operand(b_id, Bs, k0, col0, iconst(bk), iconst(bn), bidx, batch, mma_dt)
-        body = [Alloc(As, "shared", a_dt, (iconst(bk), iconst(bm)) if ta else (iconst(bm), iconst(bk))),
+        trip, kt, first = dim_to_expr(nk), T.Var(k), iconst(0)
+        bidx = decompose(T.Var(bz), batch)
+        if split is not None:  # z = batch index * count + split; the split walks its K tiles
+            sk = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), nk, *split[:2])
+            kc = self.names.fresh("kc")  # K tiles per split
+            count, chunk = T.Binary("cdiv", dim_to_expr(nk), T.Var(kc), "i64"), T.Var(kc)
+            lets = [T.Let(kc, dim_to_expr(sk.chunk))]
+            # (the canonical division rule keeps these NumPy-style: kc is not a dimension)
+            bidx = decompose(T.Binary("floordiv", T.Var(bz), count, "i64"), batch)
+            part = T.Binary("mod", T.Var(bz), count, "i64") if batch else T.Var(bz)
+            grid = grid[:2] + [dim_to_expr(numel(batch) * sk.count)]
+            bvars = [bx, by, bz]
+            first = imul(part, chunk)
+            trip = T.Binary("min", chunk, T.isub(dim_to_expr(nk), first), "i64")
+            kt = iadd(first, kt)
+        row0, col0 = imul(T.Var(by), iconst(bm)), imul(T.Var(bx), iconst(bn))
+        if gemv:
+            # (slices as long as a whole split's: the last, shorter split masks the rest, and the
+            # slice length stays a non-negative index for the division rule)
+            body, acc = self.gemv_body(mm, trip, chunk if split else trip, first, k, row0, col0,
+                                       bn, threads, bidx, batch, mma_dt)
+            body = ([] if split is None else lets) + body
+        else:
+            a_dt = mma_dt or self.ops[a_id].type.dtype
+            b_dt = mma_dt or self.ops[b_id].type.dtype
+            As, Bs, acc = (self.names.fresh(n) for n in ("A_s", "B_s", "acc"))
+            k0 = imul(kt, iconst(bk))
+            load_a, ta = self.operand(a_id, As, row0, k0, iconst(bm), iconst(bk), bidx, batch, mma_dt)
+            load_b, tb = self.operand(b_id, Bs, k0, col0, iconst(bk), iconst(bn), bidx, batch, mma_dt)
+            body = ([] if split is None else lets) + [
+                Alloc(As, "shared", a_dt, (iconst(bk), iconst(bm)) if ta else (iconst(bm), iconst(bk))),
                 Alloc(Bs, "shared", b_dt, (iconst(bn), iconst(bk)) if tb else (iconst(bk), iconst(bn))),
                 Alloc(acc, "fragment", mm.type.dtype, (iconst(bm), iconst(bn))),
                 Fill(acc, T.Const(0, mm.type.dtype)),
-                For((k,), (dim_to_expr(K.cdiv(bk)),), "pipelined",
+                For((k,), (trip,), "pipelined",
                     tuple(load_a + load_b + [Gemm(As, Bs, acc, ta, tb)]), stages)]
         i, j = self.names.fresh("i"), self.names.fresh("j")
         r, c = iadd(row0, T.Var(i)), iadd(col0, T.Var(j))
-        self.on_chip(mm.id, tuple(bidx) + (r, c), T.Load(acc, (T.Var(i), T.Var(j)), mm.type.dtype))
         guard = land(ilt(r, dim_to_expr(M)), ilt(c, dim_to_expr(N)))
-        body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel",
-                        tuple(self.store_outputs(self.grp.outputs, tuple(bidx) + (r, c), guard))))
-        return self.kernel(grid, bvars, threads, body, "GEMM with fused prologue/epilogue",
-                           self.sched.swizzle or self.target.resources.gemm_swizzle)
+        swizzle = 0 if gemv else self.sched.swizzle or self.target.resources.gemm_swizzle
+        if self.target.resources.async_copy:
+            body = list(fit_stages(tuple(body), self.target.resources.tile_memory //
+                                   (split[2] if split else 1)))
+        if split is None:
+            self.on_chip(mm.id, tuple(bidx) + (r, c), T.Load(acc, (T.Var(i), T.Var(j)), mm.type.dtype))
+            body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel",
+                            tuple(self.store_outputs(self.grp.outputs, tuple(bidx) + (r, c), guard))))
+            return [self.kernel(grid, bvars, threads, body,
+                                "GEMV (one row of A) with fused prologue/epilogue" if gemv else
+                                "GEMM with fused prologue/epilogue", swizzle)]
+        # split-K: the partial products to the workspace, then their sum and the epilogue
+        ws = TensorDecl(self.names.fresh("partials"), mm.type.dtype,
+                        tuple(batch) + (sk.count, M, N), "workspace", sk.when)
+        at = tuple(bidx) + (part, r, c)
+        body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel", (If(guard, (
+            Store(ws.name, at, T.Load(acc, (T.Var(i), T.Var(j)), mm.type.dtype)),)),)))
+        what, unit = ("GEMV (one row of A)", "rows") if gemv else ("GEMM", "tiles")
+        partial = replace(self.kernel(grid, bvars, threads, body,
+                                      f"{what} split over K: partial products of {kc} K {unit} "
+                                      "each", swizzle, extra=(ws,), writes_outputs=False),
+                          blocks_per_sm=split[2])
+        self.used = set()
+        s, tot = self.names.fresh("s"), self.names.fresh("sum")
+        bidx = decompose(T.Var(bz), batch)
+        grid, bvars = grid[:2] + ([dim_to_expr(numel(batch))] if batch else []), bvars[:2 + bool(batch)]
+        vi, vj = T.Var(i), T.Var(j)
+        self.on_chip(mm.id, tuple(bidx) + (r, c), T.Load(tot, (vi, vj), mm.type.dtype))
+        body = lets + [
+                Alloc(tot, "fragment", mm.type.dtype, (iconst(bm), iconst(bn))),
+                Fill(tot, T.Const(0, mm.type.dtype)),
+                For((s,), (count,), "range", (For((i, j), (iconst(bm), iconst(bn)), "parallel", (
+                    If(guard, (Store(tot, (vi, vj), T.Binary(
+                        "add", T.Load(tot, (vi, vj), mm.type.dtype),
+                        T.Load(ws.name, tuple(bidx) + (T.Var(s), r, c), mm.type.dtype),
+                        mm.type.dtype)),)),)),)),
+                For((i, j), (iconst(bm), iconst(bn)), "parallel",
+                    tuple(self.store_outputs(self.grp.outputs, tuple(bidx) + (r, c), guard)))]
+        total = self.kernel(grid, bvars, threads, body,
+                            "GEMM split over K: the sum of the partial products, then the epilogue",
+                            extra=(replace(ws, kind="input", when=None),))
+        return [partial, replace(total, part=1)]
+
+    def gemv_body(self, mm, trip, span, first, k: str, row0, col0, bn: int, threads: int, bidx,
+                  batch, mma_dt) -> tuple:
+        """The main loop of a GEMV (one row of A): each warp of the block walks its own slice of
+        `span` rows (those below `trip`) from row `first` for the same `bn` columns, accumulating
+        a * b in registers and reading B straight from memory (a 16-byte vector of columns per thread and
+        row: a warp reads whole rows); the warps' sums then meet in shared memory. Returns
+        (statements, the [1, bn] fragment of the block's sums)."""
+        a_id, b_id = mm.args
+        dt = mm.type.dtype
+        slices = threads // self.target.resources.warp
+        per, acc, red, tot = (self.names.fresh(n) for n in ("rows", "acc", "red", "tot"))
+        i, j, s = self.names.fresh("i"), self.names.fresh("j"), self.names.fresh("s")
+        vi, vj = T.Var(i), T.Var(j)
+        row = iadd(imul(vi, T.Var(per)), T.Var(k))  # the row of the split this slice is at
+        kr, c = iadd(first, row), iadd(col0, vj)
+        N = mm.type.shape[-1]
+
+        def operand(oid, idx):
+            shape = self.ops[oid].type.shape
+            v = self.value(oid, bcast_index(shape, tuple(batch) + shape[-2:], tuple(bidx) + idx))
+            if mma_dt and isinstance(v, T.Cast) and getattr(v.x, "dtype", None) == mma_dt:
+                v = v.x  # a 16-bit value widened: it already is what the matrix units multiply
+            return self.cast(self.cast(v, mma_dt) if mma_dt else v, dt)
+        prod = T.Binary("mul", operand(a_id, (row0, kr)), operand(b_id, (kr, c)), dt)
+        body = [
+            T.Let(per, T.Binary("cdiv", span, iconst(slices), "i64")),
+            Alloc(acc, "fragment", dt, (iconst(slices), iconst(bn))),
+            Fill(acc, T.Const(0, dt)),
+            For((k,), (T.Var(per),), "range", (For((i, j), (iconst(slices), iconst(bn)), "parallel", (
+                If(land(ilt(row, trip), ilt(c, dim_to_expr(N))), (
+                    Store(acc, (vi, vj), T.Binary("add", T.Load(acc, (vi, vj), dt), prod, dt)),)),)),)),
+            Alloc(red, "shared", dt, (iconst(slices), iconst(bn))),
+            For((i, j), (iconst(slices), iconst(bn)), "parallel",
+                (Store(red, (vi, vj), T.Load(acc, (vi, vj), dt)),)),
+            Alloc(tot, "fragment", dt, (iconst(1), iconst(bn))),
+            Fill(tot, T.Const(0, dt)),
+            For((s,), (iconst(slices),), "range", (For((i, j), (iconst(1), iconst(bn)), "parallel", (
+                Store(tot, (vi, vj), T.Binary("add", T.Load(tot, (vi, vj), dt),
+                                              T.Load(red, (T.Var(s), vj), dt), dt)),)),)),
+        ]
+        return body, tot
 
     def lower_elementwise(self) -> TileKernel:
         S = self.grp.domain
@@ -536,27 +646,67 @@ def causal_bound(score, n_tiles, k: str, i: str, j: str, row0, bm: int, bn: int)
     return n_tiles if best is None else T.Binary("min", n_tiles, best, "i64")
 
 
+def _transposed(g: Graph, oid: int) -> bool:
+    """Is operand `oid` a transposed view (read across its rows)?"""
+    op = g.op_map()[oid]
+    while op.kind in ("cast", "copy"):
+        op = g.op_map()[op.args[0]]
+    return op.kind == "transpose"
+
+
 def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
-    """(name suffix, condition, config) for each kernel of a GEMM group: the target's small-M
-    tiles (decode sizes: the launcher picks them by M at run time) before the default tile, unless
-    the schedule fixes the tile."""
+    """(name suffix, condition, config) for each kernel of a GEMM group: for one row of A a GEMV
+    (B read row by row from memory, bound by its bytes), then the target's small-M tiles
+    (decode sizes: the launcher picks them by M at run time), each first split over K where the
+    target splits and the grid is small (passes/split_k.py), before the default tile, unless the
+    schedule fixes the tile. Config: ((M, N, K) tile, threads, stages, split, gemv)."""
     if grp.kind != "gemm" or sched.tile:
         return [("", None, None)]
-    M = g.op_map()[grp.members[0]].type.shape[-2]
+    mm = g.op_map()[grp.members[0]]
+    batch, M, N = mm.type.shape[:-2], mm.type.shape[-2], mm.type.shape[-1]
+    K = g.op_map()[mm.args[0]].type.shape[-1]
+    decode = [(max_m, tile_, threads, stages, split_k.config(target), False)
+              for max_m, tile_, threads, stages in split_k.decode_variants(target)]
+    gemv = split_k.gemv_config(target)
+    if gemv and not _transposed(g, mm.args[1]):  # (a transposed B: its rows are not contiguous)
+        bn, threads, blocks, rows, per_sm = gemv
+        decode.insert(0, (1, (1, bn, 1), threads, 1, (blocks, rows, per_sm), True))
     out = []
-    for max_m, tile_, threads, stages in target.resources.gemm_variants:
+    for max_m, tile_, threads, stages, split, is_gemv in decode:
         if M.op == "const" and M.args[0] > max_m:
             continue
-        out.append((f"_m{max_m}", Dim.bin("le", M, max_m), (tile_, threads, stages)))
+        small = Dim.bin("le", M, max_m)
+        name = "_gemv" if is_gemv else f"_m{max_m}"
+        if split:
+            bm, bn, bk = tile_
+            when = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), K.cdiv(bk),
+                                *split[:2]).when
+            if when != Dim.const(0):
+                out.append((f"{name}_split", Dim.bin("and", small, when),
+                            (tile_, threads, stages, split, is_gemv)))
+        out.append((name, small, (tile_, threads, stages, None, is_gemv)))
         if M.op == "const":
-            return [(suffix, None, cfg) for suffix, _, cfg in out]
-    return out + [("", None, None)]
+            break
+    out.append(("", None, None))
+    # conditions that fold to true end the list; those that fold to false never run
+    kept = []
+    for suffix, when, cfg in out:
+        if when == Dim.const(0):
+            continue
+        kept.append((suffix, None if when == Dim.const(1) else when, cfg))
+        if when is None or when == Dim.const(1):
+            break
+    return kept
 
 
 def canonical_divisions(k: TileKernel, dims) -> TileKernel:
     """i64 `//` and `%` as `ir.tile.int_division` says (index math where it cannot go wrong)."""
     index_vars = set(k.block_vars) | set(dims) | {
         v for s in T.walk_stmts(k.body) if isinstance(s, For) for v in s.vars}
+    for s in T.walk_stmts(k.body):  # i64 locals of those (as the tile-level parser sees them)
+        if isinstance(s, T.Let) and getattr(s.value, "dtype", None) == "i64" and \
+                T.nonneg(s.value, index_vars):
+            index_vars.add(s.name)
 
     def fix(e):
         if isinstance(e, T.Binary) and e.fn in ("floordiv", "mod") and e.dtype == "i64":
@@ -574,12 +724,53 @@ def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
     for n, grp in enumerate(plan.groups):
         for suffix, when, cfg in gemm_variants(g, grp, target, sched):
             names = Names(taken)
-            k = canonical_divisions(GroupLowering(g, plan, grp, target, sched, names, cfg).lower(),
-                                    g.symbols)
-            kernels.append(replace(k, name=f"{g.name}_k{grp.id}{suffix}", slot=n, when=when))
-    ws = tuple(TensorDecl(b.name, b.type.dtype, b.type.shape, "workspace")
-               for _, b in plan.buffers if b.kind == "workspace")
+            parts = GroupLowering(g, plan, grp, target, sched, names, cfg).lower()
+            # a variant's own workspace is the launcher's too: the next variant names another
+            taken |= {p.name for k in parts for p in k.params if p.kind == "workspace"}
+            for p, k in enumerate(parts):
+                name = f"{g.name}_k{grp.id}{suffix}" + ("_sum" if p else "")
+                kernels.append(replace(canonical_divisions(k, g.symbols), name=name, slot=n,
+                                       when=when, part=p))
+    ws = [TensorDecl(b.name, b.type.dtype, b.type.shape, "workspace")
+          for _, b in plan.buffers if b.kind == "workspace"]
+    for k in kernels:  # a variant's own workspace (split-K partial products)
+        ws += [p for p in k.params if p.kind == "workspace" and p.when is not None and p not in ws]
+    ws = tuple(ws)
     return TileProgram(g.name, tuple(kernels), ws)
+
+
+def shared_bytes(a: Alloc) -> int:
+    """Bytes of one stage of a shared buffer (run-time extents count as 1)."""
+    n = 1
+    for d in a.shape:
+        n *= d.value if isinstance(d, T.Const) else 1
+    return n * max(DTYPES[a.dtype][1], 4 if a.dtype in PACKED else 8) // 8
+
+
+def staged_buffers(body) -> dict:
+    """{shared buffer: stages} for the buffers pipelined loops fill with copies."""
+    return {s.dst.buf: loop.stages for loop in T.walk_stmts(body)
+            if isinstance(loop, For) and loop.kind == "pipelined"
+            for s in loop.body if isinstance(s, Copy)}
+
+
+def fit_stages(body: tuple, budget: int) -> tuple:
+    """`body` with the stages of its pipelined loops cut (to 2 at least) until its shared
+    buffers fit in `budget` bytes: a deep pipeline of big tiles would not launch, or would keep
+    fewer blocks on an SM than the kernel asks for."""
+    staged = staged_buffers(body)
+    shared = [a for a in T.walk_stmts(body) if isinstance(a, Alloc) and a.scope == "shared"]
+    fixed = sum(shared_bytes(a) for a in shared if a.name not in staged)
+    per_stage = sum(shared_bytes(a) for a in shared if a.name in staged)
+    if not per_stage:
+        return body
+    most = max(2, (budget - fixed) // per_stage)
+
+    def cut(st):
+        if isinstance(st, For) and st.kind == "pipelined" and st.stages > most:
+            return [replace(st, stages=most)]
+        return None
+    return map_stmts(body, cut)
 
 
 def handwritten(g: Graph, target) -> TileProgram:
@@ -589,17 +780,11 @@ def handwritten(g: Graph, target) -> TileProgram:
     if k.threads > r.max_threads or (r.warp > 1 and k.threads % r.warp):
         raise error(f"threads={k.threads}: a {target.name} block takes a multiple of {r.warp} "
                     f"threads, at most {r.max_threads}", g.loc)
-    staged = {s.dst.buf: loop.stages for loop in T.walk_stmts(k.body)
-              if isinstance(loop, For) and loop.kind == "pipelined"
-              for s in loop.body if isinstance(s, Copy)}
+    staged = staged_buffers(k.body)
     total = 0
     for a in T.walk_stmts(k.body):
         if isinstance(a, Alloc) and a.scope == "shared":
-            n = 1
-            for d in a.shape:
-                n *= d.value if isinstance(d, T.Const) else 1
-            bits = max(DTYPES[a.dtype][1], 4 if a.dtype in PACKED else 8)
-            total += n * bits // 8 * (staged.get(a.name, 1) if r.async_copy else 1)
+            total += shared_bytes(a) * (staged.get(a.name, 1) if r.async_copy else 1)
             if total > r.tile_memory:
                 raise error(f"the shared buffers need {total} bytes by here on {target.name}; a "
                             f"block has {r.tile_memory}", g.tile_locs.get(a.name, g.loc),

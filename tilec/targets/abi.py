@@ -107,6 +107,8 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
     workspaces, offset = [], "(size_t)0"
     for w in prog.workspaces:
         size = bytes_expr(w.dtype, w.shape)
+        if w.when is not None:  # only the variant that uses it needs its bytes
+            size = f"(({w.when.c(cname)}) ? {size} : (size_t)0)"
         workspaces.append(dict(cname=cname(w.name), ctype=ABI_TYPE[w.dtype], offset=offset,
                                decl=f"{w.name}: {w.dtype}[{', '.join(str(d) for d in w.shape)}]"))
         offset = f"tilec::workspace_align({offset} + {size})"
@@ -114,13 +116,15 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
     launches = []
     for variants in prog.slots():
         opts = []
-        for k in variants:
-            args = [f"tilec_s_{p.name}" if p.name in scalar_names else cname(p.name)
-                    for p in k.params]
-            args += [cname(s) for s in g.symbols] + target_args
-            cond = None if k.when is None else k.when.c(cname)
-            opts.append(dict(call=f"tilec_launch_{k.name}({', '.join(args)})", when=cond,
-                             name=k.name))
+        for parts in variants:
+            calls = []
+            for k in parts:
+                args = [f"tilec_s_{p.name}" if p.name in scalar_names else cname(p.name)
+                        for p in k.params]
+                args += [cname(s) for s in g.symbols] + target_args
+                calls.append(f"tilec_launch_{k.name}({', '.join(args)})")
+            when = parts[0].when
+            opts.append(dict(calls=calls, when=None if when is None else when.c(cname)))
         launches.append(opts)
     doc_lines = (g.doc or "").splitlines() or [""]
     info_args = []

@@ -196,8 +196,8 @@ class CStyleRenderer:
             return f"tilec::floormod<{self.ctype(e.dtype)}>({a}, {b})"
         if f in ("maximum", "minimum"):
             return f"tilec::{f}({a}, {b})"
-        if f == "min":
-            return f"tilec::imin({a}, {b})"
+        if f in ("min", "max"):
+            return f"tilec::i{f}({a}, {b})"
         if f == "cdiv":
             return f"tilec::cdiv({a}, {b})"
         if f in ("and", "or"):

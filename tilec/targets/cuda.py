@@ -86,6 +86,7 @@ class LoopContext:
         self.rows_of = layout.rows_layout() if isinstance(layout, (MmaLayout, VecLayout)) else None
         self.vec_loads: dict = {}  # Load -> register array name
         self.vec_stores: dict = {}  # id(Store) -> register array name
+        self.values: dict = {}  # expression -> register array holding it (storage form)
         self.recips: dict = {}  # row divisor -> the name of its reciprocal
         self.rows_loop = isinstance(layout, (MmaRows, VecRows))
 
@@ -204,6 +205,8 @@ class CudaRenderer(CStyleRenderer):
         return False
 
     def expr(self, e) -> str:
+        if self.ctx is not None and e in self.ctx.values:  # computed for the whole group
+            return self.from_storage(f"{self.ctx.values[e]}[tilec_v]", e.dtype)
         if self.native16(e):
             return f"tilec::to_f32({self.hexpr(e)})"
         return super().expr(e)
@@ -212,6 +215,8 @@ class CudaRenderer(CStyleRenderer):
         """A 16-bit float expression as a `__half` / `__nv_bfloat16` value: native operations on
         its operands' bits, loads as their bits, anything else computed in f32 and rounded once."""
         dt = e.dtype
+        if self.ctx is not None and e in self.ctx.values:
+            return f"tilec::as_{dt}({self.ctx.values[e]}[tilec_v])"
         if self.native16(e):
             if isinstance(e, T.Binary):
                 return f"{NATIVE16[e.fn]}({self.hexpr(e.a)}, {self.hexpr(e.b)})"
@@ -543,30 +548,55 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"{STORE[dtype]} {name}[{vec}];", d)
         self.emit(f"tilec::load_vec<{vec}, {bits_kind(dtype)}>({name}, {ptr}, {nload});", d)
 
+    def paired_dequant(self, value, dt: str, sources: dict):
+        """(q, s, bias bits) when `value` is dt((f32(q) - zero) * f32(s)) of a 4-bit column load q
+        and a column load s of the 16-bit dtype dt (what `dequant` lowers to) that dequant4x8
+        computes exactly, two values per instruction; else None."""
+        hit = _dequant_form(value, dt) if dt in SIXTEEN else None
+        if hit is None or hit[0] not in self.ctx.vec_loads or sources.get(hit[0]) is None or \
+           hit[2] not in self.ctx.vec_loads or hit[2].dtype != dt:
+            return None
+        q, zero, sc = hit
+        magic = 1024 if dt == "f16" else 128
+        bias = magic + zero + (8 if q.dtype == "i4" else 0)
+        lo, hi = (-8, 7) if q.dtype == "i4" else (0, 15)
+        exact = 2048 if dt == "f16" else 256  # integers a 16-bit float holds exactly
+        bits = to_bits16(float(bias), dt)
+        # MAGIC + zero and every q - zero must be exact 16-bit values (the paired subtraction
+        # is then exact); else the values go one by one
+        if from_bits16(bits, dt) != bias or max(abs(lo - zero), abs(hi - zero)) > exact:
+            return None
+        return q, sc, f"{bits:04x}"
+
+    def dequant_values(self, body, sources: dict) -> list:
+        """The 16-bit dequantized values the group's statements compute inside larger
+        expressions (a GEMV's `acc + a * dequant(...)`): (expression, q, s, bias bits) for each
+        distinct one, when every statement is a store and there is at least one."""
+        out, seen = [], set()
+        for st in body:
+            if not isinstance(st, T.Store):
+                return []
+            for e in T.walk_exprs(st.value):
+                if isinstance(e, T.Cast) and e.dtype in SIXTEEN and e not in seen:
+                    hit = self.paired_dequant(e, e.dtype, sources)
+                    if hit is not None:
+                        seen.add(e)
+                        out.append((e,) + hit)
+        return out
+
     def dequant_stores(self, body, orelse, sources: dict) -> list:
-        """When every store of the group is dtype((f32(q) - zero) * f32(s)) of a 4-bit column
-        load q and a column load s of the stored 16-bit dtype (what `dequant` lowers to), and the
-        else branch stores zeros: (store, q, s, bias bits) for each, else []."""
+        """When every store of the group stores a paired dequantization (`paired_dequant`) of
+        the stored 16-bit dtype, and the else branch stores zeros: (store, q, s, bias bits) for
+        each, else []."""
         out = []
         for st in body:
             if not isinstance(st, T.Store):
                 return []
             dt = (self.allocs[st.buf] if st.buf in self.allocs else self.globals[st.buf]).dtype
-            hit = _dequant_form(st.value, dt) if dt in SIXTEEN else None
-            if hit is None or hit[0] not in self.ctx.vec_loads or sources.get(hit[0]) is None or \
-               hit[2] not in self.ctx.vec_loads or hit[2].dtype != dt:
+            hit = self.paired_dequant(st.value, dt, sources)
+            if hit is None:
                 return []
-            q, zero, sc = hit
-            magic = 1024 if dt == "f16" else 128
-            bias = magic + zero + (8 if q.dtype == "i4" else 0)
-            lo, hi = (-8, 7) if q.dtype == "i4" else (0, 15)
-            exact = 2048 if dt == "f16" else 256  # integers a 16-bit float holds exactly
-            bits = to_bits16(float(bias), dt)
-            # MAGIC + zero and every q - zero must be exact 16-bit values (the paired subtraction
-            # is then exact); else the values go one by one
-            if from_bits16(bits, dt) != bias or max(abs(lo - zero), abs(hi - zero)) > exact:
-                return []
-            out.append((st, q, sc, f"{bits:04x}"))
+            out.append((st,) + hit)
         for st in orelse:
             if not (isinstance(st, T.Store) and isinstance(st.value, T.Const) and
                     st.value.value == 0 and any(st.buf == x.buf and st.idx == x.idx
@@ -600,7 +630,9 @@ class CudaRenderer(CStyleRenderer):
             ctx.vec_loads[ld] = self.fresh("tilec_ld")
         sources = {ld: self.packed_source(ld, jvar, rowwise) for ld in loads}
         dequant = [] if other or vec != 8 else self.dequant_stores(body, orelse, sources)
-        deferred = {q for _, q, _, _ in dequant}  # loaded as words on the fast path
+        values = [] if dequant or other or orelse or vec != 8 else \
+            self.dequant_values(body, sources)
+        deferred = {q for _, q, _, _ in dequant + values}  # loaded as words on the fast path
         for ld in loads:
             if ld not in deferred:
                 self.emit_column_load(ld, jvar, rowwise, sources[ld], vec, nload, d)
@@ -644,22 +676,31 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"(void){cname(jvar)};", depth + 1)
             self.branch(conds + (["tilec_v < tilec_n"] if guarded else []), body, orelse, depth + 1)
             self.emit("}", depth)
-        if dequant:
-            # whole groups of packed 4-bit values: two values per instruction (dequant4x8); the
-            # rest (a row's last group, a masked group, an unaligned word) value by value
-            words, calls = [], []
-            for st, q, sc, bias in dequant:
+        if dequant or values:
+            # whole groups of packed 4-bit values: two values per instruction (dequant4x8) into
+            # the vector store, or into registers the element loop reads; the rest (a row's last
+            # group, a masked group, an unaligned word) value by value
+            words, calls, arrays = [], [], []
+            for x, q, sc, bias in dequant + values:
                 w = self.fresh("tilec_w")
                 base, row, col, cols = sources[q]
                 self.emit(f"uint32_t {w} = 0;", d)
                 words.append(f"tilec::word4({w}, {base}, {row}, {col}, {cols})")
+                if isinstance(x, T.Store):
+                    dst = ctx.vec_stores[id(x)]
+                else:
+                    dst = self.fresh("tilec_dq")
+                    arrays.append(f"uint16_t {dst}[{vec}];")
+                    ctx.values[x] = dst
                 calls.append(f"tilec::dequant4x8<{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}>"
-                             f"({ctx.vec_stores[id(st)]}, {w}, 0x{bias}{bias}u, "
-                             f"{ctx.vec_loads[sc]});")
+                             f"({dst}, {w}, 0x{bias}{bias}u, {ctx.vec_loads[sc]});")
             self.emit(f"if ({' && '.join([f'tilec_n >= {vec}'] + ([ok] if ok else []) + words)}) {{",
                       d)
-            for c in calls:
+            for c in arrays + calls:
                 self.emit(c, d + 1)
+            if values:
+                element_loop(False, d + 1)
+            ctx.values.clear()
             self.emit("} else {", d)
             for q in deferred:
                 self.emit_column_load(q, jvar, rowwise, sources[q], vec, nload, d + 1)
@@ -789,7 +830,7 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
     grid = [em.expr(g) for g in k.grid] + ["1"] * (3 - len(k.grid))
     # matrix kernels: registers matter more than a second block per SM (no spills)
     gemm = any(isinstance(s, T.Gemm) for s in T.walk_stmts(k.body))
-    bounds = f"{k.threads}, 1" if gemm else f"{k.threads}"
+    bounds = f"{k.threads}, {k.blocks_per_sm}" if gemm or k.blocks_per_sm > 1 else f"{k.threads}"
     return dict(name=k.name, comment=k.comment, params=params, kparams=kparams, bounds=bounds,
                 args=[
         cname(p.name) for p in k.params] + [cname(s) for s in symbols], grid=grid,
@@ -860,8 +901,17 @@ CUDA = Target(
         matrix_capacities=(64, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
         row_threads_by_capacity=((256, 128),),
         gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32), row_tile=False,
-        # M <= 16 (decode): 16-row tiles, 8 warps splitting N, deep K tiles: bound by reading B
-        gemm_variants=((16, (16, 64, 128), 256, 4),)),
+        # M <= 16 (decode): 16-row tiles, 8 warps splitting N, deep K tiles (16 x 128 x 128 was
+        # the fastest of six W4A16 tiles measured with split-K, docs/PERFORMANCE.md)
+        gemm_variants=((16, (16, 128, 128), 256, 4),),
+        # split decode GEMMs over K when their grid has fewer than 512 tiles (about 4 blocks for
+        # each of the 132 SMs of an H100/H200, 2 resident at once: 128 registers, no spills),
+        # at least 4 K tiles per split
+        split_k=(512, 4, 2),
+        # M = 1: 32 threads x 8 columns, 8 warps each walking a slice of the split's rows; splits
+        # of at least 128 rows, 4 blocks per SM (measured against a version staging B through
+        # shared memory, and other shapes: docs/PERFORMANCE.md)
+        gemv=(256, 256, 512, 128, 4)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass

@@ -1,0 +1,140 @@
+"""Decode-size GEMM variants: split-K (passes/split_k.py) and the GEMV for one row of A. The
+split covers every K tile once, the launcher takes each variant only where it applies (one row:
+GEMV; a small grid and a long K: split), their kernels compute the reference's result (Tile IR
+interpreter here, the GPU with `-m gpu`), and a split's workspace costs nothing where it does not
+run."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+from conftest import SAMPLES, build_text, check_text, compile_text
+from test_cuda import need_gpu, need_nvcc
+from test_tile_level import agree
+
+from tilec import interp_tile
+from tilec.ir.types import Dim
+from tilec.passes import split_k
+
+
+@pytest.mark.parametrize("blocks,min_tiles", [(512, 4), (16, 1), (7, 3)])
+def test_every_k_tile_is_in_exactly_one_split(blocks, min_tiles):
+    tiles, nk = Dim.sym("t"), Dim.sym("n")
+    sk = split_k.plan(tiles, nk, blocks, min_tiles)
+    for t in range(1, 40):
+        for n in range(1, 70):
+            env = {"t": t, "n": n}
+            chunk, count = sk.chunk.eval(env), sk.count.eval(env)
+            # split s walks tiles [s * chunk, min((s + 1) * chunk, n)): all non-empty, all of K
+            sizes = [min(chunk, n - s * chunk) for s in range(count)]
+            assert all(x >= 1 for x in sizes) and sum(sizes) == n, (t, n, chunk, count)
+            assert count <= max(1, -(-blocks // t)), "more splits than the block goal asks"
+            if sk.when.eval(env):
+                assert count >= 2 and chunk >= min_tiles, "the split variant must split"
+
+
+def variant_names(text: str, dims: dict) -> list:
+    _, _, m = compile_text(text, "k.tile", "cuda")
+    return [k.name for k in interp_tile.pick_variants(m.programs[0], dims)]
+
+
+def test_launcher_takes_the_split_for_decode_sizes_only():
+    text = (SAMPLES / "w4a16.tile").read_text()
+    assert variant_names(text, dict(M=1, N=8192, K=8192)) == ["w4a16_k0_gemv_split",
+                                                               "w4a16_k0_gemv_split_sum"]
+    assert variant_names(text, dict(M=1, N=8192, K=128)) == ["w4a16_k0_gemv"]
+    assert variant_names(text, dict(M=16, N=4096, K=4096)) == ["w4a16_k0_m16_split",
+                                                                "w4a16_k0_m16_split_sum"]
+    # short K: one block per tile already walks all of it; big grids fill the device alone
+    assert variant_names(text, dict(M=2, N=8192, K=512)) == ["w4a16_k0_m16"]
+    assert variant_names(text, dict(M=2, N=65536, K=8192)) == ["w4a16_k0_m16"]
+    assert variant_names(text, dict(M=17, N=128, K=8192)) == ["w4a16_k0"]
+
+
+def test_gemv_needs_rows_of_b_in_memory_order():
+    """B read across its rows (W.T of a [N, K] weight) has no contiguous rows to stream: no GEMV
+    variant (the split tensor-core variant takes M = 1)."""
+    names = [k.name for k in compile_text(LINEAR_T, "k.tile", "cuda")[2].programs[0].kernels]
+    assert not any("gemv" in n for n in names) and "linear_t_k0_m16_split" in names
+
+
+def test_split_of_a_constant_shape_is_decided_at_compile_time():
+    text = """
+kernel decode(A: f16[1, 4096], W: f16[4096, N]) -> C: f16[1, N]:
+    C = A @ W
+"""
+    _, _, m = compile_text(text, "k.tile", "cuda")
+    kernels = m.programs[0].kernels
+    assert [k.name for k in kernels] == ["decode_k0_gemv_split", "decode_k0_gemv_split_sum",
+                                         "decode_k0_gemv"]  # M = 1: nothing else can run
+    assert all(k.when is not None for k in kernels[:2])  # N decides (tiles < 512)
+    assert kernels[-1].when is None
+
+
+LINEAR = """
+kernel linear(A: f16[M, K], B: f16[K, N], bias: f16[N]) -> C: f16[M, N]:
+    C = relu(A @ B + bias)
+"""
+
+LINEAR_T = """
+kernel linear_t(X: bf16[M, K], W: bf16[N, K]) -> Y: bf16[M, N]:
+    Y = X @ W.T
+"""
+
+
+SPLIT_CASES = [
+    ((SAMPLES / "w4a16.tile").read_text(), dict(M=3, N=70, K=1280)),  # ragged N, 3 splits
+    ((SAMPLES / "w4a16.tile").read_text(), dict(M=1, N=300, K=1280)),  # GEMV, ragged N
+    (LINEAR, dict(M=1, N=260, K=1000)),  # GEMV of 16-bit weights, ragged K, epilogue after
+    (LINEAR, dict(M=5, N=130, K=1100)),  # ragged K: the last split is short; bias + relu after
+    ((SAMPLES / "batched_matmul.tile").read_text(), dict(B=2, M=7, N=40, K=1030)),  # batch in z
+    (LINEAR_T, dict(M=2, N=70, K=1100)),  # weights stored [N, K]: the B tile is transposed
+]
+
+
+SPLIT_IDS = ["w4a16", "w4a16_gemv", "linear_gemv", "linear", "batched", "linear_t"]
+
+
+@pytest.mark.parametrize("text,dims", SPLIT_CASES, ids=SPLIT_IDS)
+def test_split_variant_matches_the_reference_in_the_tile_interpreter(text, dims):
+    _, _, m = compile_text(text, "k.tile", "cuda")
+    picked = interp_tile.pick_variants(m.programs[0], dims)
+    assert picked[0].name.endswith("_split"), [k.name for k in picked]
+    agree(text, "cuda", dims)  # every variant, the split one included
+
+
+@pytest.mark.nvcc
+def test_split_workspace_is_needed_only_where_the_split_runs():
+    need_nvcc()
+    _, out = build_text(LINEAR, "linear.tile", "cuda", {"arch": ("sm_80",)})
+    try:
+        lib = ctypes.CDLL(str(out / "liblinear.so"))
+    except OSError as e:
+        pytest.skip(f"the CUDA runtime does not load here: {e}")
+    size = lib.linear_workspace_size
+    size.restype = ctypes.c_size_t
+    size.argtypes = [ctypes.c_int64] * 3
+    _, _, m = compile_text(LINEAR, "k.tile", "cuda")
+    spaces = m.programs[0].workspaces
+    assert len(spaces) == 2 and all(w.when is not None for w in spaces)  # GEMV and m16 splits
+    for M, K, N in [(1, 8192, 8192), (16, 4096, 1000), (64, 8192, 8192), (2, 256, 8192),
+                    (1, 128, 100)]:
+        dims = dict(M=M, K=K, N=N)
+        want = sum(4 * w.shape[0].eval(dims) * M * N for w in spaces if w.when.eval(dims))
+        got = size(M, K, N)
+        assert want <= got < want + 1024, (dims, got, want)
+        assert (got > 0) == any(w.when.eval(dims) for w in spaces), dims
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("text,dims", SPLIT_CASES + [
+    ((SAMPLES / "w4a16.tile").read_text(), dict(M=1, N=4096, K=4096)),
+    ((SAMPLES / "w4a16.tile").read_text(), dict(M=16, N=1000, K=8192)),
+    (LINEAR.replace("f16", "bf16"), dict(M=1, N=4100, K=3000)),
+    ((SAMPLES / "w4a16.tile").read_text(), dict(M=1, N=130, K=128)),  # GEMV without a split
+    ((SAMPLES / "batched_matmul.tile").read_text(), dict(B=3, M=1, N=70, K=2000)),  # batched GEMV
+], ids=SPLIT_IDS + ["w4a16_decode", "w4a16_m16", "linear_bf16", "gemv_unsplit", "batched_gemv"])
+def test_split_variant_on_gpu(text, dims):
+    need_gpu()
+    check_text(text, dims, target="cuda", options={"arch": ("sm_90",)})
