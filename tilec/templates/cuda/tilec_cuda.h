@@ -270,8 +270,9 @@ template <> struct Word<8> { typedef uint2 type; };
 template <> struct Word<16> { typedef uint4 type; };
 template <int BYTES> struct VecWord { typedef typename Word<(BYTES >= 16 ? 16 : BYTES)>::type type; };
 
-template <int V, class K>
-TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p, int64_t n) {
+// (N: the valid count's type, int where the caller's indices are 32-bit: one compare, not two)
+template <int V, class K, class N>
+TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p, N n) {
     typedef typename K::storage S;
     typedef typename VecWord<V * sizeof(S)>::type W;
     constexpr int NW = V * sizeof(S) / sizeof(W);
@@ -287,8 +288,8 @@ TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p,
     }
 }
 
-template <int V, class K>
-TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V], int64_t n) {
+template <int V, class K, class N>
+TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V], N n) {
     typedef typename K::storage S;
     typedef typename VecWord<V * sizeof(S)>::type W;
     constexpr int NW = V * sizeof(S) / sizeof(W);
