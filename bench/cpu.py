@@ -3,6 +3,10 @@
 
 Cases (kernels in bench/cpu.tile):
   gemm      C = A @ B, f32, 1024^3                     goal: tilec >= 0.5x numpy (OpenBLAS) speed
+  gemv      the same kernel at M = 1, N = K = 4096     goal: >= 0.9x numpy, >= 0.8x copy bandwidth
+  skinnyk   the same kernel at 4096 x 4096, K = 64     goal: >= 0.9x numpy
+  w4a16     A @ dequant(4-bit W, f32 scales, g128), M = 1, N = K = 4096, against numpy's
+            matmul on the weights dequantized beforehand (f32)     goal: >= 3x numpy
   softmax   softmax(X, axis=-1), f32 4096x4096          goal: >= 2x numpy
   rmsnorm   X * rsqrt(mean(X*X, -1) + eps) * w          goal: >= 2x numpy
   ewchain   Z = silu(X * s + Y) * X  (4 ops)             goal: >= 2x numpy
@@ -148,6 +152,7 @@ def build(out_dir: Path) -> dict:
         "rmsnorm_f32": [P, P, F32, P, I64, I64],         # X, w, eps, Y, R, C
         "elementwise_chain": [P, P, F32, P, I64, I64],   # X, Y, s, Z, R, C
         "copy_f32": [P, P, I64, I64],                    # X, Y, R, C
+        "w4a16_f32": [P, P, P, P, I64, I64, I64],        # A, Wq, scales, C, M, K, N
     }
     fns = {}
     for name, argtypes in sigs.items():
@@ -384,6 +389,31 @@ def main() -> int:
          lambda: A @ B, checked(fns["gemm_f32"], ptr(A), ptr(B), ptr(Cm), M, K, N),
          lambda: Cm, TOL_F32, 0.5, flops=2 * M * N * K)
     del A, B, Cm
+
+    # ---- 1b. GEMV (decode: one row of A; bound by reading B) and a skinny K
+    for name, (M, N, K), goal in (("gemv", (1, 4096, 4096), 0.9), ("skinnyk", (4096, 4096, 64), 0.9)):
+        A, B = U(M, K), U(K, N)
+        Cm = np.empty((M, N), np.float32)
+        case(name, f"f32 C = A @ B, M={M} N={N} K={K}", lambda A=A, B=B: A @ B,
+             checked(fns["gemm_f32"], ptr(A), ptr(B), ptr(Cm), M, K, N),
+             lambda Cm=Cm: Cm, TOL_F32, goal, flops=2 * M * N * K,
+             nbytes=A.nbytes + B.nbytes + Cm.nbytes)
+        del A, B, Cm
+
+    # ---- 1c. W4A16 decode: 4-bit weights (8x fewer bytes than f32) against numpy's matmul on
+    # the f32 weights dequantized beforehand
+    M, N, K = 1, 4096, 4096
+    A = U(M, K)
+    q = rng.integers(0, 16, size=(K, N)).astype(np.uint8)
+    packed = np.ascontiguousarray(q[:, 0::2] | (q[:, 1::2] << 4))
+    scales = (U(K // 128, N) * 0.1).astype(np.float32)
+    W = ((q.astype(np.float32) - 8.0) * np.repeat(scales, 128, axis=0)).astype(np.float32)
+    Cm = np.empty((M, N), np.float32)
+    case("w4a16", f"A @ dequant(u4 W, f32 scales, g128), M={M} N={N} K={K} (numpy: A @ W f32)",
+         lambda: A @ W, checked(fns["w4a16_f32"], ptr(A), ptr(packed), ptr(scales), ptr(Cm), M, K, N),
+         lambda: Cm, TOL_F32, 3.0, flops=2 * M * N * K,
+         nbytes=A.nbytes + packed.nbytes + scales.nbytes + Cm.nbytes)
+    del A, q, packed, scales, W, Cm
 
     # ---- 2. softmax (reads X, writes Y)
     Ys = np.empty_like(X)

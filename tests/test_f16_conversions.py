@@ -45,8 +45,9 @@ def run(tmp: Path, march: str) -> str:
     src = tmp / "conv.cpp"
     src.write_text(PROGRAM)
     exe = tmp / f"conv_{march}"
-    subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}", str(src), "-o",
-                    str(exe)], check=True, capture_output=True, text=True)
+    subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", f"-I{TEMPLATES / 'cpu'}",
+                    f"-I{TEMPLATES / 'common'}", str(src), "-o", str(exe)],
+                   check=True, capture_output=True, text=True)
     return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.strip()
 
 

@@ -150,6 +150,15 @@ kernel k(X: f32[1, 1], Y: f32[N, 1]) -> Z: f32[N, 1]:
     Z = Y @ X + X
 """, {"N": 37}, 1, None),
     # -- found by the random search (each was a bug)
+    # a column reduction of a row-softmax result feeds a value that an epilogue of the row
+    # kernel reads back: both the greedy and the conservative partition were cyclic
+    "conservative_partition_cycle": ("""
+kernel rnd(x0: f32[R, C], x1: f32[R, C], x2: f32[R, C]) -> (out2: f32[R, C], out1: f32[R, C], out0: f32[C]):
+    t0 = maximum(softmax(where(~(x2 < 0.0), -inf, x2), axis=1), x0)
+    out0 = softmax(max(t0, axis=0), axis=-1)
+    out1 = 0.5 + abs(where(~((out0) < 0.0), x0, t0))
+    out2 = out1
+""", {"R": 5, "C": 3}, 0, None),
     "output_is_input": ("""
 kernel k(X: f32[R, C]) -> Y: f32[R, C]:
     Y = X

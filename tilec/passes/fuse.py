@@ -44,8 +44,9 @@ class Fuser:
         self.isolate = isolate
         conservative = conservative or isolate
         # conservative: an op joins a group only if it reads no other group's values, and every
-        # elementwise output gets its own kernel; always acyclic (used when the greedy partition
-        # turned out cyclic)
+        # elementwise output gets its own kernel (used when the greedy partition turned out
+        # cyclic; a value an inlined chain reads may still be grouped later, so `run` falls back
+        # to `isolate` when this one is cyclic too)
         self.conservative = conservative
         self.ops = g.op_map()
         self.users = g.users()
@@ -340,5 +341,8 @@ def run(m: Module, opts) -> Module:
         try:
             plans.append(Fuser(g, fuse).run())
         except CyclicPartition:
-            plans.append(Fuser(g, fuse, conservative=True).run())
+            try:
+                plans.append(Fuser(g, fuse, conservative=True).run())
+            except CyclicPartition:  # an inlined chain reached a value grouped later: one op
+                plans.append(Fuser(g, fuse, isolate=True).run())  # per kernel cannot cycle
     return replace(m, plans=tuple(plans))

@@ -77,8 +77,8 @@ def decode_variants(target) -> tuple:
 
 def gemv_config(target) -> tuple:
     """The target's GEMV (M = 1) variant: (columns per block, threads, block goal, least K rows per
-    split, blocks per SM); `TILEC_GEMV` overrides it ("off" turns it off), a benchmarking knob
-    like `TILEC_SPLIT_K`."""
+    split, blocks per SM, rows per step); `TILEC_GEMV` overrides it ("off" turns it off), a
+    benchmarking knob like `TILEC_SPLIT_K`."""
     env = os.environ.get("TILEC_GEMV", "").strip()
     if not env:
         return target.resources.gemv
@@ -87,5 +87,5 @@ def gemv_config(target) -> tuple:
     try:
         return tuple(int(x) for x in env.split(","))
     except ValueError:
-        raise ValueError(f"TILEC_GEMV={env!r}: expected columns,threads,blocks,rows,per_sm") \
+        raise ValueError(f"TILEC_GEMV={env!r}: expected columns,threads,blocks,rows,per_sm,unroll") \
             from None

@@ -151,8 +151,10 @@ class GroupLowering:
         if k == "dequant":
             kk, nn = idx
             q = self.value(a[0], (kk, nn))
-            s = self.value(a[1], (idiv(kk, iconst(op.attr("group"))), nn))
-            z = (self.value(a[2], (idiv(kk, iconst(op.attr("group"))), nn)) if len(a) > 2
+            # (C's division where the row provably is not negative: `canonical_divisions`)
+            grp = T.Binary("floordiv", kk, iconst(op.attr("group")), "i64")
+            s = self.value(a[1], (grp, nn))
+            z = (self.value(a[2], (grp, nn)) if len(a) > 2
                  else T.Const(op.attr("zero"), "f32"))
             return T.Binary("mul", T.Binary("sub", T.Cast(q, "f32"), self.cast(z, "f32"), "f32"),
                             self.cast(s, "f32"), "f32")
@@ -318,7 +320,7 @@ class GroupLowering:
             # (slices as long as a whole split's: the last, shorter split masks the rest, and the
             # slice length stays a non-negative index for the division rule)
             body, acc = self.gemv_body(mm, trip, chunk if split else trip, first, k, row0, col0,
-                                       bn, threads, bidx, batch, mma_dt)
+                                       bn, threads, bidx, batch, mma_dt, gemv)
             body = ([] if split is None else lets) + body
         else:
             a_dt = mma_dt or self.ops[a_id].type.dtype
@@ -381,20 +383,21 @@ class GroupLowering:
         return [partial, replace(total, part=1)]
 
     def gemv_body(self, mm, trip, span, first, k: str, row0, col0, bn: int, threads: int, bidx,
-                  batch, mma_dt) -> tuple:
+                  batch, mma_dt, unroll: int = 1) -> tuple:
         """The main loop of a GEMV (one row of A): each warp of the block walks its own slice of
         `span` rows (those below `trip`) from row `first` for the same `bn` columns, accumulating
-        a * b in registers and reading B straight from memory (a 16-byte vector of columns per thread and
-        row: a warp reads whole rows); the warps' sums then meet in shared memory. Returns
-        (statements, the [1, bn] fragment of the block's sums)."""
+        a * b in registers and reading B straight from memory (a vector of columns per thread
+        and row: a warp reads whole rows); the warps' sums then meet in shared memory. With
+        `unroll` > 1 (one slice per block) a step adds that many rows at once, so the sums are
+        read and written once per step and the rows stream side by side; the rows left over
+        follow one at a time. Returns (statements, the [1, bn] fragment of the block's sums)."""
         a_id, b_id = mm.args
         dt = mm.type.dtype
         slices = threads // self.target.resources.warp
         per, acc, red, tot = (self.names.fresh(n) for n in ("rows", "acc", "red", "tot"))
         i, j, s = self.names.fresh("i"), self.names.fresh("j"), self.names.fresh("s")
         vi, vj = T.Var(i), T.Var(j)
-        row = iadd(imul(vi, T.Var(per)), T.Var(k))  # the row of the split this slice is at
-        kr, c = iadd(first, row), iadd(col0, vj)
+        c = iadd(col0, vj)
         N = mm.type.shape[-1]
 
         def operand(oid, idx):
@@ -403,14 +406,36 @@ class GroupLowering:
             if mma_dt and isinstance(v, T.Cast) and getattr(v.x, "dtype", None) == mma_dt:
                 v = v.x  # a 16-bit value widened: it already is what the matrix units multiply
             return self.cast(self.cast(v, mma_dt) if mma_dt else v, dt)
-        prod = T.Binary("mul", operand(a_id, (row0, kr)), operand(b_id, (kr, c)), dt)
+        def prod(kr):
+            return T.Binary("mul", operand(a_id, (row0, kr)), operand(b_id, (kr, c)), dt)
+
+        def add_rows(rows: list):  # acc += the products of these rows (a pairwise sum)
+            terms = [prod(iadd(first, r)) for r in rows]
+            while len(terms) > 1:
+                terms = [T.Binary("add", terms[n], terms[n + 1], dt) if n + 1 < len(terms)
+                         else terms[n] for n in range(0, len(terms), 2)]
+            return Store(acc, (vi, vj), T.Binary("add", T.Load(acc, (vi, vj), dt), terms[0], dt))
+        col_ok = ilt(c, dim_to_expr(N))
+        if unroll == 1:
+            row = iadd(imul(vi, T.Var(per)), T.Var(k))  # the row of the split this slice is at
+            loops = [For((k,), (T.Var(per),), "range", (For(
+                (i, j), (iconst(slices), iconst(bn)), "parallel",
+                (If(land(ilt(row, trip), col_ok), (add_rows([row]),)),)),))]
+        else:  # one slice (the CPU): steps of `unroll` whole rows, then the rows left over
+            assert slices == 1, "a GEMV unrolled over rows takes one slice per block"
+            full = T.Binary("floordiv", trip, iconst(unroll), "i64")
+            left = self.names.fresh("r")
+            loops = [For((k,), (full,), "range", (For(
+                (i, j), (iconst(1), iconst(bn)), "parallel", (If(col_ok, (add_rows(
+                    [iadd(imul(T.Var(k), iconst(unroll)), iconst(u)) for u in range(unroll)]),)),)),)),
+                For((left,), (T.Binary("mod", trip, iconst(unroll), "i64"),), "range", (For(
+                    (i, j), (iconst(1), iconst(bn)), "parallel", (If(col_ok, (add_rows(
+                        [iadd(imul(full, iconst(unroll)), T.Var(left))]),)),)),))]
         body = [
-            T.Let(per, T.Binary("cdiv", span, iconst(slices), "i64")),
+            *([T.Let(per, T.Binary("cdiv", span, iconst(slices), "i64"))] if unroll == 1 else []),
             Alloc(acc, "fragment", dt, (iconst(slices), iconst(bn))),
             Fill(acc, T.Const(0, dt)),
-            For((k,), (T.Var(per),), "range", (For((i, j), (iconst(slices), iconst(bn)), "parallel", (
-                If(land(ilt(row, trip), ilt(c, dim_to_expr(N))), (
-                    Store(acc, (vi, vj), T.Binary("add", T.Load(acc, (vi, vj), dt), prod, dt)),)),)),)),
+            *loops,
             Alloc(red, "shared", dt, (iconst(slices), iconst(bn))),
             For((i, j), (iconst(slices), iconst(bn)), "parallel",
                 (Store(red, (vi, vj), T.Load(acc, (vi, vj), dt)),)),
@@ -669,10 +694,10 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
               for max_m, tile_, threads, stages in split_k.decode_variants(target)]
     gemv = split_k.gemv_config(target)
     if gemv and not _transposed(g, mm.args[1]):  # (a transposed B: its rows are not contiguous)
-        bn, threads, blocks, rows, per_sm = gemv
-        decode.insert(0, (1, (1, bn, 1), threads, 1, (blocks, rows, per_sm), True))
+        bn, threads, blocks, rows, per_sm, unroll = gemv
+        decode.insert(0, (1, (1, bn, 1), threads, 1, (blocks, rows, per_sm), unroll))
     out = []
-    for max_m, tile_, threads, stages, split, is_gemv in decode:
+    for max_m, tile_, threads, stages, split, is_gemv in decode:  # (is_gemv: the GEMV's unroll)
         if M.op == "const" and M.args[0] > max_m:
             continue
         small = Dim.bin("le", M, max_m)

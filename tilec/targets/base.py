@@ -41,9 +41,9 @@ class Resources:
     # (blocks, least K tiles per split, blocks per SM): a decode variant also comes split over K
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never
     split_k: tuple = ()
-    # (columns per block, threads, block goal, least K rows per split, blocks per SM): GEMMs with
-    # one row of A (M = 1, decode) also get a GEMV variant streaming B's rows from memory
-    # (passes/tile.py gemv_body), split over K like split_k; () = none
+    # (columns per block, threads, block goal, least K rows per split, blocks per SM, rows per
+    # step): GEMMs with one row of A (M = 1, decode) also get a GEMV variant streaming B's rows
+    # from memory (passes/tile.py gemv_body), split over K like split_k; () = none
     gemv: tuple = ()
     # 16-bit float dtypes the matrix units multiply (others take the scalar path)
     mma_dtypes: tuple = ()

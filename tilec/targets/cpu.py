@@ -362,7 +362,12 @@ CPU = Target(
     resources=Resources(
         warp=1, max_threads=1024, tile_memory=4 << 20, mma=(1, 1, 1), gemm_tile=(128, 256, 256),
         gemm_stages=1, gemm_threads=1, row_block=1, row_threads=1, ew_tile=(2, 16384),
-        ew_threads=1, attn_tile=(64, 64), attn_threads=1, attn_stages=1, dtypes=ALL_DTYPES),
+        ew_threads=1, attn_tile=(64, 64), attn_threads=1, attn_stages=1, dtypes=ALL_DTYPES,
+        # M = 1: a GEMV streaming B's rows (8192 columns per block: long contiguous runs for the
+        # prefetchers; 4 rows per SIMD loop: the sums are read and written once per 4 rows),
+        # split over K into >= 16 blocks (>= 256 rows each) so every core streams; measured
+        # against 512-4096 columns and 1 row per step in docs/PERFORMANCE.md
+        gemv=(8192, 1, 16, 256, 1, 4)),
     toolchain=Toolchain("CXX", "g++", "C++17 compiler"),
     lowering=(
         # no async copies on the CPU: pipelined K loops run as plain loops

@@ -911,7 +911,7 @@ CUDA = Target(
         # M = 1: 32 threads x 8 columns, 8 warps each walking a slice of the split's rows; splits
         # of at least 128 rows, 4 blocks per SM (measured against a version staging B through
         # shared memory, and other shapes: docs/PERFORMANCE.md)
-        gemv=(256, 256, 512, 128, 4)),
+        gemv=(256, 256, 512, 128, 4, 1)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass
