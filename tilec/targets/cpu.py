@@ -11,7 +11,7 @@ import platform
 from ..diagnostics import error
 from ..ir import tile as T
 from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
-from ..passes.rewrite import used_names, uses_var
+from ..passes.rewrite import loads_in, used_names, uses_var
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
@@ -81,6 +81,7 @@ class CpuRenderer(CStyleRenderer):
         self.body_id = None  # the statement list being rendered
         self.in_place = _gemm_operands_read_in_place(kernel, self.globals, self.allocs)
         self.direct: dict = {}  # tile buffer read in place -> (pointer, row stride)
+        self.unpacked: dict = {}  # 4-bit load -> the int8 array its SIMD loop's values are in
 
     def load_alloc(self, e: T.Load) -> str:
         a = self.allocs[e.buf]
@@ -192,12 +193,44 @@ class CpuRenderer(CStyleRenderer):
         elif reductions:
             self.reducing_loop(s.body, v, ext, reductions, d)
         else:
+            self.unpack_rows(s.body, v, ext, d)
             self.emit("#pragma omp simd", d)
             self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)}) {{", d)
             self.stmts(s.body, d + 1)
             self.emit("}", d)
+            self.unpacked.clear()
         for n in reversed(range(len(outer))):
             self.emit("}", depth + n)
+
+    def unpack_rows(self, body, v: str, ext, d: int):
+        """4-bit loads along the SIMD loop's variable (`q[r, c0 + v]`): a byte holds two
+        consecutive values, which no compiler vectorizes one element at a time, so the loop's
+        values of each are unpacked first into an int8 array, two per byte (`tilec::unpack4`,
+        vectorized), and the loop reads that. Needs a static bound on the loop's extent."""
+        cap = _const_bound(ext)
+        if cap is None or cap > 16384:
+            return
+        for st in body:
+            for ld in loads_in(st):
+                p = self.globals.get(ld.buf)
+                if p is None or p.dtype not in ("u4", "i4") or ld in self.unpacked or \
+                        any(uses_var(x, (v,)) for x in ld.idx[:-1]):
+                    continue
+                base = _minus_var(ld.idx[-1], v)
+                if base is None:
+                    continue
+                name = f"tilec_q{len(self.unpacked)}"
+                dims = [pdim(x) for x in p.shape]
+                row = self.linear(dims[:-1], ld.idx[:-1]) if len(dims) > 1 else "0"
+                self.emit(f"alignas(64) int8_t {name}[{cap}];", d)
+                self.emit(f"tilec::unpack4<{str(p.dtype == 'i4').lower()}>({name}, {cname(p.name)}, "
+                          f"{row}, {self.expr(base)}, {self.expr(ext)}, {dims[-1]});", d)
+                self.unpacked[ld] = f"(int32_t){name}[{cname(v)}]"
+
+    def load_global(self, e: T.Load) -> str:
+        if e in self.unpacked:
+            return self.unpacked[e]
+        return super().load_global(e)
 
     def reducing_loop(self, body, v, ext, reductions: list, depth):
         """Each reduction store accumulates into a local (vectorized with an OpenMP reduction
@@ -278,6 +311,27 @@ class CpuRenderer(CStyleRenderer):
                 self.emit("}", depth)
             else:
                 self.stmts([st], depth)
+
+
+def _const_bound(ext):
+    """A compile-time upper bound of a loop extent (a constant, or min() with one), else None."""
+    if isinstance(ext, T.Const):
+        return int(ext.value)
+    if isinstance(ext, T.Binary) and ext.fn == "min":
+        bounds = [b for b in (_const_bound(ext.a), _const_bound(ext.b)) if b is not None]
+        return min(bounds) if bounds else None
+    return None
+
+
+def _minus_var(e, v: str):
+    """`e - v` when `e` is `v` or `base + v` with `base` free of v, else None."""
+    if isinstance(e, T.Var) and e.name == v:
+        return T.iconst(0)
+    if isinstance(e, T.Binary) and e.fn == "add":
+        for x, y in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(y, T.Var) and y.name == v and not uses_var(x, (v,)):
+                return x
+    return None
 
 
 def _reduction_stores(body, var: str) -> list:

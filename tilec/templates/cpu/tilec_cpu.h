@@ -128,6 +128,31 @@ static inline int32_t load_u4(const uint8_t* base, int64_t row, int64_t col, int
 static inline int32_t load_i4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
     return (load_u4(base, row, col, cols) ^ 8) - 8;  // sign-extend bit 3
 }
+// n values of a packed row from column col0 on, one per int8 (what a SIMD loop over the columns
+// reads instead of load_u4 per element): from an even column, a byte at a time, two values each,
+// a loop compilers vectorize; from an odd one, value by value.
+template <bool SIGNED>
+static inline void unpack4(int8_t* __restrict out, const uint8_t* __restrict base, int64_t row,
+                           int64_t col0, int64_t n, int64_t cols) {
+    if (n <= 0) return;
+    if (col0 & 1) {
+        for (int64_t t = 0; t < n; ++t)
+            out[t] = (int8_t)(SIGNED ? load_i4(base, row, col0 + t, cols) : load_u4(base, row, col0 + t, cols));
+        return;
+    }
+    const uint8_t* __restrict p = base + row * ((cols + 1) >> 1) + (col0 >> 1);
+    const int64_t pairs = n >> 1;
+#pragma omp simd
+    for (int64_t t = 0; t < pairs; ++t) {
+        const int lo = p[t] & 0x0f, hi = p[t] >> 4;
+        out[2 * t] = (int8_t)(SIGNED ? (lo ^ 8) - 8 : lo);
+        out[2 * t + 1] = (int8_t)(SIGNED ? (hi ^ 8) - 8 : hi);
+    }
+    if (n & 1) {
+        const int lo = p[pairs] & 0x0f;
+        out[n - 1] = (int8_t)(SIGNED ? (lo ^ 8) - 8 : lo);
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Saturating float -> integer, round half to even, NaN -> 0.  The bounds are
