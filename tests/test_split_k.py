@@ -138,3 +138,16 @@ def test_split_workspace_is_needed_only_where_the_split_runs():
 def test_split_variant_on_gpu(text, dims):
     need_gpu()
     check_text(text, dims, target="cuda", options={"arch": ("sm_90",)})
+
+
+@pytest.mark.parametrize("unroll", [2, 4])
+def test_gemv_with_rows_per_step_and_several_slices_matches_the_reference(monkeypatch, unroll):
+    """The GEMV's unrolled steps (each of 8 warps takes `unroll` consecutive rows, the rows left
+    over follow guarded) at K that is no multiple of a step, split and not: the Tile IR
+    interpreter against the reference (the CUDA default takes one row per step; the knob picks
+    this form, which the CPU target uses with one slice)."""
+    monkeypatch.setenv("TILEC_GEMV", f"256,256,512,128,4,{unroll}")
+    text = (SAMPLES / "w4a16.tile").read_text()
+    for dims in (dict(M=1, N=300, K=1280 + 128), dict(M=1, N=70, K=128)):
+        agree(text, "cuda", dims)
+    agree(LINEAR, "cuda", dict(M=1, N=260, K=1003))

@@ -388,9 +388,10 @@ class GroupLowering:
         `span` rows (those below `trip`) from row `first` for the same `bn` columns, accumulating
         a * b in registers and reading B straight from memory (a vector of columns per thread
         and row: a warp reads whole rows); the warps' sums then meet in shared memory. With
-        `unroll` > 1 (one slice per block) a step adds that many rows at once, so the sums are
-        read and written once per step and the rows stream side by side; the rows left over
-        follow one at a time. Returns (statements, the [1, bn] fragment of the block's sums)."""
+        `unroll` > 1 a step gives each slice that many consecutive rows at once, unguarded (the
+        loads are all in flight together; on the CPU the sums are read and written once per
+        step), and the rows left over follow, guarded. Returns (statements, the [1, bn] fragment
+        of the block's sums)."""
         a_id, b_id = mm.args
         dt = mm.type.dtype
         slices = threads // self.target.resources.warp
@@ -421,16 +422,20 @@ class GroupLowering:
             loops = [For((k,), (T.Var(per),), "range", (For(
                 (i, j), (iconst(slices), iconst(bn)), "parallel",
                 (If(land(ilt(row, trip), col_ok), (add_rows([row]),)),)),))]
-        else:  # one slice (the CPU): steps of `unroll` whole rows, then the rows left over
-            assert slices == 1, "a GEMV unrolled over rows takes one slice per block"
-            full = T.Binary("floordiv", trip, iconst(unroll), "i64")
+        else:  # steps of slices x `unroll` whole rows (slice i: `unroll` consecutive ones), then
+            # the rows left over, one per slice and pass, guarded
+            step = slices * unroll
+            full = T.Binary("floordiv", trip, iconst(step), "i64")
             left = self.names.fresh("r")
+            mine = iadd(imul(vi, iconst(unroll)), T.Var(left))  # a left-over row of slice i
+            tail = iadd(imul(full, iconst(step)), mine)
             loops = [For((k,), (full,), "range", (For(
-                (i, j), (iconst(1), iconst(bn)), "parallel", (If(col_ok, (add_rows(
-                    [iadd(imul(T.Var(k), iconst(unroll)), iconst(u)) for u in range(unroll)]),)),)),)),
-                For((left,), (T.Binary("mod", trip, iconst(unroll), "i64"),), "range", (For(
-                    (i, j), (iconst(1), iconst(bn)), "parallel", (If(col_ok, (add_rows(
-                        [iadd(imul(full, iconst(unroll)), T.Var(left))]),)),)),))]
+                (i, j), (iconst(slices), iconst(bn)), "parallel", (If(col_ok, (add_rows(
+                    [iadd(iadd(imul(T.Var(k), iconst(step)), imul(vi, iconst(unroll))), iconst(u))
+                     for u in range(unroll)]),)),)),)),
+                For((left,), (iconst(unroll),), "range", (For(
+                    (i, j), (iconst(slices), iconst(bn)), "parallel",
+                    (If(land(ilt(tail, trip), col_ok), (add_rows([tail]),)),)),))]
         body = [
             *([T.Let(per, T.Binary("cdiv", span, iconst(slices), "i64"))] if unroll == 1 else []),
             Alloc(acc, "fragment", dt, (iconst(slices), iconst(bn))),
