@@ -10,7 +10,7 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
              vs torch.mm (cuBLAS)                                         [4096^3, 8192^3: >= 0.6x cuBLAS]
   epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs cuBLASLt's bias+ReLU epilogue
              (torch._addmm_activation), eager and torch.compile
-                                                        [>= 0.6x cuBLASLt; fused faster than unfused]
+                                                        [>= 0.6x cuBLASLt; fused faster than unfused by > 2%]
   softmax    softmax(X, -1), f16 32768x8192, vs torch.softmax and torch.compile
   rmsnorm    X * rsqrt(mean(X^2, -1) + eps) * w, same size, vs F.rms_norm and torch.compile
   chain      silu(X * 0.5 + 1) * X, same size, vs eager and torch.compile
@@ -142,6 +142,9 @@ def environment() -> dict:
 
 class TilecFailure(Exception):
     """A tilec kernel could not be built, loaded or bound, or returned a non-zero status."""
+
+
+FASTER_MARGIN = 1.02  # a ">" goal (fused faster than unfused) needs at least this ratio
 
 
 def build(out_dir: Path, arch: str, kernel: str | None = None) -> tuple[float, str | None]:
@@ -526,7 +529,9 @@ class Bench:
             goal = goals.get(peer.label)
             met = None
             if goal and ratio is not None and not main.failed:
-                met = ratio >= goal[1] if goal[0] == ">=" else ratio > goal[1]
+                # "faster" must be more than the run-to-run spread of equal code (~2%), or an
+                # equal time would count as a win
+                met = ratio >= goal[1] if goal[0] == ">=" else ratio > goal[1] * FASTER_MARGIN
             self.rows.append({
                 "case": self.case, "size": size, "tilec": main.label,
                 "tilec_ms": main.time * 1e3 if main.time else None,
