@@ -441,6 +441,10 @@ class GroupLowering:
             Alloc(acc, "fragment", dt, (iconst(slices), iconst(bn))),
             Fill(acc, T.Const(0, dt)),
             *loops,
+        ]
+        if slices == 1:  # one slice (the CPU): its sums are the block's
+            return body, acc
+        body += [
             Alloc(red, "shared", dt, (iconst(slices), iconst(bn))),
             For((i, j), (iconst(slices), iconst(bn)), "parallel",
                 (Store(red, (vi, vj), T.Load(acc, (vi, vj), dt)),)),
