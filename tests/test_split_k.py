@@ -151,3 +151,50 @@ def test_gemv_with_rows_per_step_and_several_slices_matches_the_reference(monkey
     for dims in (dict(M=1, N=300, K=1280 + 128), dict(M=1, N=70, K=128)):
         agree(text, "cuda", dims)
     agree(LINEAR, "cuda", dict(M=1, N=260, K=1003))
+
+
+GUARD_PAGE_CALL = r"""
+import ctypes, mmap, sys
+import numpy as np
+lib = ctypes.CDLL(sys.argv[1])
+M, K, N = 1, 12, 64
+page = mmap.PAGESIZE
+buf = mmap.mmap(-1, 2 * page)
+libc = ctypes.CDLL(None)
+base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+assert libc.mprotect(ctypes.c_void_p(base + page), page, 0) == 0  # PROT_NONE after page one
+rng = np.random.default_rng(1)
+q = rng.integers(0, 16, size=(K, N)).astype(np.uint8)
+packed = (q[:, 0::2] | (q[:, 1::2] << 4)).astype(np.uint8)
+start = page - packed.size  # the weights end where the unreadable page begins
+wq = np.frombuffer(buf, np.uint8, packed.size, start)
+wq[:] = packed.ravel()
+A = rng.uniform(-1, 1, (M, K)).astype(np.float32)
+s = rng.uniform(-1, 1, (K // 4, N)).astype(np.float32)
+C = np.zeros((M, N), np.float32)
+P = ctypes.c_void_p
+fn = lib.w
+fn.argtypes = [P, P, P, P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64]
+assert fn(A.ctypes.data, base + start, s.ctypes.data, C.ctypes.data, M, K, N) == 0
+ref = A.astype(np.float64) @ ((q - 8.0) * np.repeat(s, 4, axis=0))
+assert np.abs(C - ref).max() <= 1e-4 * np.abs(ref).max(), (C, ref)
+print("ok")
+"""
+
+
+def test_cpu_gemv_reads_no_weight_row_past_the_end(tmp_path):
+    """The CPU GEMV unpacks a loop's 4-bit weights before the loop, but not for the guarded rows
+    left over after the 4-row steps (rows 12..15 of a 12-row weight do not exist): with the
+    weights ending at an unreadable page, the call must not fault and must match numpy."""
+    import subprocess
+    import sys
+    text = """
+kernel w(A: f32[M, K], Wq: u4[K, N], s: f32[K // 4, N]) -> C: f32[M, N]:
+    C = A @ dequant(Wq, s, zero=8, group=4)
+"""
+    _, out = build_text(text, "w.tile", "cpu")
+    script = tmp_path / "call.py"
+    script.write_text(GUARD_PAGE_CALL)
+    r = subprocess.run([sys.executable, str(script), str(out / "libw.so")], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr)

@@ -11,7 +11,7 @@ import platform
 from ..diagnostics import error
 from ..ir import tile as T
 from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
-from ..passes.rewrite import loads_in, used_names, uses_var
+from ..passes.rewrite import used_names, uses_var
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
@@ -206,15 +206,22 @@ class CpuRenderer(CStyleRenderer):
         """4-bit loads along the SIMD loop's variable (`q[r, c0 + v]`): a byte holds two
         consecutive values, which no compiler vectorizes one element at a time, so the loop's
         values of each are unpacked first into an int8 array, two per byte (`tilec::unpack4`,
-        vectorized), and the loop reads that. Needs a static bound on the loop's extent."""
+        vectorized), and the loop reads that. Needs a static bound on the loop's extent, and only
+        loads every iteration makes (not under an `if`, a `where` arm or the right side of `&`
+        / `|`: unpacking reads the row before the loop, so a guarded row past the tensor's end
+        must stay guarded), whose row does not depend on a name the loop body defines."""
         cap = _const_bound(ext)
         if cap is None or cap > 16384:
             return
+        local = {st.name for st in body if isinstance(st, T.Let)}
         for st in body:
-            for ld in loads_in(st):
+            if not isinstance(st, (T.Store, T.Let)):
+                continue
+            exprs = [st.value] + list(getattr(st, "idx", ()))
+            for ld in (x for e in exprs for x in _unconditional_loads(e)):
                 p = self.globals.get(ld.buf)
                 if p is None or p.dtype not in ("u4", "i4") or ld in self.unpacked or \
-                        any(uses_var(x, (v,)) for x in ld.idx[:-1]):
+                        any(uses_var(x, (v, *local)) for x in ld.idx[:-1]):
                     continue
                 base = _minus_var(ld.idx[-1], v)
                 if base is None:
@@ -311,6 +318,24 @@ class CpuRenderer(CStyleRenderer):
                 self.emit("}", depth)
             else:
                 self.stmts([st], depth)
+
+
+def _unconditional_loads(e) -> list:
+    """The loads evaluating `e` always performs (C evaluates one arm of `?:` and the right side of
+    `&&` / `||` only when needed)."""
+    out, stack = [], [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, T.Load):
+            out.append(x)
+            stack += list(x.idx)
+        elif isinstance(x, T.Select):
+            stack.append(x.cond)
+        elif isinstance(x, T.Binary) and x.fn in ("and", "or") and x.dtype == "bool":
+            stack.append(x.a)
+        else:
+            stack += [getattr(x, f) for f in ("x", "a", "b", "cond") if getattr(x, f, None) is not None]
+    return out
 
 
 def _const_bound(ext):
