@@ -14,6 +14,7 @@ from test_cuda import need_gpu, need_nvcc
 from test_tile_level import agree
 
 from tilec import interp_tile
+from tilec.diagnostics import TilecError
 from tilec.ir.types import Dim
 from tilec.passes import split_k
 
@@ -198,3 +199,23 @@ kernel w(A: f32[M, K], Wq: u4[K, N], s: f32[K // 4, N]) -> C: f32[M, N]:
     r = subprocess.run([sys.executable, str(script), str(out / "libw.so")], capture_output=True,
                        text=True)
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("name,value,message", [
+    ("TILEC_GEMV", "1,2", "TILEC_GEMV='1,2': expected columns,threads,blocks,rows,blocks_per_sm"),
+    ("TILEC_SPLIT_K", "512,x,2", "TILEC_SPLIT_K='512,x,2': expected blocks,min_tiles"),
+    ("TILEC_DECODE_TILE", "16,16x64,256,4", "the tile is BMxBNxBK, not (16, 64)"),
+])
+def test_a_malformed_benchmark_knob_is_a_user_error(monkeypatch, name, value, message):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(TilecError) as e:
+        compile_text((SAMPLES / "w4a16.tile").read_text(), "k.tile", "cuda")
+    assert message in str(e.value)
+
+
+def test_knobs_turn_the_variants_off(monkeypatch):
+    monkeypatch.setenv("TILEC_GEMV", "off")
+    monkeypatch.setenv("TILEC_SPLIT_K", "off")
+    names = [k.name for k in compile_text((SAMPLES / "w4a16.tile").read_text(), "k.tile",
+                                          "cuda")[2].programs[0].kernels]
+    assert names == ["w4a16_k0_m16", "w4a16_k0"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..diagnostics import error
 from ..ir.types import Dim
 
 
@@ -44,48 +45,46 @@ def plan(tiles: Dim, nk: Dim, blocks: int, min_tiles: int) -> Split:
     return Split(chunk, count, when)
 
 
-def config(target) -> tuple:
-    """The target's (blocks, least K tiles per split, blocks per SM), or `TILEC_SPLIT_K`'s
-    ("blocks,min_tiles,blocks_per_sm"; "off" or "0" turns splitting off): a knob for
-    benchmarking other choices on a device, documented in docs/CUDA.md."""
-    env = os.environ.get("TILEC_SPLIT_K", "").strip()
+def _knob(name: str, expect: str, fields: int, parse=int):
+    """A benchmarking knob from the environment (documented in docs/CUDA.md): None when unset, ()
+    for "off" or "0", else `fields` comma-separated values (`parse` reads each); a malformed value
+    is a user error naming the variable."""
+    env = os.environ.get(name, "").strip()
     if not env:
-        return target.resources.split_k
-    if env in ("off", "0") or not target.resources.split_k:
+        return None
+    if env in ("off", "0"):
         return ()
+    parts = env.split(",")
     try:
-        blocks, min_tiles, per_sm = (int(x) for x in env.split(","))
+        if len(parts) != fields:
+            raise ValueError
+        return tuple(parse(x) for x in parts)
     except ValueError:
-        raise ValueError(f"TILEC_SPLIT_K={env!r}: expected blocks,min_tiles,blocks_per_sm") from None
-    return blocks, min_tiles, per_sm
+        raise error(f"{name}={env!r}: expected {expect}") from None
+
+
+def config(target) -> tuple:
+    """The target's split (blocks, least K tiles per split, blocks per SM), or `TILEC_SPLIT_K`'s
+    (a target that never splits stays so)."""
+    knob = _knob("TILEC_SPLIT_K", "blocks,min_tiles,blocks_per_sm", 3)
+    return target.resources.split_k if knob is None or not target.resources.split_k else knob
 
 
 def decode_variants(target) -> tuple:
     """The target's decode-size GEMM variants, or `TILEC_DECODE_TILE`'s single one
-    ("MAX_M,BMxBNxBK,threads,stages", e.g. "16,16x256x64,256,4"): a benchmarking knob like
-    `TILEC_SPLIT_K`."""
-    env = os.environ.get("TILEC_DECODE_TILE", "").strip()
-    if not env:
+    ("MAX_M,BMxBNxBK,threads,stages", e.g. "16,16x256x64,256,4")."""
+    def field(x: str):
+        return tuple(int(v) for v in x.split("x")) if "x" in x else int(x)
+    knob = _knob("TILEC_DECODE_TILE", "MAX_M,BMxBNxBK,threads,stages", 4, field)
+    if knob is None:
         return target.resources.gemm_variants
-    try:
-        max_m, tile, threads, stages = env.split(",")
-        return ((int(max_m), tuple(int(x) for x in tile.split("x")), int(threads), int(stages)),)
-    except ValueError:
-        raise ValueError(f"TILEC_DECODE_TILE={env!r}: expected MAX_M,BMxBNxBK,threads,stages") \
-            from None
+    if knob and not (isinstance(knob[1], tuple) and len(knob[1]) == 3):
+        raise error(f"TILEC_DECODE_TILE: the tile is BMxBNxBK, not {knob[1]!r}")
+    return (knob,) if knob else ()
 
 
 def gemv_config(target) -> tuple:
     """The target's GEMV (M = 1) variant: (columns per block, threads, block goal, least K rows per
-    split, blocks per SM, rows per step); `TILEC_GEMV` overrides it ("off" turns it off), a
-    benchmarking knob like `TILEC_SPLIT_K`."""
-    env = os.environ.get("TILEC_GEMV", "").strip()
-    if not env:
-        return target.resources.gemv
-    if env in ("off", "0") or not target.resources.gemv:
-        return ()
-    try:
-        return tuple(int(x) for x in env.split(","))
-    except ValueError:
-        raise ValueError(f"TILEC_GEMV={env!r}: expected columns,threads,blocks,rows,per_sm,unroll") \
-            from None
+    split, blocks per SM, rows per step), or `TILEC_GEMV`'s (a target without one stays so)."""
+    knob = _knob("TILEC_GEMV", "columns,threads,blocks,rows,blocks_per_sm,rows_per_step", 6)
+    return target.resources.gemv if knob is None or not target.resources.gemv else knob
