@@ -51,6 +51,12 @@ def mma_layout(rows: int, cols: int, warps: int, rows_in_warp: bool) -> MmaLayou
     return best[1]
 
 
+def _columns_per_access(dtypes) -> int:
+    """Values of the widest of `dtypes` in one 16-byte access (4-bit values count as bytes; no
+    dtype: 4, as for f32)."""
+    return 16 // max([DTYPES[d][1] // 8 or 1 for d in dtypes] or [4])
+
+
 def _frag_accesses(loop: T.For, frags: set) -> list:
     """(buffer, index) of every fragment load and store in a loop body."""
     out = []
@@ -70,9 +76,8 @@ class Assign:
         self.loops = [s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "parallel"]
         self.by: dict = {}  # id(loop) -> layout
         self.warps = k.threads // target.resources.warp
-        self.params = params = {p.name: p for p in k.params if p.kind != "scalar"}
-        widths = [DTYPES[p.dtype][1] // 8 or 1 for p in params.values()]
-        self.vmax = 16 // max(widths or [4])
+        self.params = {p.name: p for p in k.params if p.kind != "scalar"}
+        self.vmax = _columns_per_access(p.dtype for p in self.params.values())
 
     def shape(self, buf: str) -> tuple:
         return tuple(_const(d) for d in self.allocs[buf].shape)
@@ -107,12 +112,11 @@ class Assign:
 
     def loop_vmax(self, loop: T.For) -> int:
         """Columns per 16-byte access of a loop over memory and shared buffers: set by the widest
-        dtype of memory or shared tile it reads or writes (a wider tensor elsewhere in the kernel does not
-        narrow it)."""
+        dtype of memory or shared tile it reads or writes (a wider tensor elsewhere in the kernel
+        does not narrow it)."""
         decls = {**self.params, **{n: a for n, a in self.allocs.items() if a.scope == "shared"}}
         bufs = {x.buf for x in stores_in(loop) + loads_in(loop) if x.buf in decls}
-        widths = [DTYPES[decls[b].dtype][1] // 8 or 1 for b in bufs]
-        return 16 // max(widths or [4])
+        return _columns_per_access(decls[b].dtype for b in bufs)
 
     def stored_tile(self, loop: T.For):
         """The static (rows, cols) of the shared tile a loop fills at [i, j], if it fills one."""
