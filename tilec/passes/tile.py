@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..diagnostics import TilecError, error
 from ..ir import tile as T
@@ -90,7 +90,7 @@ class Names:
 class GroupLowering:
     def __init__(self, g: Graph, plan: Plan, grp: Group, target, sched, names: Names,
                  gemm_config=None):
-        self.gemm_config = gemm_config  # (M, N, K) tile, threads, stages of a GEMM variant
+        self.gemm_config = gemm_config  # a GemmVariant (None: the target's and schedule's tile)
         self.g, self.plan, self.grp = g, plan, grp
         self.ops = g.op_map()
         self.bufs = dict(plan.buffers)
@@ -289,9 +289,11 @@ class GroupLowering:
         K = self.ops[a_id].type.shape[-1]
         mma_dt = self.mma_dtype(a_id, b_id)
         bm, bn, bk, stages, threads = self.target.gemm_config(self.sched, scalar=mma_dt is None)
-        split, gemv = None, False
+        split, gemv = None, 0
         if self.gemm_config is not None:
-            (bm, bn, bk), threads, stages, split, gemv = self.gemm_config
+            cfg = self.gemm_config
+            (bm, bn, bk), threads, stages, split, gemv = (cfg.tile, cfg.threads, cfg.stages,
+                                                          cfg.split, cfg.gemv_unroll)
         bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
         grid = [dim_to_expr(N.cdiv(bn)), dim_to_expr(M.cdiv(bm))]
         bvars = [bx, by]
@@ -680,6 +682,17 @@ def causal_bound(score, n_tiles, k: str, i: str, j: str, row0, bm: int, bn: int)
     return n_tiles if best is None else T.Binary("min", n_tiles, best, "i64")
 
 
+@dataclass(frozen=True)
+class GemmVariant:
+    """How one kernel variant of a GEMM group is tiled (`gemm_variants`)."""
+
+    tile: tuple  # (M, N, K)
+    threads: int
+    stages: int
+    split: tuple | None = None  # (blocks, least K tiles per split, blocks per SM): split over K
+    gemv_unroll: int = 0  # > 0: a GEMV (one row of A) taking this many rows per step
+
+
 def _transposed(g: Graph, oid: int) -> bool:
     """Is operand `oid` a transposed view (read across its rows)?"""
     op = g.op_map()[oid]
@@ -693,32 +706,32 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     (B read row by row from memory, bound by its bytes), then the target's small-M tiles
     (decode sizes: the launcher picks them by M at run time), each first split over K where the
     target splits and the grid is small (passes/split_k.py), before the default tile, unless the
-    schedule fixes the tile. Config: ((M, N, K) tile, threads, stages, split, gemv)."""
+    schedule fixes the tile. Config: a GemmVariant (None: the default tile)."""
     if grp.kind != "gemm" or sched.tile:
         return [("", None, None)]
     mm = g.op_map()[grp.members[0]]
     batch, M, N = mm.type.shape[:-2], mm.type.shape[-2], mm.type.shape[-1]
     K = g.op_map()[mm.args[0]].type.shape[-1]
-    decode = [(max_m, tile_, threads, stages, split_k.config(target), False)
+    split = split_k.config(target) or None
+    decode = [(max_m, GemmVariant(tile_, threads, stages, split))
               for max_m, tile_, threads, stages in split_k.decode_variants(target)]
     gemv = split_k.gemv_config(target)
     if gemv and not _transposed(g, mm.args[1]):  # (a transposed B: its rows are not contiguous)
         bn, threads, blocks, rows, per_sm, unroll = gemv
-        decode.insert(0, (1, (1, bn, 1), threads, 1, (blocks, rows, per_sm), unroll))
+        decode.insert(0, (1, GemmVariant((1, bn, 1), threads, 1, (blocks, rows, per_sm), unroll)))
     out = []
-    for max_m, tile_, threads, stages, split, is_gemv in decode:  # (is_gemv: the GEMV's unroll)
+    for max_m, cfg in decode:
         if M.op == "const" and M.args[0] > max_m:
             continue
         small = Dim.bin("le", M, max_m)
-        name = "_gemv" if is_gemv else f"_m{max_m}"
-        if split:
-            bm, bn, bk = tile_
+        name = "_gemv" if cfg.gemv_unroll else f"_m{max_m}"
+        if cfg.split:
+            bm, bn, bk = cfg.tile
             when = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), K.cdiv(bk),
-                                *split[:2]).when
+                                *cfg.split[:2]).when
             if when != Dim.const(0):
-                out.append((f"{name}_split", Dim.bin("and", small, when),
-                            (tile_, threads, stages, split, is_gemv)))
-        out.append((name, small, (tile_, threads, stages, None, is_gemv)))
+                out.append((f"{name}_split", Dim.bin("and", small, when), cfg))
+        out.append((name, small, replace(cfg, split=None)))
         if M.op == "const":
             break
     out.append(("", None, None))
