@@ -131,3 +131,23 @@ def used_names(k: T.TileKernel) -> set:
         for d in p.shape:
             out |= set(d.symbols())
     return out
+
+
+def unit_stride(idx, var: str) -> bool:
+    """The index walks its last axis one element per step of `var`: (..., base + var) or
+    (..., var), with nothing else depending on var."""
+    if not idx:
+        return False
+    *lead, last = idx
+    if any(uses_var(i, (var,)) for i in lead):
+        return False
+    if isinstance(last, T.Var):
+        return last.name == var
+    return (isinstance(last, T.Binary) and last.fn == "add" and isinstance(last.b, T.Var) and
+            last.b.name == var and not uses_var(last.a, (var,)))
+
+
+def column_base(last, var: str):
+    """The `base` of a `unit_stride` index's last entry (`base + var`; 0 for `var` alone)."""
+    return T.iconst(0) if isinstance(last, T.Var) else last.a
+

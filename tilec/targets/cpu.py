@@ -11,7 +11,7 @@ import platform
 from ..diagnostics import error
 from ..ir import tile as T
 from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
-from ..passes.rewrite import used_names, uses_var
+from ..passes.rewrite import column_base, unit_stride, used_names, uses_var
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
@@ -221,11 +221,10 @@ class CpuRenderer(CStyleRenderer):
             for ld in (x for e in exprs for x in _unconditional_loads(e)):
                 p = self.globals.get(ld.buf)
                 if p is None or p.dtype not in ("u4", "i4") or ld in self.unpacked or \
-                        any(uses_var(x, (v, *local)) for x in ld.idx[:-1]):
+                        not unit_stride(ld.idx, v) or \
+                        any(uses_var(x, tuple(local)) for x in ld.idx):
                     continue
-                base = _minus_var(ld.idx[-1], v)
-                if base is None:
-                    continue
+                base = column_base(ld.idx[-1], v)
                 name = f"tilec_q{len(self.unpacked)}"
                 dims = [pdim(x) for x in p.shape]
                 row = self.linear(dims[:-1], ld.idx[:-1]) if len(dims) > 1 else "0"
@@ -345,17 +344,6 @@ def _const_bound(ext):
     if isinstance(ext, T.Binary) and ext.fn == "min":
         bounds = [b for b in (_const_bound(ext.a), _const_bound(ext.b)) if b is not None]
         return min(bounds) if bounds else None
-    return None
-
-
-def _minus_var(e, v: str):
-    """`e - v` when `e` is `v` or `base + v` with `base` free of v, else None."""
-    if isinstance(e, T.Var) and e.name == v:
-        return T.iconst(0)
-    if isinstance(e, T.Binary) and e.fn == "add":
-        for x, y in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(y, T.Var) and y.name == v and not uses_var(x, (v,)):
-                return x
     return None
 
 

@@ -24,7 +24,7 @@ from ..passes import (
     version_masks,
 )
 from ..passes.hoist_guards import conjuncts, split_bound
-from ..passes.rewrite import loads_in, multiple_of, used_names, uses_var
+from ..passes.rewrite import column_base, loads_in, multiple_of, unit_stride, used_names, uses_var
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
@@ -642,7 +642,7 @@ class CudaRenderer(CStyleRenderer):
             ctx.recips[b] = name
         stores = [] if other or orelse else [
             st for st in body if isinstance(st, T.Store) and st.buf in self.globals and
-            _unit_stride(st.idx, jvar)]
+            unit_stride(st.idx, jvar)]
         for st in stores:
             name = self.fresh("tilec_st")
             self.emit(f"{STORE[self.globals[st.buf].dtype]} {name}[{vec}];", d)
@@ -653,7 +653,7 @@ class CudaRenderer(CStyleRenderer):
         if not other:
             for st in body:
                 if not (isinstance(st, T.Store) and st.buf in self.allocs and
-                        self.allocs[st.buf].scope == "shared" and _unit_stride(st.idx, jvar) and
+                        self.allocs[st.buf].scope == "shared" and unit_stride(st.idx, jvar) and
                         self.vector_tile(self.allocs[st.buf], vec)):
                     continue
                 twin = next((e for e in orelse if isinstance(e, T.Store) and e.buf == st.buf and
@@ -738,25 +738,9 @@ def _lit(v, dtype):
     return float_lit(float(v), dtype)
 
 
-def _unit_stride(idx, jvar: str) -> bool:
-    """The index walks the last axis one element per column: (..., base + j) with nothing else
-    depending on j."""
-    if not idx:
-        return False
-    *lead, last = idx
-    if any(uses_var(i, (jvar,)) for i in lead):
-        return False
-    if isinstance(last, T.Var):
-        return last.name == jvar
-    return (isinstance(last, T.Binary) and last.fn == "add" and isinstance(last.b, T.Var) and
-            last.b.name == jvar and not uses_var(last.a, (jvar,)))
-
-
 def _at_j0(last, jvar: str):
     """The last index with the column variable replaced by the group's first column."""
-    if isinstance(last, T.Var):
-        return T.Var("tilec_j0")
-    return T.Binary("add", last.a, T.Var("tilec_j0"), "i64")
+    return T.iadd(column_base(last, jvar), T.Var("tilec_j0"))
 
 
 def _dequant_form(value, dtype: str):
@@ -792,7 +776,7 @@ def _column_loads(body, jvar: str, globals_: dict) -> list:
                 continue
             for x in T.walk_exprs(e):
                 if isinstance(x, T.Load) and x.buf in globals_ and x not in out and \
-                   globals_[x.buf].dtype != "bool" and _unit_stride(x.idx, jvar):
+                   globals_[x.buf].dtype != "bool" and unit_stride(x.idx, jvar):
                     out.append(x)
     return out
 
