@@ -89,6 +89,9 @@ class LoopContext:
         self.values: dict = {}  # expression -> register array holding it (storage form)
         self.recips: dict = {}  # row divisor -> the name of its reciprocal
         self.rows_loop = isinstance(layout, (MmaRows, VecRows))
+        # the loop's whole version: its vector accesses known aligned (Load, or id(Store));
+        # None: the guarded version (counts and alignment tested per group)
+        self.aligned: set | None = None
 
 
 class CudaRenderer(CStyleRenderer):
@@ -107,6 +110,7 @@ class CudaRenderer(CStyleRenderer):
         super().__init__(kernel)
         self.target = target
         self.ctx: LoopContext | None = None
+        self.whole: dict | None = None  # in a whole version (version_whole): loop id -> aligned
 
     def binary(self, e: T.Binary) -> str:
         if e.fn == "pow" and not (float(e.exponent).is_integer() and abs(e.exponent) <= 4):
@@ -391,6 +395,14 @@ class CudaRenderer(CStyleRenderer):
 
     # ---- parallel loops, split over threads by their layout
     def parallel(self, s: T.For, depth):
+        loop = self.loop_parts(s)
+        # in the kernel's whole version (version_whole) a loop listed there runs unguarded
+        aligned = self.whole.get(id(s)) if self.whole is not None else None
+        self.groups(loop, aligned, depth)
+
+    def loop_parts(self, s: T.For) -> tuple:
+        """(loop, layout, row var, column var, body, else branch, row conditions, column bounds
+        as (base, bound), other column conditions) of a parallel loop."""
         L = s.by
         assert L is not None, f"parallel loop over ({', '.join(s.vars)}) has no layout"
         streaming = L.groups() is None
@@ -401,6 +413,105 @@ class CudaRenderer(CStyleRenderer):
             ivar, jvar = s.vars[0], None
         else:
             ivar, jvar = None, s.vars[0]
+        if ivar is None and L.rows != 1:
+            raise AssertionError(f"1-D loop over columns split by a {L.rows}-row layout")
+        body, guard, orelse = s.body, [], ()
+        if len(body) == 1 and isinstance(body[0], T.If):
+            guard, body, orelse = conjuncts(body[0].cond), body[0].body, body[0].orelse
+        row_conds, col_bounds, other = [], [], []
+        for cnd in guard:
+            if jvar is None or not uses_var(cnd, (jvar,)):
+                row_conds.append(cnd)
+                continue
+            hit = split_bound(cnd, (jvar,))
+            if hit is None:
+                other.append(cnd)
+            else:
+                col_bounds.append(hit[1:])
+        if jvar is not None and (streaming or _const(s.extents[-1]) != L.cols) and \
+                not self.elementwise_in_registers(s.body, s.vars):
+            # the layout's columns past the loop's extent are capacity padding: a body that maps
+            # register elements to register elements at the same position may run there too
+            # (padding is never read as data), which saves a branch per element; a body that
+            # touches memory or reduces into row values may not
+            col_bounds.append((T.iconst(0), s.extents[-1]))
+        return (s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other)
+
+    def version_whole(self, body, depth) -> bool:
+        """Render the kernel body `body` twice when its top-level loops over vector groups have
+        column bounds: a version where every group of this thread lies inside the bounds and
+        every vector access is aligned (tested once, up front), whose loops run without per-group
+        counts or alignment tests, and the guarded version for the threads at a row's ragged
+        end. False (nothing rendered) when no loop qualifies."""
+        whole, conds = {}, []
+        defined = {st.name for st in T.walk_stmts(body) if isinstance(st, T.Let)} | \
+            {v for st in T.walk_stmts(body) if isinstance(st, T.For) for v in st.vars}
+        for st in body:
+            if not (isinstance(st, T.For) and st.kind == "parallel"):
+                continue
+            hit = self.whole_groups(*self.loop_parts(st))
+            # the test goes before the body: its bounds may not read what the body defines
+            if hit is None or any(isinstance(x, T.Var) and x.name in defined
+                                  for e in hit[2] for x in T.walk_exprs(e)):
+                continue
+            whole[id(st)] = hit[1]
+            conds += [c for c in hit[0] if c not in conds]
+        if not whole:
+            return False
+        self.emit(f"if ({' && '.join(conds)}) {{", depth)
+        self.emit("// every vector group of this thread lies inside its row and is aligned", depth + 1)
+        self.whole = whole
+        self.stmts(body, depth + 1)
+        self.whole = None
+        self.emit("} else {", depth)
+        self.stmts(body, depth + 1)
+        self.emit("}", depth)
+        return True
+
+    def whole_groups(self, s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other):
+        """For a loop over a VecLayout's groups with column bounds: (the condition under which
+        every group of the thread is whole and every vector access of a global tensor along
+        the columns aligned, those accesses), else None."""
+        if not isinstance(L, VecLayout) or L.groups() is None or jvar is None or \
+                not col_bounds or L.vec == 1 or orelse or self.dequant_loop(body):
+            return None
+        conds = []
+        # a one-row layout's groups run left to right: its last group is whole only if all are
+        qs = [L.groups() - 1] if L.rows == 1 and L.valid("0") is None else range(L.groups())
+        for q in qs:
+            col0 = L.col0(str(q))
+            tests = [f"{self.expr(T.isub(bound, base))} - {col0} >= {L.vec}"
+                     for base, bound in col_bounds]
+            valid = L.valid(str(q))
+            conds.append(" && ".join(tests) if valid is None else
+                         f"(!({valid}) || ({' && '.join(tests)}))")
+        aligned = set()
+        accesses = _column_loads(body, jvar, self.globals) + (
+            [] if other else
+            [st for st in body if isinstance(st, T.Store) and st.buf in self.globals and
+             unit_stride(st.idx, jvar)])
+        for x in accesses:
+            p = self.globals[x.buf]
+            if p.dtype in ("u4", "i4") or not multiple_of(column_base(x.idx[-1], jvar), L.vec):
+                continue  # packed, or a column offset that may cut vectors: tested per group
+            tests = [f"tilec::vec_aligned<{L.vec}, {bits_kind(p.dtype)}>({cname(p.name)})"]
+            if len(p.shape) > 1:  # every row starts aligned too
+                tests.append(f"{pdim(p.shape[-1])} % {L.vec} == 0")
+            conds += [t for t in tests if t not in conds]
+            aligned.add(x if isinstance(x, T.Load) else id(x))  # as vec_loads / vec_stores key them
+        return conds, aligned, [e for b in col_bounds for e in b]
+
+    def dequant_loop(self, body) -> bool:
+        """Does the loop read 4-bit weights (whose groups have their own whole-word path)?"""
+        return any(isinstance(x, T.Load) and x.buf in self.globals and
+                   self.globals[x.buf].dtype in ("u4", "i4")
+                   for st in body for x in loads_in(st))
+
+    def groups(self, loop, aligned, depth):
+        """The loop over the thread's groups; `aligned`: the loop's whole version (every group
+        whole, these vector accesses aligned), else None."""
+        s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other = loop
+        streaming = L.groups() is None
         d = depth
         if streaming:
             ext = self.expr(s.extents[-1])
@@ -422,28 +533,7 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"(void){cname(ivar)};", d)
             if _const(s.extents[0]) != L.rows:
                 conds.append(f"{cname(ivar)} < {self.expr(s.extents[0])}")
-        elif L.rows != 1:
-            raise AssertionError(f"1-D loop over columns split by a {L.rows}-row layout")
-        body, guard, orelse = s.body, [], ()
-        if len(body) == 1 and isinstance(body[0], T.If):
-            guard, body, orelse = conjuncts(body[0].cond), body[0].body, body[0].orelse
-        col_bounds, other = [], []
-        for cnd in guard:
-            if jvar is None or not uses_var(cnd, (jvar,)):
-                conds.append(self.expr(cnd))
-                continue
-            hit = split_bound(cnd, (jvar,))
-            if hit is None:
-                other.append(cnd)
-            else:
-                col_bounds.append(hit[1:])
-        if jvar is not None and (streaming or _const(s.extents[-1]) != L.cols) and \
-                not self.elementwise_in_registers(s.body, s.vars):
-            # the layout's columns past the loop's extent are capacity padding: a body that maps
-            # register elements to register elements at the same position may run there too
-            # (padding is never read as data), which saves a branch per element; a body that
-            # touches memory or reduces into row values may not
-            col_bounds.append((T.iconst(0), s.extents[-1]))
+        conds += [self.expr(c) for c in row_conds]
         ok = None
         if conds and not orelse:  # the whole group is skipped where a row condition fails
             self.emit(f"if ({' && '.join(conds)}) {{", d)
@@ -458,7 +548,9 @@ class CudaRenderer(CStyleRenderer):
             self.emit("(void)tilec_v;", d)
             self.branch([ok] if ok else [], body, orelse, d)
         else:
-            self.vector_group(body, orelse, ok, jvar, col0, col_bounds, other, L.vec, d)
+            self.ctx.aligned = aligned
+            self.vector_group(body, orelse, ok, jvar, col0, [] if aligned is not None else col_bounds,
+                              other, L.vec, d)
         self.ctx = outer
         if conds and not orelse:
             self.emit("}", d - 1)
@@ -546,7 +638,10 @@ class CudaRenderer(CStyleRenderer):
             p = self.globals[ld.buf]
             ptr, dtype = f"{cname(p.name)} + {self.global_offset(p, at)}", p.dtype
         self.emit(f"{STORE[dtype]} {name}[{vec}];", d)
-        self.emit(f"tilec::load_vec<{vec}, {bits_kind(dtype)}>({name}, {ptr}, {nload});", d)
+        if self.ctx.aligned and ld in self.ctx.aligned:
+            self.emit(f"tilec::load_vec_whole<{vec}, {bits_kind(dtype)}>({name}, {ptr});", d)
+        else:
+            self.emit(f"tilec::load_vec<{vec}, {bits_kind(dtype)}>({name}, {ptr}, {nload});", d)
 
     def paired_dequant(self, value, dt: str, sources: dict):
         """(q, s, bias bits) when `value` is dt((f32(q) - zero) * f32(s)) of a 4-bit column load q
@@ -718,8 +813,13 @@ class CudaRenderer(CStyleRenderer):
         for st in stores:
             p = self.globals[st.buf]
             at = st.idx[:-1] + (_at_j0(st.idx[-1], jvar),)
-            self.emit(f"tilec::store_vec<{vec}, {bits_kind(p.dtype)}>({cname(p.name)} + "
-                      f"{self.global_offset(p, at)}, {ctx.vec_stores[id(st)]}, tilec_n);", d)
+            ptr = f"{cname(p.name)} + {self.global_offset(p, at)}"
+            if ctx.aligned and id(st) in ctx.aligned:
+                self.emit(f"tilec::store_vec_whole<{vec}, {bits_kind(p.dtype)}>({ptr}, "
+                          f"{ctx.vec_stores[id(st)]});", d)
+            else:
+                self.emit(f"tilec::store_vec<{vec}, {bits_kind(p.dtype)}>({ptr}, "
+                          f"{ctx.vec_stores[id(st)]}, tilec_n);", d)
         for st, name, whole in shared_stores:
             a = self.allocs[st.buf]
             at = st.idx[:-1] + (_at_j0(st.idx[-1], jvar),)
@@ -784,7 +884,8 @@ def _column_loads(body, jvar: str, globals_: dict) -> list:
 # ---- whole-program rendering ----------------------------------------------------------------
 def render_kernel(k: T.TileKernel, symbols, target) -> dict:
     em = CudaRenderer(k, target)
-    em.stmts(k.body, 1)
+    if not em.version_whole(k.body, 1):
+        em.stmts(k.body, 1)
     shared, frags, off = [], [], 0
     for a in em.allocs.values():
         if a.scope == "shared":

@@ -269,19 +269,74 @@ template <> struct Word<4> { typedef uint32_t type; };
 template <> struct Word<8> { typedef uint2 type; };
 template <> struct Word<16> { typedef uint4 type; };
 template <int BYTES> struct VecWord { typedef typename Word<(BYTES >= 16 ? 16 : BYTES)>::type type; };
+// V values fill whole words (V * sizeof(storage) is a power of two or a multiple of 16 bytes)
+template <int V, class K> struct WholeWords {
+    typedef typename VecWord<V * sizeof(typename K::storage)>::type W;
+    static constexpr bool value = (V * sizeof(typename K::storage)) % sizeof(W) == 0;
+};
+
+// Whole vectors at an address known to be aligned (vec_aligned, tested once for a whole loop
+// by the caller): one access, no test.
+template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p) {
+    typedef typename VecWord<V * sizeof(typename K::storage)>::type W;
+    return WholeWords<V, K>::value && (reinterpret_cast<uintptr_t>(p) % sizeof(W)) == 0;
+}
+template <int V, class K>
+TILEC_DEV void load_vec_whole(typename K::reg (&out)[V], const typename K::storage* p) {
+    typedef typename K::storage S;
+    typedef typename VecWord<V * sizeof(S)>::type W;
+    constexpr int NW = V * sizeof(S) / sizeof(W);
+    union { W w[NW]; S s[V]; } u;
+#pragma unroll
+    for (int i = 0; i < NW; ++i) u.w[i] = reinterpret_cast<const W*>(p)[i];
+#pragma unroll
+    for (int v = 0; v < V; ++v) out[v] = K::load(u.s[v]);
+}
+template <int V, class K>
+TILEC_DEV void store_vec_whole(typename K::storage* p, const typename K::reg (&in)[V]) {
+    typedef typename K::storage S;
+    typedef typename VecWord<V * sizeof(S)>::type W;
+    constexpr int NW = V * sizeof(S) / sizeof(W);
+    if constexpr (sizeof(S) < 4 && sizeof(W) >= 4) {
+        // narrow values: packed into 32-bit words by shifts and stored as one access of
+        // sizeof(W) bytes (a generic-address store: the pointer may be global or shared)
+        typedef typename std::make_unsigned<S>::type U;
+        constexpr int PER = 4 / (int)sizeof(S), NU = V / PER, UW = (int)sizeof(W) / 4;
+        uint32_t u[NU];
+#pragma unroll
+        for (int i = 0; i < NU; ++i) {
+            u[i] = 0;
+#pragma unroll
+            for (int e = 0; e < PER; ++e)
+                u[i] |= (uint32_t)(U)K::store(in[i * PER + e]) << (8 * (int)sizeof(S) * e);
+        }
+#pragma unroll
+        for (int i = 0; i < NW; ++i) {
+            W* q = reinterpret_cast<W*>(p) + i;
+            if constexpr (UW == 4) {  // (a uint4 assignment was split into 32-bit stores)
+                asm volatile("st.v4.b32 [%0], {%1, %2, %3, %4};\n" :: "l"(q), "r"(u[4 * i]),
+                             "r"(u[4 * i + 1]), "r"(u[4 * i + 2]), "r"(u[4 * i + 3]) : "memory");
+            } else if constexpr (UW == 2) {
+                asm volatile("st.v2.b32 [%0], {%1, %2};\n" :: "l"(q), "r"(u[2 * i]), "r"(u[2 * i + 1])
+                             : "memory");
+            } else {
+                *reinterpret_cast<uint32_t*>(q) = u[i];
+            }
+        }
+    } else {
+        union { W w[NW]; S s[V]; } u;
+#pragma unroll
+        for (int v = 0; v < V; ++v) u.s[v] = K::store(in[v]);
+#pragma unroll
+        for (int i = 0; i < NW; ++i) reinterpret_cast<W*>(p)[i] = u.w[i];
+    }
+}
 
 // (N: the valid count's type, int where the caller's indices are 32-bit: one compare, not two)
 template <int V, class K, class N>
 TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p, N n) {
-    typedef typename K::storage S;
-    typedef typename VecWord<V * sizeof(S)>::type W;
-    constexpr int NW = V * sizeof(S) / sizeof(W);
-    if (n >= V && (reinterpret_cast<uintptr_t>(p) % sizeof(W)) == 0 && NW * sizeof(W) == V * sizeof(S)) {
-        union { W w[NW]; S s[V]; } u;
-#pragma unroll
-        for (int i = 0; i < NW; ++i) u.w[i] = reinterpret_cast<const W*>(p)[i];
-#pragma unroll
-        for (int v = 0; v < V; ++v) out[v] = K::load(u.s[v]);
+    if (n >= V && vec_aligned<V, K>(p)) {
+        load_vec_whole<V, K>(out, p);
     } else {
 #pragma unroll
         for (int v = 0; v < V; ++v) out[v] = v < n ? K::load(p[v]) : typename K::reg(0);
@@ -290,15 +345,8 @@ TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p,
 
 template <int V, class K, class N>
 TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V], N n) {
-    typedef typename K::storage S;
-    typedef typename VecWord<V * sizeof(S)>::type W;
-    constexpr int NW = V * sizeof(S) / sizeof(W);
-    if (n >= V && (reinterpret_cast<uintptr_t>(p) % sizeof(W)) == 0 && NW * sizeof(W) == V * sizeof(S)) {
-        union { W w[NW]; S s[V]; } u;
-#pragma unroll
-        for (int v = 0; v < V; ++v) u.s[v] = K::store(in[v]);
-#pragma unroll
-        for (int i = 0; i < NW; ++i) reinterpret_cast<W*>(p)[i] = u.w[i];
+    if (n >= V && vec_aligned<V, K>(p)) {
+        store_vec_whole<V, K>(p, in);
     } else {
 #pragma unroll
         for (int v = 0; v < V; ++v)
