@@ -438,11 +438,20 @@ template <int ROWS, int COLS, typename T> struct SwizzledTile {
     static TILEC_DEV int offset(int r, int c) {
         return r * COLS + (((c / E) ^ ((r / REP) % S)) * E) + (c % E);
     }
+    // offset(r + dr, c + dc) from o = offset(r, c), for dr a multiple of 8 (the XOR pattern
+    // repeats) and dc a multiple of E whose chunk bits below S are clear in c's chunk: the
+    // chunk index then XORs with dc's low bits and adds its high ones. With constant steps: one
+    // XOR and a constant (the shared-memory instruction's immediate), so a K loop keeps one
+    // base offset per thread instead of recomputing the swizzle of every fragment address.
+    static TILEC_DEV int advance(int o, int dr, int dc) {
+        return (o ^ (((dc / E) % S) * E)) + dr * COLS + (dc / E / S) * S * E;
+    }
 };
 template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
     static constexpr int size = ROWS * (COLS + PAD);
     static constexpr int PERIOD = 1;
     static TILEC_DEV int offset(int r, int c) { return r * (COLS + PAD) + c; }
+    static TILEC_DEV int advance(int o, int dr, int dc) { return o + dr * (COLS + PAD) + dc; }
 };
 
 // ---- cp.async --------------------------------------------------------------------------------
@@ -532,21 +541,21 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
 }
 
 // ---- matrix units: ldmatrix + mma.sync m16n8k16 ------------------------------------------------
-TILEC_DEV void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+TILEC_DEV void ldmatrix_x4(uint32_t (&r)[4], uint32_t a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
-TILEC_DEV void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+TILEC_DEV void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
-TILEC_DEV void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
+TILEC_DEV void ldmatrix_x2(uint32_t (&r)[2], uint32_t a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(a));
 }
-TILEC_DEV void ldmatrix_x2_trans(uint32_t (&r)[2], const void* p) {
+TILEC_DEV void ldmatrix_x2_trans(uint32_t (&r)[2], uint32_t a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(smem_addr(p)));
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(a));
 }
 
 // D = A * B + D for one 16x8x16 tile; A: 4 registers of 2 x 16-bit, B: 2, D: 4 floats.
@@ -579,33 +588,81 @@ template <int BM, int BN, int WARPS_M, int WARPS_N> struct Warps {
     static TILEC_DEV int n0() { return (int)(threadIdx.x / 32) % WARPS_N * WN; }
 };
 
-// B fragments of the NI n-tiles of a warp for k-step kk: from a [BK][BN] tile (TB false: rows
-// are k, read transposed) or a [BN][BK] tile (TB true: rows are n).
-template <int NI, bool TB, class LB, typename S>
-TILEC_DEV void load_b_frags(uint32_t (&b)[NI][2], const S* Bs, int n0, int kk, int lane) {
-#pragma unroll
-    for (int ni = 0; ni + 1 < NI; ni += 2) {
-        uint32_t r[4];
+TILEC_HD constexpr bool pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
+// The A and B fragments a warp reads from shared tiles for its mma tiles (MI x NI of 16 x 8).
+// The lane's address of its first fragment is computed once (the layout's swizzle of the
+// lane's row and column, invariant across a K loop); each other fragment's is L::advance of
+// it by constants: one XOR and an immediate offset per ldmatrix. That holds where the steps
+// along a tile's columns keep apart from the lane's own column the chunk bits the XOR touches:
+// always for steps of 16 along k, for steps along m or n when the warp's fragment count is a
+// power of two (FAST); otherwise each fragment takes L::offset.
+//   A: a [BM][BK] tile (TA false) or a [BK][BM] tile (TA true, read transposed).
+template <int MI, bool TA, class LA> struct AFrags {
+    static constexpr bool FAST = !TA || pow2(MI);
+    uint32_t base;
+    int off, m0, lane;
+    TILEC_DEV AFrags(const void* As, int m0_) : base(smem_addr(As)), m0(m0_), lane(threadIdx.x % 32) {
         const int q = lane / 8;
-        if (!TB) {
-            ldmatrix_x4_trans(r, Bs + LB::offset(kk + (q % 2) * 8 + lane % 8, n0 + ni * 8 + (q / 2) * 8));
-        } else {
-            ldmatrix_x4(r, Bs + LB::offset(n0 + ni * 8 + (q / 2) * 8 + lane % 8, kk + (q % 2) * 8));
-        }
-        b[ni][0] = r[0]; b[ni][1] = r[1]; b[ni + 1][0] = r[2]; b[ni + 1][1] = r[3];
+        off = TA ? LA::offset((q / 2) * 8 + lane % 8, m0 + (q % 2) * 8)
+                 : LA::offset(m0 + lane % 16, (lane / 16) * 8);
     }
-    if (NI % 2) {
-        constexpr int ni = NI - 1;
-        uint32_t r[2];
-        const int l = lane % 16;  // lanes 16..31 supply ignored (but valid) addresses
-        if (!TB) {
-            ldmatrix_x2_trans(r, Bs + LB::offset(kk + (l / 8) * 8 + l % 8, n0 + ni * 8));
-        } else {
-            ldmatrix_x2(r, Bs + LB::offset(n0 + ni * 8 + l % 8, kk + (l / 8) * 8));
+    TILEC_DEV void load(uint32_t (&a)[MI][4], int kk) const {
+        const int q = lane / 8;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+            if (!TA) {
+                const int o = FAST ? LA::advance(off, mi * 16, kk)
+                                   : LA::offset(m0 + mi * 16 + lane % 16, kk + (lane / 16) * 8);
+                ldmatrix_x4(a[mi], base + 2u * (uint32_t)o);
+            } else {
+                const int o = FAST ? LA::advance(off, kk, mi * 16)
+                                   : LA::offset(kk + (q / 2) * 8 + lane % 8, m0 + mi * 16 + (q % 2) * 8);
+                ldmatrix_x4_trans(a[mi], base + 2u * (uint32_t)o);
+            }
         }
-        b[ni][0] = r[0]; b[ni][1] = r[1];
     }
-}
+};
+//   B: a [BK][BN] tile (TB false: rows are k, read transposed) or a [BN][BK] tile (TB true).
+//   n-tiles go in pairs (x4 loads); an odd count's last one alone (x2).
+template <int NI, bool TB, class LB> struct BFrags {
+    static constexpr bool FAST = TB || pow2(NI);
+    uint32_t base;
+    int off, n0, lane;
+    TILEC_DEV BFrags(const void* Bs, int n0_) : base(smem_addr(Bs)), n0(n0_), lane(threadIdx.x % 32) {
+        const int q = lane / 8;
+        off = TB ? LB::offset(n0 + (q / 2) * 8 + lane % 8, (q % 2) * 8)
+                 : LB::offset((q % 2) * 8 + lane % 8, n0 + (q / 2) * 8);
+    }
+    TILEC_DEV void load(uint32_t (&b)[NI][2], int kk) const {
+        const int q = lane / 8;
+#pragma unroll
+        for (int ni = 0; ni + 1 < NI; ni += 2) {
+            uint32_t r[4];
+            if (!TB) {
+                const int o = FAST ? LB::advance(off, kk, ni * 8)
+                                   : LB::offset(kk + (q % 2) * 8 + lane % 8, n0 + ni * 8 + (q / 2) * 8);
+                ldmatrix_x4_trans(r, base + 2u * (uint32_t)o);
+            } else {
+                const int o = FAST ? LB::advance(off, ni * 8, kk)
+                                   : LB::offset(n0 + ni * 8 + (q / 2) * 8 + lane % 8, kk + (q % 2) * 8);
+                ldmatrix_x4(r, base + 2u * (uint32_t)o);
+            }
+            b[ni][0] = r[0]; b[ni][1] = r[1]; b[ni + 1][0] = r[2]; b[ni + 1][1] = r[3];
+        }
+        if (NI % 2) {
+            constexpr int ni = NI - 1;
+            uint32_t r[2];
+            const int l = lane % 16;  // lanes 16..31 supply ignored (but valid) addresses
+            if (!TB) {
+                ldmatrix_x2_trans(r, base + 2u * (uint32_t)LB::offset(kk + (l / 8) * 8 + l % 8, n0 + ni * 8));
+            } else {
+                ldmatrix_x2(r, base + 2u * (uint32_t)LB::offset(n0 + ni * 8 + l % 8, kk + (l / 8) * 8));
+            }
+            b[ni][0] = r[0]; b[ni][1] = r[1];
+        }
+    }
+};
 
 // acc += A(BM x BK) * B(BK x BN) from shared tiles (A [BM][BK] or, TA, [BK][BM]; B [BK][BN] or,
 // TB, [BN][BK]) on the matrix units; all BM*BN/.. threads of the warp grid call it together.
@@ -614,30 +671,21 @@ template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, cl
 TILEC_DEV void gemm_ss(const typename K::storage* As, const typename K::storage* Bs, float* acc) {
     typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
     static_assert(BK % 16 == 0, "the K tile is a multiple of 16");
-    const int lane = threadIdx.x % 32, m0 = W::m0(), n0 = W::n0(), q = lane / 8;
+    static_assert(sizeof(typename K::storage) == 2, "16-bit operands: 8 per 16-byte chunk");
+    const AFrags<W::MI, TA, LA> fa(As, W::m0());
+    const BFrags<W::NI, TB, LB> fb(Bs, W::n0());
     // fragments of two k-steps in flight: the loads of step s + 1 are issued before the mma of s
     uint32_t a[2][W::MI][4], b[2][W::NI][2];
-    auto load = [&](int buf, int kk) {
-#pragma unroll
-        for (int mi = 0; mi < W::MI; ++mi) {
-            if (!TA) {
-                ldmatrix_x4(a[buf][mi], As + LA::offset(m0 + mi * 16 + lane % 16, kk + (lane / 16) * 8));
-            } else {
-                ldmatrix_x4_trans(a[buf][mi], As + LA::offset(kk + (q / 2) * 8 + lane % 8, m0 + mi * 16 + (q % 2) * 8));
-            }
-        }
-        load_b_frags<W::NI, TB, LB>(b[buf], Bs, n0, kk, lane);
-    };
 #ifndef TILEC_FRAGMENT_DOUBLE_BUFFER
 #define TILEC_FRAGMENT_DOUBLE_BUFFER 1
 #endif
     constexpr bool DB = TILEC_FRAGMENT_DOUBLE_BUFFER != 0;
-    if (DB) load(0, 0);
+    if (DB) { fa.load(a[0], 0); fb.load(b[0], 0); }
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
         const int cur = DB ? (kk / 16) % 2 : 0;
-        if (!DB) load(0, kk);
-        else if (kk + 16 < BK) load(cur ^ 1, kk + 16);
+        if (!DB) { fa.load(a[0], kk); fb.load(b[0], kk); }
+        else if (kk + 16 < BK) { fa.load(a[cur ^ 1], kk + 16); fb.load(b[cur ^ 1], kk + 16); }
 #pragma unroll
         for (int mi = 0; mi < W::MI; ++mi)
 #pragma unroll
@@ -653,11 +701,11 @@ TILEC_DEV void gemm_rs(const uint32_t* a_frag, const typename K::storage* Bs, fl
     typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
     static_assert(WARPS_N == 1, "A in registers needs whole rows in each warp");
     constexpr int NIA = BK / 8;  // n-tiles of the A fragment
-    const int lane = threadIdx.x % 32, n0 = W::n0();
+    const BFrags<W::NI, TB, LB> fb(Bs, W::n0());
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
         uint32_t b[W::NI][2];
-        load_b_frags<W::NI, TB, LB>(b, Bs, n0, kk, lane);
+        fb.load(b, kk);
 #pragma unroll
         for (int mi = 0; mi < W::MI; ++mi) {
             // tiles (mi, kk/8) and (mi, kk/8 + 1) of the fragment: 2 registers each (rows g, g+8)
