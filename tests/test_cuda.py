@@ -107,6 +107,54 @@ def test_gemm_and_attention_kernels_do_not_spill(sample):
     assert not spills, f"kernels spill registers: {spills}"
 
 
+RMSNORM16 = """
+kernel rms(X: f16[R, C], w: f16[C], eps: f32) -> Y: f16[R, C]:
+    Y = X * rsqrt(mean(f32(X) * f32(X), axis=-1, keepdims=True) + eps) * w
+"""
+
+
+def ptx_of(text: str, name: str) -> dict:
+    """{kernel: its PTX} of text's CUDA sources compiled for sm_90."""
+    import tempfile
+    from pathlib import Path
+    src, _, m = compile_text(text, name, "cuda")
+    files = driver.render(src, m, "cuda", {"arch": ("sm_90",)})
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        driver.write_files(Path(tmp), files)
+        for f in files:
+            if f.endswith(".cu"):
+                r = subprocess.run([os.environ.get("NVCC", "nvcc"), "-std=c++17", "--fmad=false",
+                                    "-O3", "-arch=sm_90", "-ptx", f, "-o", "k.ptx"], cwd=tmp,
+                                   capture_output=True, text=True)
+                assert r.returncode == 0, r.stderr[-3000:]
+                ptx = (Path(tmp) / "k.ptx").read_text()
+                for body in ptx.split(".entry ")[1:]:
+                    out[body.split("(", 1)[0]] = body
+    return out
+
+
+@pytest.mark.nvcc
+def test_row_kernel_moves_whole_rows_in_16_byte_accesses():
+    """A row kernel's threads whose vector groups all lie inside the row run a version without
+    per-group tests: 16-byte loads and stores (the stores once compiled to 32-bit pieces), and
+    the guarded version only for the ragged end of a row."""
+    need_nvcc()
+    src = driver.render(*[compile_text(RMSNORM16, "rms.tile", "cuda")[i] for i in (0, 2)],
+                        "cuda", {"arch": ("sm_90",)})
+    cu = next(v for k, v in src.items() if k.endswith(".cu"))
+    kernel = cu[cu.index("rms_k0_C8192("):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    whole, guarded = kernel.split("} else {", 1)
+    assert "every vector group of this thread" in whole
+    assert "load_vec_whole" in whole and "store_vec_whole" in whole
+    assert "tilec_n >=" not in whole and "tilec::imin" not in whole.split("{", 2)[2]
+    assert "load_vec<" in guarded and "tilec_n >=" in guarded
+    ptx = next(v for k, v in ptx_of(RMSNORM16, "rms.tile").items() if "rms_k0_C8192E" in k)
+    assert re.search(r"ld\.global\.nc\.v4\.u32", ptx)
+    assert re.search(r"st(\.global)?\.v4\.b32", ptx)
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
 def test_regression_program_compiles(name):

@@ -300,7 +300,7 @@ TILEC_DEV void store_vec_whole(typename K::storage* p, const typename K::reg (&i
     if constexpr (sizeof(S) < 4 && sizeof(W) >= 4) {
         // narrow values: packed into 32-bit words by shifts and stored as one access of
         // sizeof(W) bytes (a generic-address store: the pointer may be global or shared)
-        typedef typename std::make_unsigned<S>::type U;
+        typedef typename Word<sizeof(S)>::type U;  // (bool, signed types: their bits)
         constexpr int PER = 4 / (int)sizeof(S), NU = V / PER, UW = (int)sizeof(W) / 4;
         uint32_t u[NU];
 #pragma unroll
