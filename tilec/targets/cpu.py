@@ -10,7 +10,15 @@ import platform
 
 from ..diagnostics import error
 from ..ir import tile as T
-from ..passes import hoist_guards, hoist_loads, lower_reductions, pipeline, version_masks
+from ..passes import (
+    forward_copies,
+    hoist_guards,
+    hoist_loads,
+    lower_reductions,
+    pipeline,
+    row_reciprocal,
+    version_masks,
+)
 from ..passes.rewrite import column_base, unit_stride, used_names, uses_var
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
@@ -445,8 +453,12 @@ CPU = Target(
         ("hoist_guards", hoist_guards.run),
         # reduce -> reduction stores joined to the loop that fills the row (needs guards hoisted)
         ("lower_reductions", lower_reductions.run),
+        # a row buffer that only copies an input tensor: read the tensor (in cache) instead
+        ("forward_copies", forward_copies.run),
         # values invariant along the inner loop read once per row (after reductions are loops)
         ("hoist_loads", hoist_loads.run),
+        # a division by such a row value: one reciprocal per row, a multiply per element
+        ("row_reciprocal", row_reciprocal.run),
     ),
     render_files=render,
     templates="cpu",

@@ -1,0 +1,89 @@
+"""CPU lowering steps for row kernels: forward_copies (a tile buffer that only copies an input
+tensor is read from the tensor, where that is exact, and kept where it is not) and
+row_reciprocal (a division by a row's value multiplies by its reciprocal)."""
+
+from __future__ import annotations
+
+from conftest import check_text, compile_text
+
+from tilec import driver
+
+ROWNORM = """
+kernel rownorm(X: f32[R, C], w: f32[C]) -> Y: f32[R, C]:
+    Y = X * rsqrt(mean(X * X, axis=-1, keepdims=True) + 1e-6) * w
+"""
+
+# the copy sits in a sequential loop and the buffer is read after it: the copy's index names the
+# loop's variable, which is out of scope there (and the buffer then holds the last step's values)
+AFTER_LOOP = """
+kernel last_block(X: f32[R, 256]) -> Y: f32[R, 64]:
+    with grid(R, threads=64) as (bx):
+        F = fragment(f32, [1, 64])
+        for k in range(4):
+            for i, j in parallel(1, 64):
+                F[i, j] = X[bx, k * 64 + j]
+        for i, j in parallel(1, 64):
+            Y[bx, j] = F[i, j] * 2.0
+"""
+
+# read over a different extent than the copy wrote (the copy fills 32 of 64 columns; the
+# others are read but not used)
+PARTIAL = """
+kernel partial(X: f32[R, 64]) -> Y: f32[R, 64]:
+    with grid(R, threads=64) as (bx):
+        F = fragment(f32, [1, 64])
+        for i, j in parallel(1, 32):
+            F[i, j] = X[bx, j]
+        for i, j in parallel(1, 64):
+            Y[bx, j] = where(j < 32, F[i, j], 0.0) + 1.0
+"""
+
+
+def lowered(text: str) -> str:
+    _, _, m = compile_text(text, "t.tile", "cpu")
+    return driver.print_stage(m, "lowered")
+
+
+def test_row_cache_of_an_input_is_read_from_the_input():
+    ir = lowered(ROWNORM)
+    assert "X_row" not in ir, ir
+    assert "X[bx + i, j] * X[bx + i, j]" in ir
+    for dims in (dict(R=3, C=17), dict(R=64, C=1000), dict(R=1, C=4096)):
+        check_text(ROWNORM, dims, target="cpu")
+
+
+def test_copy_read_after_its_loop_is_kept():
+    ir = lowered(AFTER_LOOP)
+    assert "F[i, j] = X[bx, k * 64 + j]" in ir and "F[i, j] * 2" in ir, ir
+    for dims in (dict(R=1), dict(R=5)):
+        check_text(AFTER_LOOP, dims, target="cpu")
+
+
+def test_copy_read_beyond_what_it_wrote_is_kept():
+    ir = lowered(PARTIAL)
+    assert "F[i, j] = X[bx, j]" in ir, ir
+    for dims in (dict(R=1), dict(R=7)):
+        check_text(PARTIAL, dims, target="cpu")
+
+
+SOFTMAX_ETC = """
+kernel sm(X: f32[R, C]) -> Y: f32[R, C]:
+    Y = softmax(X, axis=-1)
+
+kernel by_const(X: f32[R, C]) -> Y: f32[R, C]:
+    Y = X / 3.0
+
+kernel by_element(X: f32[R, C], D: f32[R, C]) -> Y: f32[R, C]:
+    Y = X / (D * D + 1.0)
+"""
+
+
+def test_division_by_a_row_value_is_one_reciprocal_per_row():
+    ir = lowered(SOFTMAX_ETC)
+    sm = ir[ir.index("kernel sm_k0"):ir.index("kernel by_const")]
+    assert "row_sum_i_rcp = 1.0 / row_sum_i" in sm and "* row_sum_i_rcp" in sm, sm
+    assert "t[i, j] / row_sum_i" not in sm
+    rest = ir[ir.index("kernel by_const"):]
+    assert "_rcp" not in rest and "/ 3" in rest, rest  # constants and elements: exact division
+    for dims in (dict(R=3, C=17), dict(R=33, C=2000)):
+        check_text(SOFTMAX_ETC, dims, target="cpu")
