@@ -2,7 +2,7 @@
 # One call on the GPU machine (the device tool): install tilec from this checkout, run the GPU
 # tests, compute-sanitizer on representative kernels, and bench/gpu.py; logs go to $OUT.
 #   usage (from the repository root, with .whl holding the lark and interegular wheels):
-#     bash bench/device_run.sh [tests] [sanitize] [bench] [bench args...]
+#     bash bench/device_run.sh [tests] [sanitize] [bench] [ceiling] [profile] [variants] ... [bench args...]
 set -u
 OUT=${OUT:-/tmp/tilec-out}
 mkdir -p "$OUT"
@@ -35,6 +35,10 @@ if [[ $what == all || $what == *sanitize* ]]; then
             tail -2 "$OUT/sanitize.log"
         done
     done
+fi
+if [[ $what == *ceiling* ]]; then
+    # the mma.sync rate with no memory traffic (what tilec's tensor-core kernels can reach)
+    nvcc -O3 -arch=sm_90 bench/mma_peak.cu -o /tmp/mma_peak && /tmp/mma_peak | tee "$OUT/mma_peak.txt"
 fi
 if [[ $what == *profile* ]]; then
     # ncu (clocks left alone) on one launch of representative kernels, via `tilec run`
