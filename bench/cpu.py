@@ -10,6 +10,9 @@ Cases (kernels in bench/cpu.tile):
   softmax   softmax(X, axis=-1), f32 4096x4096          goal: >= 2x numpy
   rmsnorm   X * rsqrt(mean(X*X, -1) + eps) * w          goal: >= 2x numpy
   ewchain   Z = silu(X * s + Y) * X  (4 ops)             goal: >= 2x numpy
+  layernorm (X - mean) * rsqrt(var + eps) * gamma + beta  goal: >= 2x numpy
+  causal    causal attention against non-causal (tilec both), B1 H2 L=S=4096 D64 f32:
+            goal: causal >= 1.7x faster (masked key tiles skipped)
 plus the copy-bandwidth ceiling (64 MiB): tilec's copy kernel (Y = X * 1.0, OpenMP threads) on the
 4096x4096 matrix and on the same memory seen as 16384x1024 (a flat stream), and np.copyto.
 
@@ -153,6 +156,9 @@ def build(out_dir: Path) -> dict:
         "elementwise_chain": [P, P, F32, P, I64, I64],   # X, Y, s, Z, R, C
         "copy_f32": [P, P, I64, I64],                    # X, Y, R, C
         "w4a16_f32": [P, P, P, P, I64, I64, I64],        # A, Wq, scales, C, M, K, N
+        "layernorm_f32": [P, P, P, F32, P, I64, I64],    # X, gamma, beta, eps, Y, R, C
+        "attention_f32": [P, P, P, P, I64, I64, I64, I64],         # Q, K, V, O, B, H, L, D
+        "causal_attention_f32": [P, P, P, P, I64, I64, I64, I64],  # Q, K, V, O, B, H, L, D
     }
     fns = {}
     for name, argtypes in sigs.items():
@@ -447,6 +453,57 @@ def main() -> int:
     case("ewchain", "Z = silu(X * s + Y) * X, 4096x4096 f32", chain_np,
          checked(fns["elementwise_chain"], ptr(X), ptr(Y2), F32(s), ptr(Z), R, Cc), lambda: Z,
          TOL_F32, 2.0, nbytes=3 * X.nbytes)
+
+    del Z, Y2
+
+    # ---- 5. LayerNorm (reads X, gamma and beta, writes Y)
+    gamma, beta = U(Cc), U(Cc)
+    Yl = np.empty_like(X)
+
+    def layernorm_np():
+        d = X - X.mean(-1, keepdims=True)
+        return d * (1 / np.sqrt((d * d).mean(-1, keepdims=True) + eps)) * gamma + beta
+    case("layernorm", "(X - mean) * rsqrt(var + eps) * gamma + beta, 4096x4096 f32", layernorm_np,
+         checked(fns["layernorm_f32"], ptr(X), ptr(gamma), ptr(beta), F32(eps), ptr(Yl), R, Cc),
+         lambda: Yl, TOL_F32, 2.0, nbytes=2 * X.nbytes + gamma.nbytes + beta.nbytes)
+    del Yl
+
+    # ---- 6. attention, causal against not: the masked key tiles are skipped (goal: causal at
+    # least 1.7x faster than non-causal at L = S = 4096; the ideal is just under 2x)
+    Bq, Hq, Lq, Dq = 1, 2, 4096, 64
+    Q, Kt, V = U(Bq, Hq, Lq, Dq), U(Bq, Hq, Lq, Dq), U(Bq, Hq, Lq, Dq)
+    Oa, Oc = np.empty_like(Q), np.empty_like(Q)
+    att = checked(fns["attention_f32"], ptr(Q), ptr(Kt), ptr(V), ptr(Oa), Bq, Hq, Lq, Dq)
+    catt = checked(fns["causal_attention_f32"], ptr(Q), ptr(Kt), ptr(V), ptr(Oc), Bq, Hq, Lq, Dq)
+    att()
+    catt()
+    for causal, got in ((False, Oa), (True, Oc)):
+        sc = (Q @ Kt.transpose(0, 1, 3, 2)) / np.sqrt(np.float32(Dq))
+        if causal:
+            sc = np.where(np.triu(np.ones((Lq, Lq), bool), 1), -np.inf, sc)
+        p_ = np.exp(sc - sc.max(-1, keepdims=True))
+        ref = (p_ / p_.sum(-1, keepdims=True)) @ V
+        err = rel_error(got, ref)
+        name = "causal attention" if causal else "attention"
+        print(f"{name}: max rel error {err:.2e} (tol {TOL_F32:.0e}) {'ok' if err <= TOL_F32 else 'FAILED'}")
+        if err > TOL_F32:
+            failures.append(f"{name}: max relative error {err:.3e} > {TOL_F32:.0e}")
+        del sc, p_, ref
+    st, note = timed([att, catt])
+    t_full, t_causal = st["median"]
+    flops = 4 * Bq * Hq * Lq * Lq * Dq  # QK^T and PV, every key tile
+    speedup = t_full / t_causal
+    print(f"attention B{Bq} H{Hq} L=S={Lq} D{Dq} f32: non-causal {t_full * 1e3:.1f} ms "
+          f"({flops / t_full / 1e9:.0f} GFLOP/s), causal {t_causal * 1e3:.1f} ms: causal "
+          f"{speedup:.2f}x faster, goal 1.7x {'MET' if speedup >= 1.7 else 'MISSED'}  [{note}]")
+    results.append({"case": "causal", "desc": f"causal vs non-causal attention, B{Bq} H{Hq} "
+                    f"L=S={Lq} D{Dq} f32 (numpy column: non-causal tilec)",
+                    "tilec_ms": t_causal * 1e3, "numpy_ms": t_full * 1e3, "speedup": speedup,
+                    "goal": 1.7, "met": speedup >= 1.7, "max_rel_error": err, "tol": TOL_F32,
+                    "flops": flops / 2, "tilec_GFLOPs": flops / 2 / t_causal / 1e9,
+                    "numpy_GFLOPs": flops / t_full / 1e9,
+                    **{k: st[k] for k in ("rounds", "clean_rounds", "noisy", "foreign_cpu", "steal")}})
+    del Q, Kt, V, Oa, Oc
 
     # ---- table
     print("\n| case | tilec | numpy | tilec rate | numpy rate | speed vs numpy | goal | met | max rel err |")

@@ -17,7 +17,8 @@ git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
 status=0
 if [[ $what == all || $what == *tests* ]]; then
     # (TILEC_TESTS narrows the run, e.g. to one file, when device time is short)
-    python3 -m pytest -q -m gpu ${TILEC_TESTS:-tests/} -n ${TILEC_TEST_WORKERS:-15} \
+    # -v: each test is logged as it ends (a run cut short by the time limit still says which ran)
+    python3 -m pytest -v -m gpu ${TILEC_TESTS:-tests/} -n ${TILEC_TEST_WORKERS:-15} \
         -p no:cacheprovider -rf --durations=12 2>&1 \
         | tee "$OUT/tests.log" | tail -40
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
