@@ -230,9 +230,9 @@ static inline T floormod(T a, T b) {
 // * 2^n is applied as two exact power-of-two multiplies 2^(n/2) * 2^(n-n/2),
 //   so results near the overflow threshold and in the subnormal range are
 //   produced (and rounded) by the final multiply rather than by bit tricks.
-// * Clamping x to [-104, 89] sends -inf/huge negatives to 0 and +inf/huge
-//   positives to inf; a nan passes the clamp (comparisons are false) and
-//   propagates through the polynomial.
+// * Clamping |x| to 104 sends -inf/huge negatives to 0 and +inf/huge
+//   positives to inf (n stays in [-150, 150], both halves normal); a nan
+//   passes the clamp and propagates through the polynomial.
 // Measured max relative error vs exp() in double: 7.7e-8 (0.65 FLT_EPSILON)
 // with the fused multiply-adds below (instruction sets with FMA), 1.0e-7
 // without; subnormal results are within one subnormal step.
@@ -244,12 +244,15 @@ static inline T floormod(T a, T b) {
 #define TILEC_FMA_F32(a, b, c) ((a) * (b) + (c))
 #endif
 static inline float exp_f32(float x) {
-    x = x < -104.0f ? -104.0f : x;
-    x = x > 89.0f ? 89.0f : x;
+    // |x| > 104 -> +-104 (exp over- or underflows there anyway), on the bits: magnitudes order
+    // as integers, a NaN keeps its bits, and no branch gives the compiler a constant x to fold
+    // (a float clamp did: its vectorized loop blended precomputed results, 1.5x slower)
+    const uint32_t bx = bits_f32(x), ax = bx & 0x7fffffffu, lim = 0x42d00000u;  // 104.0f
+    x = f32_bits((bx & 0x80000000u) | ((ax > lim && ax <= 0x7f800000u) ? lim : ax));
     const float magic = 12582912.0f;  // 1.5 * 2^23
     const float t = x * 1.44269504088896341f + magic;
     const float nf = t - magic;
-    const int32_t n = (int32_t)(bits_f32(t) - bits_f32(magic));  // n in [-150, 129]
+    const int32_t n = (int32_t)(bits_f32(t) - bits_f32(magic));  // n in [-150, 150]
     float r = TILEC_FMA_F32(nf, -0.693145751953125f, x);   // ln2_hi (15 significant bits)
     r = TILEC_FMA_F32(nf, -1.428606820309417e-6f, r);      // ln2_lo
     float p = 1.98412698e-4f;                // 1/7!
@@ -261,7 +264,7 @@ static inline float exp_f32(float x) {
     p = TILEC_FMA_F32(p, r, 1.0f);
     p = TILEC_FMA_F32(p, r, 1.0f);
     const int32_t n1 = n >> 1;               // arithmetic shift: floor(n/2)
-    const int32_t n2 = n - n1;               // both in [-75, 65]: normal exponents
+    const int32_t n2 = n - n1;               // both in [-75, 75]: normal exponents
     const float s1 = f32_bits((uint32_t)(n1 + 127) << 23);
     const float s2 = f32_bits((uint32_t)(n2 + 127) << 23);
     return (p * s1) * s2;
