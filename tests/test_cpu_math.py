@@ -1,0 +1,65 @@
+"""The CPU device library's vectorizable exp (tilec_cpu.h exp_f32) against numpy in double: the
+accuracy its comment claims, the special values, with and without fused multiply-adds."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilec
+
+TEMPLATES = Path(tilec.__file__).parent / "templates"
+
+PROGRAM = r"""
+#include "tilec_cpu.h"
+#include <cstdio>
+int main() {
+    float x;
+    while (std::scanf("%a", &x) == 1) std::printf("%a\n", tilec::exp_f32(x));
+}
+"""
+
+
+def inputs() -> np.ndarray:
+    sweep = np.arange(-200.0, 200.0, 0.0137, dtype=np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, 1e30, -1e30, 3.4e38, -3.4e38, 0.0, -0.0, 88.7,
+                        88.72, 88.73, 89.0, 103.9, 104.0, 104.1, -87.3, -100.0, -103.97, -104.0,
+                        -104.1, 1e-40, -1e-40, 1e-7, -1e-7], np.float32)
+    return np.concatenate([sweep, special])
+
+
+@pytest.mark.parametrize("march", ["native", "x86-64-v2"])
+def test_exp_f32_accuracy_and_special_values(tmp_path, march):
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found")
+    src = tmp_path / "exp.cpp"
+    src.write_text(PROGRAM)
+    exe = tmp_path / "exp"
+    r = subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", "-ffp-contract=off",
+                        "-fno-math-errno", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}",
+                        str(src), "-o", str(exe)], capture_output=True, text=True)
+    if r.returncode != 0 and "march" in r.stderr:
+        pytest.skip(f"g++ here does not take -march={march}")
+    assert r.returncode == 0, r.stderr
+    x = inputs()
+    out = subprocess.run([str(exe)], input="\n".join(float(v).hex() for v in x), capture_output=True,
+                         text=True, check=True).stdout.split()
+    got = np.array([float.fromhex(s) for s in out], np.float32)
+    with np.errstate(over="ignore"):
+        ref = np.exp(x.astype(np.float64))
+        ref32 = ref.astype(np.float32)  # the correctly rounded result (inf past FLT_MAX)
+    assert np.isnan(got[np.isnan(x)]).all()
+    assert (got[x == np.inf] == np.inf).all() and (got[x == -np.inf] == 0).all()
+    finite = ~np.isnan(x)
+    # overflow and underflow land where the correctly rounded result does
+    assert (np.isinf(got[finite]) == np.isinf(ref32[finite])).all()
+    normal = finite & (ref > np.finfo(np.float32).tiny) & np.isfinite(ref32)
+    rel = np.abs(got[normal].astype(np.float64) - ref[normal]) / ref[normal]
+    assert rel.max() <= 1.5e-7, (rel.max(), x[normal][rel.argmax()])
+    # results below the normal range: within one subnormal step (2^-149)
+    small = finite & (ref <= np.finfo(np.float32).tiny)
+    assert (np.abs(got[small].astype(np.float64) - ref[small]) <= 2.0 ** -149).all()
