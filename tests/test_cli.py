@@ -102,7 +102,8 @@ def test_dump_ir_stages_and_print_after():
         "// ----- after tile -----", "// ----- after pipeline -----",
         "// ----- after version_masks -----", "// ----- after hoist_guards -----",
         "// ----- after lower_reductions -----", "// ----- after forward_copies -----",
-        "// ----- after hoist_loads -----", "// ----- after row_reciprocal -----"]
+        "// ----- after store_into_output -----", "// ----- after hoist_loads -----",
+        "// ----- after row_reciprocal -----"]
     r = tilec("dump-ir", f, "--print-after", "fuse")
     assert r.stdout.count("// ----- after") == 1 and "kernel 0: gemm" in r.stdout
 

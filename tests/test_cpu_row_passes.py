@@ -87,3 +87,49 @@ def test_division_by_a_row_value_is_one_reciprocal_per_row():
     assert "_rcp" not in rest and "/ 3" in rest, rest  # constants and elements: exact division
     for dims in (dict(R=3, C=17), dict(R=33, C=2000)):
         check_text(SOFTMAX_ETC, dims, target="cpu")
+
+
+# ---- store_into_output
+SOFTMAX16 = """
+kernel sm16(X: f16[R, C]) -> Y: f16[R, C]:
+    Y = softmax(X, axis=-1)
+"""
+
+# the output's store reads the buffer at another element (reversed columns): an in-place
+# update would read elements it already overwrote
+REVERSED = """
+kernel rev(X: f32[R, 64]) -> Y: f32[R, 64]:
+    with grid(R, threads=64) as (bx):
+        F = fragment(f32, [1, 64])
+        for i, j in parallel(1, 64):
+            F[i, j] = exp(X[bx, j])
+        for i, j in parallel(1, 64):
+            Y[bx, j] = F[i, 63 - j]
+"""
+
+# the output has two stores, in the branches of an `if`: neither alone covers the buffer
+BRANCHED = """
+kernel half_row(X: f32[R, 64]) -> Y: f32[R, 64]:
+    with grid(R, threads=64) as (bx):
+        F = fragment(f32, [1, 64])
+        for i, j in parallel(1, 64):
+            F[i, j] = exp(X[bx, j])
+        for i, j in parallel(1, 64):
+            if j < 32:
+                Y[bx, j] = F[i, j] * 2.0
+            else:
+                Y[bx, j] = 0.0
+"""
+
+
+def test_row_buffer_only_an_output_reads_is_the_output():
+    ir = lowered(SOFTMAX_ETC)
+    sm = ir[ir.index("kernel sm_k0"):ir.index("kernel by_const")]
+    assert "t = fragment" not in sm, sm
+    assert "Y[bx + i, j] = exp(" in sm and "Y[bx + i, j] = Y[bx + i, j] * row_sum_i_rcp" in sm, sm
+    # kept: an f16 output of an f32 row (the output would round it), another element, a branch
+    assert "t = fragment(f32" in lowered(SOFTMAX16)
+    assert "F = fragment" in lowered(REVERSED) and "F = fragment" in lowered(BRANCHED)
+    for text, dims in ((SOFTMAX16, dict(R=5, C=300)), (REVERSED, dict(R=3)),
+                       (BRANCHED, dict(R=3))):
+        check_text(text, dims, target="cpu")

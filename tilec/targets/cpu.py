@@ -17,6 +17,7 @@ from ..passes import (
     lower_reductions,
     pipeline,
     row_reciprocal,
+    store_into_output,
     version_masks,
 )
 from ..passes.rewrite import column_base, unit_stride, used_names, uses_var
@@ -455,6 +456,8 @@ CPU = Target(
         ("lower_reductions", lower_reductions.run),
         # a row buffer that only copies an input tensor: read the tensor (in cache) instead
         ("forward_copies", forward_copies.run),
+        # a row buffer only an output's store reads: written into the output, finished in place
+        ("store_into_output", store_into_output.run),
         # values invariant along the inner loop read once per row (after reductions are loops)
         ("hoist_loads", hoist_loads.run),
         # a division by such a row value: one reciprocal per row, a multiply per element
