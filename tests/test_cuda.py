@@ -64,34 +64,40 @@ def test_sample_compiles_for_sm80_and_sm90(path):
     assert (out / f"lib{path.stem}.so").exists() and (out / f"lib{path.stem}.a").exists()
 
 
-def ptxas_report(text: str, name: str) -> dict:
-    """{kernel: (registers, spill bytes)} from `nvcc -Xptxas -v` of text's sources for sm_90."""
-    src, _, m = compile_text(text, name, "cuda")
-    files = driver.render(src, m, "cuda", {"arch": ("sm_90",)})
-    report = {}
+def nvcc_each(text: str, name: str, flags: list):
+    """Yield (file, nvcc's result, folder) for each .cu source of text's CUDA target (sm_90),
+    compiled with `flags` in a temporary folder that holds the sources."""
     import tempfile
     from pathlib import Path
+    src, _, m = compile_text(text, name, "cuda")
+    files = driver.render(src, m, "cuda", {"arch": ("sm_90",)})
     with tempfile.TemporaryDirectory() as tmp:
         driver.write_files(Path(tmp), files)
         for f in files:
-            if not f.endswith(".cu"):
-                continue
-            r = subprocess.run([os.environ.get("NVCC", "nvcc"), "-std=c++17", "--fmad=false", "-O3",
-                                "-gencode", "arch=compute_90,code=sm_90", "-Xptxas", "-v", "-c", f,
-                                "-o", os.devnull], cwd=tmp, capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr[-3000:]
-            assert "warning" not in r.stderr.lower(), r.stderr[-3000:]
-            name_ = None
-            for line in r.stderr.splitlines():
-                m_ = re.search(r"Compiling entry function '(\S+)'", line)
-                if m_:
-                    name_ = m_.group(1)
-                m_ = re.search(r"(\d+) bytes spill stores", line)
-                if m_ and name_:
-                    report.setdefault(name_, [0, 0])[1] = int(m_.group(1))
-                m_ = re.search(r"Used (\d+) registers", line)
-                if m_ and name_:
-                    report.setdefault(name_, [0, 0])[0] = int(m_.group(1))
+            if f.endswith(".cu"):
+                r = subprocess.run([os.environ.get("NVCC", "nvcc"), "-std=c++17", "--fmad=false",
+                                    "-O3", *flags, f], cwd=tmp, capture_output=True, text=True)
+                assert r.returncode == 0, r.stderr[-3000:]
+                yield f, r, Path(tmp)
+
+
+def ptxas_report(text: str, name: str) -> dict:
+    """{kernel: (registers, spill bytes)} from `nvcc -Xptxas -v` of text's sources for sm_90."""
+    report = {}
+    for _, r, _ in nvcc_each(text, name, ["-gencode", "arch=compute_90,code=sm_90", "-Xptxas",
+                                          "-v", "-c", "-o", os.devnull]):
+        assert "warning" not in r.stderr.lower(), r.stderr[-3000:]
+        name_ = None
+        for line in r.stderr.splitlines():
+            m_ = re.search(r"Compiling entry function '(\S+)'", line)
+            if m_:
+                name_ = m_.group(1)
+            m_ = re.search(r"(\d+) bytes spill stores", line)
+            if m_ and name_:
+                report.setdefault(name_, [0, 0])[1] = int(m_.group(1))
+            m_ = re.search(r"Used (\d+) registers", line)
+            if m_ and name_:
+                report.setdefault(name_, [0, 0])[0] = int(m_.group(1))
     return report
 
 
@@ -115,22 +121,10 @@ kernel rms(X: f16[R, C], w: f16[C], eps: f32) -> Y: f16[R, C]:
 
 def ptx_of(text: str, name: str) -> dict:
     """{kernel: its PTX} of text's CUDA sources compiled for sm_90."""
-    import tempfile
-    from pathlib import Path
-    src, _, m = compile_text(text, name, "cuda")
-    files = driver.render(src, m, "cuda", {"arch": ("sm_90",)})
     out = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        driver.write_files(Path(tmp), files)
-        for f in files:
-            if f.endswith(".cu"):
-                r = subprocess.run([os.environ.get("NVCC", "nvcc"), "-std=c++17", "--fmad=false",
-                                    "-O3", "-arch=sm_90", "-ptx", f, "-o", "k.ptx"], cwd=tmp,
-                                   capture_output=True, text=True)
-                assert r.returncode == 0, r.stderr[-3000:]
-                ptx = (Path(tmp) / "k.ptx").read_text()
-                for body in ptx.split(".entry ")[1:]:
-                    out[body.split("(", 1)[0]] = body
+    for _, _, folder in nvcc_each(text, name, ["-arch=sm_90", "-ptx", "-o", "k.ptx"]):
+        for body in (folder / "k.ptx").read_text().split(".entry ")[1:]:
+            out[body.split("(", 1)[0]] = body
     return out
 
 
