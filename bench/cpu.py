@@ -3,6 +3,8 @@
 
 Cases (kernels in bench/cpu.tile):
   gemm      C = A @ B, f32, 1024^3                     goal: tilec >= 0.5x numpy (OpenBLAS) speed
+  gemm16    C = A @ B, f16 operands and result, 1024^3, against numpy's f32 GEMM on the same
+            values                                     goal: >= 0.9x numpy
   gemv      the same kernel at M = 1, N = K = 4096     goal: >= 0.9x numpy, >= 0.8x copy bandwidth
   skinnyk   the same kernel at 4096 x 4096, K = 64     goal: >= 0.9x numpy
   w4a16     A @ dequant(4-bit W, f32 scales, g128), M = 1, N = K = 4096, against numpy's
@@ -48,6 +50,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 TILE = ROOT / "bench" / "cpu.tile"
 TOL_F32 = 1e-4
+TOL_F16 = 1e-2  # a result rounded to f16 (2^-11 relative), as `tilec run` allows it
 F32 = ctypes.c_float
 P = ctypes.c_void_p
 I64 = ctypes.c_int64
@@ -151,6 +154,7 @@ def build(out_dir: Path) -> dict:
         sys.exit(f"tilec build failed ({' '.join(cmd)}):\n{r.stdout}\n{r.stderr}")
     sigs = {  # C ABI: inputs (pointers, scalars) in order, outputs, int64 dims in first-use order
         "gemm_f32": [P, P, P, I64, I64, I64],            # A, B, C, M, K, N
+        "gemm_f16": [P, P, P, I64, I64, I64],            # A, B, C (f16), M, K, N
         "softmax_rows": [P, P, I64, I64],                # X, Y, R, C
         "rmsnorm_f32": [P, P, F32, P, I64, I64],         # X, w, eps, Y, R, C
         "elementwise_chain": [P, P, F32, P, I64, I64],   # X, Y, s, Z, R, C
@@ -395,6 +399,16 @@ def main() -> int:
          lambda: A @ B, checked(fns["gemm_f32"], ptr(A), ptr(B), ptr(Cm), M, K, N),
          lambda: Cm, TOL_F32, 0.5, flops=2 * M * N * K)
     del A, B, Cm
+
+    # ---- 1a. f16 GEMM (f32 accumulation) against numpy's f32 GEMM on the same values (numpy's
+    # own f16 matmul does not use BLAS)
+    A16, B16 = U(M, K).astype(np.float16), U(K, N).astype(np.float16)
+    A32, B32 = A16.astype(np.float32), B16.astype(np.float32)
+    C16 = np.empty((M, N), np.float16)
+    case("gemm16", "f16 C = A @ B, 1024^3 (numpy: f32 on the same values)",
+         lambda: A32 @ B32, checked(fns["gemm_f16"], ptr(A16), ptr(B16), ptr(C16), M, K, N),
+         lambda: C16.astype(np.float32), TOL_F16, 0.9, flops=2 * M * N * K)
+    del A16, B16, A32, B32, C16
 
     # ---- 1b. GEMV (decode: one row of A; bound by reading B) and a skinny K
     for name, (M, N, K), goal in (("gemv", (1, 4096, 4096), 0.9), ("skinnyk", (4096, 4096, 64), 0.9)):

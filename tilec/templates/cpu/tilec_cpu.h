@@ -572,6 +572,33 @@ static inline void copy_tile(const S* __restrict src, int64_t ld, int64_t nr, in
 }
 
 // ---- index helpers ---------------------------------------------------------------------------
+#if defined(TILEC_F16_HARDWARE)
+// f16 rows into an f32 tile (a GEMM operand): eight values per vcvtph2ps (the element loop
+// above compiles to one conversion per value)
+static inline void copy_tile(const uint16_t* __restrict src, int64_t ld, int64_t nr, int64_t nc,
+                             float* __restrict dst, int64_t rows, int64_t cols, from_f16 conv) {
+    typedef short h8 __attribute__((vector_size(16)));
+    typedef float f8 __attribute__((vector_size(32)));
+    nr = nr < 0 ? 0 : nr > rows ? rows : nr;
+    nc = nc < 0 ? 0 : nc > cols ? cols : nc;
+    for (int64_t r = 0; r < rows; ++r) {
+        float* __restrict out = dst + r * cols;
+        int64_t c = 0;
+        if (r < nr) {
+            const uint16_t* __restrict in = src + r * ld;
+            for (; c + 8 <= nc; c += 8) {
+                h8 h;
+                std::memcpy(&h, in + c, sizeof h);
+                const f8 f = __builtin_ia32_vcvtph2ps256(h);
+                std::memcpy(out + c, &f, sizeof f);
+            }
+            for (; c < nc; ++c) out[c] = conv(in[c]);
+        }
+        for (; c < cols; ++c) out[c] = 0.0f;
+    }
+}
+#endif
+
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
