@@ -11,7 +11,8 @@
 //   * the elementwise functions of fused expressions and the launchers' host helpers.
 //
 // Constraints: C++17, standard library only, no intrinsics headers (GCC/Clang
-// vector extensions are used when available, with a plain scalar fallback),
+// vector extensions, and g++'s F16C conversion builtin where F16C is on, are
+// used when available, with a plain scalar fallback),
 // header-only and safe to include from several translation units, and built
 // WITHOUT -ffast-math, so inf/nan must behave.
 #ifndef TILEC_CPU_H
