@@ -15,7 +15,8 @@ Cases (kernels in bench/cpu.tile):
   layernorm (X - mean) * rsqrt(var + eps) * gamma + beta  goal: >= 2x numpy
   causal    causal attention against non-causal (tilec both), B1 H2 L=S=4096 D64 f32:
             goal: causal >= 1.7x faster (masked key tiles skipped)
-plus the copy-bandwidth ceiling (64 MiB): tilec's copy kernel (Y = X * 1.0, OpenMP threads) on the
+plus the f32 FMA peak (bench/fma_peak.cpp: vector FMA chains from registers on every core) and
+the copy-bandwidth ceiling (64 MiB): tilec's copy kernel (Y = X * 1.0, OpenMP threads) on the
 4096x4096 matrix and on the same memory seen as 16384x1024 (a flat stream), and np.copyto.
 
 Every tilec result is checked against numpy on fresh uniform[-1, 1] inputs (max |tilec - numpy| /
@@ -171,6 +172,20 @@ def build(out_dir: Path) -> dict:
         fn.argtypes, fn.restype = argtypes, ctypes.c_int
         fns[name] = fn
     return fns
+
+
+def fma_peak(out_dir: Path) -> float:
+    """The f32 FMA rate of all cores (GFLOP/s), from bench/fma_peak.cpp built for this machine."""
+    lib = out_dir / "libfma_peak.so"
+    r = subprocess.run(["g++", "-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared",
+                        "-fPIC", str(ROOT / "bench" / "fma_peak.cpp"), "-o", str(lib)],
+                       text=True, capture_output=True)
+    if r.returncode != 0:
+        sys.exit(f"building bench/fma_peak.cpp failed:\n{r.stderr}")
+    fn = ctypes.CDLL(str(lib)).fma_peak_gflops
+    fn.argtypes, fn.restype = [ctypes.c_double], ctypes.c_double
+    fn(0.2)  # warm-up: clocks up
+    return max(fn(0.5) for _ in range(3))
 
 
 def checked(fn, *args):
@@ -334,6 +349,11 @@ def main() -> int:
             note += "; NOISY: medians over all rounds"
         return st, note
 
+    # ---- ceiling: the FMA rate (f32, all cores, from registers)
+    peak = fma_peak(out_dir)
+    print(f"FMA peak (f32, {os.cpu_count()} threads, vector FMA chains from registers): "
+          f"{peak:.0f} GFLOP/s\n", flush=True)
+
     # ---- ceiling: copy bandwidth, 64 MiB read + 64 MiB written. Three ways: tilec's copy kernel on
     # the 4096x4096 matrix (the tiling every elementwise kernel here gets: 8 x 1024 tiles, i.e. 4 KiB
     # pieces of 8 rows), the same kernel on the same memory seen as 16384 x 1024 (each tile is then
@@ -406,8 +426,9 @@ def main() -> int:
     A32, B32 = A16.astype(np.float32), B16.astype(np.float32)
     C16 = np.empty((M, N), np.float16)
     case("gemm16", "f16 C = A @ B, 1024^3 (numpy: f32 on the same values)",
-         lambda: A32 @ B32, checked(fns["gemm_f16"], ptr(A16), ptr(B16), ptr(C16), M, K, N),
-         lambda: C16.astype(np.float32), TOL_F16, 0.9, flops=2 * M * N * K)
+         lambda A32=A32, B32=B32: A32 @ B32,
+         checked(fns["gemm_f16"], ptr(A16), ptr(B16), ptr(C16), M, K, N),
+         lambda C16=C16: C16.astype(np.float32), TOL_F16, 0.9, flops=2 * M * N * K)
     del A16, B16, A32, B32, C16
 
     # ---- 1b. GEMV (decode: one row of A; bound by reading B) and a skinny K
@@ -468,7 +489,6 @@ def main() -> int:
          checked(fns["elementwise_chain"], ptr(X), ptr(Y2), F32(s), ptr(Z), R, Cc), lambda: Z,
          TOL_F32, 2.0, nbytes=3 * X.nbytes)
 
-    del Z, Y2
 
     # ---- 5. LayerNorm (reads X, gamma and beta, writes Y)
     gamma, beta = U(Cc), U(Cc)
@@ -479,7 +499,7 @@ def main() -> int:
         return d * (1 / np.sqrt((d * d).mean(-1, keepdims=True) + eps)) * gamma + beta
     case("layernorm", "(X - mean) * rsqrt(var + eps) * gamma + beta, 4096x4096 f32", layernorm_np,
          checked(fns["layernorm_f32"], ptr(X), ptr(gamma), ptr(beta), F32(eps), ptr(Yl), R, Cc),
-         lambda: Yl, TOL_F32, 2.0, nbytes=2 * X.nbytes + gamma.nbytes + beta.nbytes)
+         lambda Yl=Yl: Yl, TOL_F32, 2.0, nbytes=2 * X.nbytes + gamma.nbytes + beta.nbytes)
     del Yl
 
     # ---- 6. attention, causal against not: the masked key tiles are skipped (goal: causal at
@@ -524,14 +544,16 @@ def main() -> int:
     print("|---|---:|---:|---:|---:|---:|---:|:-:|---:|")
     for r in results:
         if "flops" in r:
-            rt, rn = f"{r['tilec_GFLOPs']:.0f} GFLOP/s", f"{r['numpy_GFLOPs']:.0f} GFLOP/s"
+            rt = f"{r['tilec_GFLOPs']:.0f} GFLOP/s ({100 * r['tilec_GFLOPs'] / peak:.0f}% of FMA peak)"
+            rn = f"{r['numpy_GFLOPs']:.0f} GFLOP/s"
         else:
             rt = f"{r['tilec_GBps']:.1f} GB/s ({100 * r['tilec_frac_of_copy']:.0f}% of copy)"
             rn = f"{r['numpy_GBps']:.1f} GB/s"
         print(f"| {r['desc']} | {r['tilec_ms']:.2f} ms | {r['numpy_ms']:.2f} ms | {rt} | {rn} "
               f"| {r['speedup']:.2f}x{' (noisy)' if r['noisy'] else ''} | >= {r['goal']}x "
               f"| {'yes' if r['met'] else '**no**'} | {r['max_rel_error']:.1e} |")
-    print(f"\ncopy ceiling {copy_bw:.1f} GB/s (best of: tilec copy_f32 on 4096x4096 "
+    print(f"\nFMA peak {peak:.0f} GFLOP/s (f32, all cores, from registers).")
+    print(f"copy ceiling {copy_bw:.1f} GB/s (best of: tilec copy_f32 on 4096x4096 "
           f"{ceil['tilec_copy_GBps']:.1f}, on the same memory as {R * Cc // FLAT}x{FLAT} "
           f"{ceil['tilec_copy_flat_GBps']:.1f}, np.copyto {ceil['numpy_copyto_GBps']:.1f}). GB/s count "
           f"the minimum traffic: inputs read once + outputs written once (1e9 bytes/s).\n"
@@ -544,7 +566,8 @@ def main() -> int:
     print(f"goals met: {met}/{len(results)}   (run took {time.perf_counter() - t_run:.0f} s)")
 
     if args.json:
-        Path(args.json).write_text(json.dumps({"env": env, "ceilings": ceil, "results": results,
+        Path(args.json).write_text(json.dumps({"env": env, "ceilings": {**ceil, "fma_GFLOPs": peak},
+                                               "results": results,
                                                "failures": failures}, indent=2) + "\n")
         print(f"wrote {args.json}")
     if tmp:
