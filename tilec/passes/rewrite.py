@@ -151,3 +151,13 @@ def column_base(last, var: str):
     """The `base` of a `unit_stride` index's last entry (`base + var`; 0 for `var` alone)."""
     return T.iconst(0) if isinstance(last, T.Var) else last.a
 
+
+def defined_names(stmts) -> set:
+    """Names the statements define (lets and loop variables), nested ones included."""
+    out = set()
+    for st in T.walk_stmts(stmts):
+        if isinstance(st, T.Let):
+            out.add(st.name)
+        elif isinstance(st, T.For):
+            out |= set(st.vars)
+    return out

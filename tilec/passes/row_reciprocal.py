@@ -16,23 +16,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from .rewrite import map_exprs
-
-
-def _defined(stmts) -> set:
-    """Names the statements define (lets, loop variables), nested ones included."""
-    out = set()
-    for st in T.walk_stmts(stmts):
-        if isinstance(st, T.Let):
-            out.add(st.name)
-        elif isinstance(st, T.For):
-            out |= set(st.vars)
-    return out
+from .rewrite import defined_names, map_exprs
 
 
 def _divisors(loop: T.For) -> list:
     """Names of f32 `Let` values outside `loop` that its statements divide by, in first-use order."""
-    inside = _defined((loop,))
+    inside = defined_names((loop,))
     out = []
     for st in T.walk_stmts(loop.body):
         for f in ("value", "cond"):
@@ -51,7 +40,7 @@ def run(prog: T.TileProgram, target, options) -> T.TileProgram:
 
 
 def reciprocals(k: T.TileKernel) -> T.TileKernel:
-    taken = _defined(k.body) | {p.name for p in k.params} | set(k.block_vars) | \
+    taken = defined_names(k.body) | {p.name for p in k.params} | set(k.block_vars) | \
         {st.name for st in T.walk_stmts(k.body) if isinstance(st, T.Alloc)}
     f32_lets = {st.name for st in T.walk_stmts(k.body)
                 if isinstance(st, T.Let) and getattr(st.value, "dtype", None) == "f32"}

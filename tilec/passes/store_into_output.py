@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from ..ir import tile as T
 from .forward_copies import _opaque_uses, _reads, _writes
-from .rewrite import map_exprs, subst, uses_var
+from .rewrite import defined_names, map_exprs, subst, uses_var
 
 
 def _sites(k: T.TileKernel):
@@ -71,8 +71,7 @@ def store_into(k: T.TileKernel) -> T.TileKernel:
     writes, opaque = _writes(k), _opaque_uses(k)
     params = {p.name: p for p in k.params}
     allocs = {st.name: st for st in T.walk_stmts(k.body) if isinstance(st, T.Alloc)}
-    defined = {st.name for st in T.walk_stmts(k.body) if isinstance(st, T.Let)} | \
-        {v for st in T.walk_stmts(k.body) if isinstance(st, T.For) for v in st.vars} | set(allocs)
+    defined = defined_names(k.body) | set(allocs)
     sites = _sites(k)
     stores = [s for s in sites if isinstance(s[0], T.Store)]
     plans = {}

@@ -24,7 +24,15 @@ from ..passes import (
     version_masks,
 )
 from ..passes.hoist_guards import conjuncts, split_bound
-from ..passes.rewrite import column_base, loads_in, multiple_of, unit_stride, used_names, uses_var
+from ..passes.rewrite import (
+    column_base,
+    defined_names,
+    loads_in,
+    multiple_of,
+    unit_stride,
+    used_names,
+    uses_var,
+)
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
@@ -444,8 +452,7 @@ class CudaRenderer(CStyleRenderer):
         counts or alignment tests, and the guarded version for the threads at a row's ragged
         end. False (nothing rendered) when no loop qualifies."""
         whole, conds = {}, []
-        defined = {st.name for st in T.walk_stmts(body) if isinstance(st, T.Let)} | \
-            {v for st in T.walk_stmts(body) if isinstance(st, T.For) for v in st.vars}
+        defined = defined_names(body)
         for st in body:
             if not (isinstance(st, T.For) and st.kind == "parallel"):
                 continue
