@@ -555,6 +555,31 @@ template <typename D> struct cast_to {
 struct from_f16 { float operator()(uint16_t v) const { return f16_to_f32(v); } };
 struct from_bf16 { float operator()(uint16_t v) const { return bf16_to_f32(v); } };
 
+// out[c] = conv(in[c]) for the n values of a row
+template <typename S, typename D, typename Conv>
+static inline void convert_row(const S* __restrict in, D* __restrict out, int64_t n, Conv conv) {
+#pragma omp simd
+    for (int64_t c = 0; c < n; ++c) out[c] = conv(in[c]);
+}
+#if defined(TILEC_F16_HARDWARE)
+// f16 to f32: eight values per vcvtph2ps (the element loop compiles to one conversion per value)
+static inline void convert_row(const uint16_t* __restrict in, float* __restrict out, int64_t n,
+                               from_f16 conv) {
+    typedef short h8 __attribute__((vector_size(16)));
+    typedef float f8 __attribute__((vector_size(32)));
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        h8 h;
+        std::memcpy(&h, in + c, sizeof h);
+        const f8 f = __builtin_ia32_vcvtph2ps256(h);
+        std::memcpy(out + c, &f, sizeof f);
+    }
+    for (; c < n; ++c) out[c] = conv(in[c]);
+}
+#endif
+
+// The rows x cols tile at dst from the nr x nc window at src (row stride ld), converted; the rest
+// of the tile is zero
 template <typename S, typename D, typename Conv>
 static inline void copy_tile(const S* __restrict src, int64_t ld, int64_t nr, int64_t nc,
                              D* __restrict dst, int64_t rows, int64_t cols, Conv conv) {
@@ -564,42 +589,14 @@ static inline void copy_tile(const S* __restrict src, int64_t ld, int64_t nr, in
         D* __restrict out = dst + r * cols;
         int64_t c = 0;
         if (r < nr) {
-            const S* __restrict in = src + r * ld;
-#pragma omp simd
-            for (c = 0; c < nc; ++c) out[c] = conv(in[c]);
+            convert_row(src + r * ld, out, nc, conv);
+            c = nc;
         }
         for (; c < cols; ++c) out[c] = D(0);
     }
 }
 
 // ---- index helpers ---------------------------------------------------------------------------
-#if defined(TILEC_F16_HARDWARE)
-// f16 rows into an f32 tile (a GEMM operand): eight values per vcvtph2ps (the element loop
-// above compiles to one conversion per value)
-static inline void copy_tile(const uint16_t* __restrict src, int64_t ld, int64_t nr, int64_t nc,
-                             float* __restrict dst, int64_t rows, int64_t cols, from_f16 conv) {
-    typedef short h8 __attribute__((vector_size(16)));
-    typedef float f8 __attribute__((vector_size(32)));
-    nr = nr < 0 ? 0 : nr > rows ? rows : nr;
-    nc = nc < 0 ? 0 : nc > cols ? cols : nc;
-    for (int64_t r = 0; r < rows; ++r) {
-        float* __restrict out = dst + r * cols;
-        int64_t c = 0;
-        if (r < nr) {
-            const uint16_t* __restrict in = src + r * ld;
-            for (; c + 8 <= nc; c += 8) {
-                h8 h;
-                std::memcpy(&h, in + c, sizeof h);
-                const f8 f = __builtin_ia32_vcvtph2ps256(h);
-                std::memcpy(out + c, &f, sizeof f);
-            }
-            for (; c < nc; ++c) out[c] = conv(in[c]);
-        }
-        for (; c < cols; ++c) out[c] = 0.0f;
-    }
-}
-#endif
-
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }

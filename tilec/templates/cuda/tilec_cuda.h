@@ -278,8 +278,8 @@ template <int V, class K> struct WholeWords {
 // Whole vectors at an address known to be aligned (vec_aligned, tested once for a whole loop
 // by the caller): one access, no test.
 template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p) {
-    typedef typename VecWord<V * sizeof(typename K::storage)>::type W;
-    return WholeWords<V, K>::value && (reinterpret_cast<uintptr_t>(p) % sizeof(W)) == 0;
+    return WholeWords<V, K>::value &&
+           (reinterpret_cast<uintptr_t>(p) % sizeof(typename WholeWords<V, K>::W)) == 0;
 }
 template <int V, class K>
 TILEC_DEV void load_vec_whole(typename K::reg (&out)[V], const typename K::storage* p) {
