@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from .rewrite import map_expr, map_exprs, subst
+from .rewrite import map_exprs, subst
 
 
 def _writes(k: T.TileKernel) -> dict:
@@ -85,17 +85,17 @@ def _candidates(k: T.TileKernel, writes: dict, opaque: set) -> dict:
     return out
 
 
-def _reads(stmts, buf: str) -> int:
-    """How many loads of `buf` the statements hold (nested ones, loop extents and conditions
+def _loads(stmts, buf: str) -> list:
+    """The loads of `buf` the statements hold (nested ones, loop extents and conditions
     included)."""
-    n = 0
+    out = []
     for st in T.walk_stmts(stmts):
         exprs = list(getattr(st, "extents", ()) or ()) + list(getattr(st, "idx", ()) or ()) + \
             [getattr(st, "value", None), getattr(st, "cond", None)]
         for e in exprs:
             if e is not None and not isinstance(e, (str, bool)):
-                n += sum(isinstance(x, T.Load) and x.buf == buf for x in T.walk_exprs(e))
-    return n
+                out += [x for x in T.walk_exprs(e) if isinstance(x, T.Load) and x.buf == buf]
+    return out
 
 
 def _reads_covered(k: T.TileKernel, buf: str, loop: T.For) -> bool:
@@ -141,7 +141,7 @@ def forward(k: T.TileKernel) -> T.TileKernel:
     # index uses are in scope and hold the same values), at variables over the copy's extents
     forward = {buf: (store, loop) for buf, (store, loop, after)
                in _candidates(k, writes, opaque).items()
-               if _reads(k.body, buf) == _reads((loop,) + after, buf) and
+               if len(_loads(k.body, buf)) == len(_loads((loop,) + after, buf)) and
                _reads_covered(k, buf, loop)}
     if not forward:
         return k
@@ -159,21 +159,12 @@ def forward(k: T.TileKernel) -> T.TileKernel:
                 continue
             if isinstance(st, T.Store) and st.buf in forward and forward[st.buf][0] is st:
                 continue
-            if isinstance(st, (T.For, T.If)):
-                st = replace(st, body=tuple(rewrite(st.body)),
-                             **({"orelse": tuple(rewrite(st.orelse))} if isinstance(st, T.If) else {}))
-                if isinstance(st, T.For) and not st.body:
+            if isinstance(st, T.For):
+                st = replace(st, body=tuple(rewrite(st.body)))
+                if not st.body:
                     continue
-            out.append(map_exprs(st, source) if not isinstance(st, (T.For, T.If)) else
-                       _map_own_exprs(st, source))
+            elif isinstance(st, T.If):
+                st = replace(st, body=tuple(rewrite(st.body)), orelse=tuple(rewrite(st.orelse)))
+            out.append(map_exprs(st, source))
         return out
     return replace(k, body=tuple(rewrite(k.body)))
-
-
-def _map_own_exprs(st, fn):
-    """A loop's or branch's own expressions (extents, condition) rewritten; its body is done."""
-    if isinstance(st, T.For):
-        ext = tuple(map_expr(e, fn) for e in st.extents)
-        return st if all(a is b for a, b in zip(ext, st.extents)) else replace(st, extents=ext)
-    cond = map_expr(st.cond, fn)
-    return st if cond is st.cond else replace(st, cond=cond)

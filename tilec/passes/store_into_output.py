@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from .forward_copies import _opaque_uses, _reads, _writes
+from .forward_copies import _loads, _opaque_uses, _writes
 from .rewrite import defined_names, map_exprs, subst, uses_var
 
 
@@ -92,7 +92,7 @@ def store_into(k: T.TileKernel) -> T.TileKernel:
         out = params[w.buf]
         reads = [x for x in T.walk_exprs(w.value) if isinstance(x, T.Load) and x.buf == buf]
         tv = reads[0].idx
-        if branched or writes.get(w.buf) != 1 or _reads(k.body, w.buf) or \
+        if branched or writes.get(w.buf) != 1 or _loads(k.body, w.buf) or \
            out.dtype != allocs[buf].dtype or any(x.idx != tv for x in reads) or \
            len(tv) != len(st.idx) or \
            not all(isinstance(v, T.Var) and wext.get(v.name) == ext[i.name]
@@ -102,11 +102,9 @@ def store_into(k: T.TileKernel) -> T.TileKernel:
                for e in w.idx for x in T.walk_exprs(e)):
             continue
         # the buffer's other reads: in its writer's loop, at the writer's element
-        local = sum(isinstance(x, T.Load) and x.buf == buf and x.idx == st.idx
-                    for s in loop.body if not isinstance(s, (T.For, T.If))
-                    for e in [getattr(s, "value", None)] + list(getattr(s, "idx", ()) or ())
-                    if e is not None and not isinstance(e, (str, bool)) for x in T.walk_exprs(e))
-        if _reads(k.body, buf) != local + len(reads):
+        local = _loads(loop.body, buf)
+        if any(x.idx != st.idx for x in local) or \
+                len(_loads(k.body, buf)) != len(local) + len(reads):
             continue
         plans[buf] = (st, w, tv)
     if not plans:
