@@ -18,8 +18,12 @@ status=0
 if [[ $what == all || $what == *tests* ]]; then
     # (TILEC_TESTS narrows the run, e.g. to one file, when device time is short)
     # -v: each test is logged as it ends (a run cut short by the time limit still says which ran)
-    python3 -m pytest -v -m gpu ${TILEC_TESTS:-tests/} -n ${TILEC_TEST_WORKERS:-15} \
-        -p no:cacheprovider -rf --durations=12 2>&1 \
+    # a test that hangs (a kernel waiting at a barrier forever) fails after --timeout seconds
+    # instead of spending the call's time
+    timeout_opt=$(python3 -c "import pytest_timeout" 2>/dev/null && echo "--timeout=${TILEC_TEST_TIMEOUT:-180}")
+    python3 -m pytest -v -m gpu ${TILEC_TESTS:-tests/} -n ${TILEC_TEST_WORKERS:-15} $timeout_opt \
+        -p no:cacheprovider -rf --durations=${TILEC_DURATIONS:-12} 2>&1 \
+        | while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done \
         | tee "$OUT/tests.log" | tail -40
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi

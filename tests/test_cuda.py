@@ -149,6 +149,31 @@ def test_row_kernel_moves_whole_rows_in_16_byte_accesses():
     assert re.search(r"st(\.global)?\.v4\.b32", ptx)
 
 
+def test_threads_that_exchange_values_take_the_same_version():
+    """A kernel whose threads meet at shuffles or barriers (row reductions) chooses its whole or
+    guarded version once for the whole block: a per-thread choice split warps between the two
+    versions at a ragged row (C = 1000 of a 1024-column layout), whose shuffles then waited for
+    lanes that never came (the GPU tests hung). A kernel without them (an elementwise chain)
+    keeps the per-thread choice, so only the threads at the row's end take the guarded one."""
+    text = (SAMPLES / "softmax.tile").read_text() + (SAMPLES / "layernorm.tile").read_text() + \
+        (SAMPLES / "elementwise_chain.tile").read_text() + RMSNORM16
+    src = driver.render(*[compile_text(text, "k.tile", "cuda")[i] for i in (0, 2)], "cuda",
+                        {"arch": ("sm_90",)})
+    cu = "\n".join(v for k, v in src.items() if k.endswith(".cu"))
+    seen = {"collective": 0, "per-thread": 0}
+    for kernel in cu.split("__global__")[1:]:
+        kernel = kernel[:kernel.index("\n}\n")]
+        if "every vector group of this thread" not in kernel:
+            continue
+        test = kernel.split("// every vector group of this thread")[0].rsplit("if (", 1)[1]
+        if re.search(r"allreduce|__syncthreads|__shfl", kernel):
+            assert "tilec_tid" not in test and "tilec_lane" not in test, test
+            seen["collective"] += 1
+        else:
+            seen["per-thread"] += "tilec_tid" in test
+    assert seen["collective"] >= 3 and seen["per-thread"] >= 1, seen
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
 def test_regression_program_compiles(name):

@@ -453,10 +453,14 @@ class CudaRenderer(CStyleRenderer):
         end. False (nothing rendered) when no loop qualifies."""
         whole, conds = {}, []
         defined = defined_names(body)
+        # threads that exchange values (shuffles, barriers, shared memory) must all take the same
+        # version: a warp split between two versions would meet its shuffles and barriers at two
+        # places and hang; then the test is the block's (its whole tile inside the bounds)
+        uniform = any(isinstance(st, _COLLECTIVE) for st in T.walk_stmts(body))
         for st in body:
             if not (isinstance(st, T.For) and st.kind == "parallel"):
                 continue
-            hit = self.whole_groups(*self.loop_parts(st))
+            hit = self.whole_groups(*self.loop_parts(st), uniform=uniform)
             # the test goes before the body: its bounds may not read what the body defines
             if hit is None or any(isinstance(x, T.Var) and x.name in defined
                                   for e in hit[2] for x in T.walk_exprs(e)):
@@ -475,16 +479,21 @@ class CudaRenderer(CStyleRenderer):
         self.emit("}", depth)
         return True
 
-    def whole_groups(self, s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other):
+    def whole_groups(self, s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other,
+                     uniform=False):
         """For a loop over a VecLayout's groups with column bounds: (the condition under which
         every group of the thread is whole and every vector access of a global tensor along
-        the columns aligned, those accesses), else None."""
+        the columns aligned, those accesses), else None. `uniform`: a condition the same for
+        every thread of the block (all the layout's columns inside the bounds)."""
         if not isinstance(L, VecLayout) or L.groups() is None or jvar is None or \
                 not col_bounds or L.vec == 1 or orelse or self.dequant_loop(body):
             return None
         conds = []
+        if uniform:
+            conds += [f"{self.expr(T.isub(bound, base))} >= {L.cols}" for base, bound in col_bounds]
         # a one-row layout's groups run left to right: its last group is whole only if all are
         qs = [L.groups() - 1] if L.rows == 1 and L.valid("0") is None else range(L.groups())
+        qs = [] if uniform else qs
         for q in qs:
             col0 = L.col0(str(q))
             tests = [f"{self.expr(T.isub(bound, base))} - {col0} >= {L.vec}"
@@ -886,6 +895,10 @@ def _column_loads(body, jvar: str, globals_: dict) -> list:
                    globals_[x.buf].dtype != "bool" and unit_stride(x.idx, jvar):
                     out.append(x)
     return out
+
+
+# statements through which the threads of a block exchange values
+_COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.Copy, T.Commit, T.Wait)
 
 
 # ---- whole-program rendering ----------------------------------------------------------------
