@@ -76,6 +76,18 @@ if [[ ,$what, == *,variants,* ]]; then
             --seed 1 2>&1 | tee -a "$OUT/variants.log" | grep -E "ms|MISMATCH|error"
     done
 fi
+if [[ $what == *flagruns* ]]; then
+    # kernels of bench/gpu.tile under other nvcc flags or knobs, timed by `tilec run` (CUDA events,
+    # checked); TILEC_RUNS holds lines "kernel dims [VAR=value ...]", "+" in a value for a space
+    while read -r kernel dims vars; do
+        [[ -z $kernel ]] && continue
+        echo "== $kernel $dims $vars" | tee -a "$OUT/flagruns.log"
+        assigns=()
+        for v in $vars; do assigns+=("${v//+/ }"); done
+        env "${assigns[@]}" python3 -m tilec.cli run bench/gpu.tile --kernel "$kernel" --target cuda \
+            --arch sm_90 --dims "$dims" --seed 1 2>&1 | tee -a "$OUT/flagruns.log" | grep -E "ms|MISMATCH|error"
+    done <<< "${TILEC_RUNS:-}"
+fi
 if [[ $what == *rowvariants* ]]; then
     # row kernels with 128 / 256 / 512 threads per row, timed by `tilec run` (CUDA events, checked)
     for dims in R=16384,C=8192 R=4096,C=16384 R=32768,C=1024 R=16384,C=4096; do
