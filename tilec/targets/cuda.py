@@ -119,7 +119,6 @@ class CudaRenderer(CStyleRenderer):
         self.target = target
         self.ctx: LoopContext | None = None
         self.whole: dict | None = None  # in a whole version (version_whole): loop id -> aligned
-        self.copy_part = False  # copies render as one part of several (between a gemm's k-steps)
 
     def binary(self, e: T.Binary) -> str:
         if e.fn == "pow" and not (float(e.exponent).is_integer() and abs(e.exponent) <= 4):
@@ -339,8 +338,8 @@ class CudaRenderer(CStyleRenderer):
                   f"{T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> {s.dst.buf}", depth)
         self.emit(f"tilec::copy_g2s<{rows}, {cols}, {self.k.threads}, {self.shared_layout_type(dst)}, "
                   f"{str(s.async_).lower()}, {str(whole).lower()}>({ptr}, {cname(src.name)} + "
-                  f"{start}, {dims[-1]}, {left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])}"
-                  f"{', tilec_part, tilec_parts' if self.copy_part else ''});", depth)
+                  f"{start}, {dims[-1]}, {left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])});",
+                  depth)
 
     def s_Commit(self, s, depth):
         self.emit("tilec::cp_async_commit();", depth)
@@ -363,36 +362,8 @@ class CudaRenderer(CStyleRenderer):
         else:
             raise AssertionError(f"allreduce of {s.buf} with layout {a.layout}")
 
-    def stmts(self, ss, depth: int):
-        """As the base renderer, except that the copies a pipelined loop issues ahead (an `if`
-        of async copies and their commit) followed by a gemm from shared tiles are issued in
-        parts between the gemm's k-steps (see s_Gemm)."""
-        ss, i = list(ss), 0
-        while i < len(ss):
-            s = ss[i]
-            if i + 2 < len(ss) and self.copies_ahead(s) and isinstance(ss[i + 1], T.Commit) and \
-                    isinstance(ss[i + 2], T.Gemm):
-                self.s_Gemm(ss[i + 2], depth, ahead=(s, ss[i + 1]))
-                i += 3
-                continue
-            getattr(self, "s_" + type(s).__name__)(s, depth)
-            i += 1
-
-    @staticmethod
-    def copies_ahead(s) -> bool:
-        return isinstance(s, T.If) and not s.orelse and bool(s.body) and \
-            all(isinstance(c, T.Copy) and c.async_ for c in s.body)
-
-    def s_Gemm(self, s: T.Gemm, depth, ahead=None):
-        """`ahead`: (an `if` of async copies, their commit) that precede the gemm. Copies issued
-        before a gemm cannot write what it reads (they are not waited for), so for a gemm of
-        shared tiles on the matrix units they are issued in parts between its k-steps instead,
-        and committed after it: their address arithmetic then overlaps this warp's mma instead
-        of keeping the tensor pipe idle ahead of them."""
+    def s_Gemm(self, s: T.Gemm, depth):
         a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]
-        if ahead is not None and not (a.scope == "shared" and self.mma_gemm(s)):
-            self.stmts(ahead, depth)
-            ahead = None
         L = c.layout
         bk = _const(a.shape[-2] if s.transpose_a else a.shape[-1])
         warps = f"{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}"
@@ -403,7 +374,9 @@ class CudaRenderer(CStyleRenderer):
                 return base
             return f"{base} + ({self.expr(stage)}) * {self.allocs[buf].layout.size()}"
         lb = self.shared_layout_type(b)
-        mma = self.mma_gemm(s)
+        r = self.target.resources
+        mma = (b.dtype in r.mma_dtypes and a.dtype == b.dtype and c.dtype == "f32" and
+               bk % 16 == 0 and L.wm % 16 == 0 and b.layout.cols * 2 % 16 == 0)
         tb = str(s.transpose_b).lower()
         if a.scope != "shared":
             assert isinstance(a.layout, MmaLayout) and a.layout.warps_n == 1 and \
@@ -419,34 +392,14 @@ class CudaRenderer(CStyleRenderer):
             return
         la = self.shared_layout_type(a)
         ta = str(s.transpose_a).lower()
-        if mma:
-            call = (f"tilec::gemm_ss<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}>("
-                    f"{ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, {cname(s.c)}")
-            if ahead is None:
-                self.emit(call + ");", depth)
-                return
-            self.emit("// the copies of a later tile, issued in parts between the k-steps", depth)
-            self.emit(call + ", [&](int tilec_part, int tilec_parts) {", depth)
-            self.copy_part = True
-            self.stmts(ahead[:1], depth + 1)
-            self.copy_part = False
-            self.emit("});", depth)
-            self.stmts(ahead[1:], depth)
+        if mma and a.layout.cols * 2 % 16 == 0:
+            self.emit(f"tilec::gemm_ss<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}>("
+                      f"{ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
         else:
             acc = STORE[c.dtype]
             self.emit(f"tilec::gemm_simt<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}, "
                       f"{kind(b.dtype)}, {acc}>({ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, "
                       f"{cname(s.c)});", depth)
-
-    def mma_gemm(self, s: T.Gemm) -> bool:
-        """Does the gemm run on the matrix units (mma.sync), A from shared memory or not?"""
-        a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]
-        L = c.layout
-        bk = _const(a.shape[-2] if s.transpose_a else a.shape[-1])
-        return (b.dtype in self.target.resources.mma_dtypes and a.dtype == b.dtype and
-                c.dtype == "f32" and bk % 16 == 0 and L.wm % 16 == 0 and
-                b.layout.cols * 2 % 16 == 0 and
-                (a.scope != "shared" or a.layout.cols * 2 % 16 == 0))
 
     # ---- parallel loops, split over threads by their layout
     def parallel(self, s: T.For, depth):

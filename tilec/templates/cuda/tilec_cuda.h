@@ -478,15 +478,11 @@ template <int N> TILEC_DEV void cp_async_wait() {
 // chunk outside the tensor being zero-filled without reading memory. A chunk cut by the tensor's
 // edge, or a tensor whose rows are not 16-byte aligned, is copied element by element. WHOLE: the
 // window's column offset is a multiple of a chunk, so with aligned rows no chunk is cut.
-// `part` of `parts`: only that share of the thread's chunks (a copy issued in pieces between the
-// k-steps of a gemm, see gemm_ss); the parts together move the whole window.
 template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
-TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc, int part = 0,
-                        int parts = 1) {
+TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
     constexpr int E = 16 / (int)sizeof(T);
     constexpr int CPR = COLS / E;                    // chunks per row
     constexpr int ITERS = (ROWS * CPR + THREADS - 1) / THREADS;
-    const int lo = part * ITERS / parts, hi = (part + 1) * ITERS / parts;  // constants once unrolled
     // each iteration moves the next RS rows; the thread's chunk keeps its column, so its source
     // advances by RS rows and (with RS a multiple of the layout's period) its destination too
     constexpr int RS = THREADS % CPR == 0 ? THREADS / CPR : 0;
@@ -501,9 +497,8 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
         const int64_t step = (int64_t)RS * ld;
         T* const d0 = dst + L::offset(r0, k);
         const uint32_t a0 = smem_addr(d0);
-        s += lo * step;
 #pragma unroll
-        for (int it = lo; it < hi; ++it, s += step) {
+        for (int it = 0; it < ITERS; ++it, s += step) {
             if (ASYNC) {
                 cp_async16_whole(a0 + it * RS * COLS * (int)sizeof(T), s);
             } else {
@@ -518,7 +513,7 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
         T* const d0 = dst + L::offset(r0, k);
         const T* const s0 = src + (int64_t)r0 * ld + k;
 #pragma unroll
-        for (int it = lo; it < hi; ++it) {
+        for (int it = 0; it < ITERS; ++it) {
             const int c = tid + it * THREADS;
             if (!STRIDED && c >= ROWS * CPR) break;
             const int r = STRIDED ? r0 + it * RS : c / CPR;
@@ -538,9 +533,7 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
             }
         }
     } else {
-        constexpr int EITERS = (ROWS * COLS + THREADS - 1) / THREADS;
-        const int elo = part * EITERS / parts, ehi = (part + 1) * EITERS / parts;
-        for (int e = tid + elo * THREADS; e < ROWS * COLS && e < tid + ehi * THREADS; e += THREADS) {
+        for (int e = tid; e < ROWS * COLS; e += THREADS) {
             const int r = e / COLS, c = e % COLS;
             dst[L::offset(r, c)] = (r < nr && c < nc) ? src[(int64_t)r * ld + c] : T(0);
         }
@@ -673,26 +666,14 @@ template <int NI, bool TB, class LB> struct BFrags {
 
 // acc += A(BM x BK) * B(BK x BN) from shared tiles (A [BM][BK] or, TA, [BK][BM]; B [BK][BN] or,
 // TB, [BN][BK]) on the matrix units; all BM*BN/.. threads of the warp grid call it together.
-struct NoWork {
-    TILEC_DEV void operator()(int, int) const {}
-};
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
-          class K, class F = NoWork>
-TILEC_DEV void gemm_ss(const typename K::storage* As, const typename K::storage* Bs, float* acc,
-                       F&& between = F()) {
+          class K>
+TILEC_DEV void gemm_ss(const typename K::storage* As, const typename K::storage* Bs, float* acc) {
     typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
     static_assert(BK % 16 == 0, "the K tile is a multiple of 16");
     static_assert(sizeof(typename K::storage) == 2, "16-bit operands: 8 per 16-byte chunk");
     const AFrags<W::MI, TA, LA> fa(As, W::m0());
     const BFrags<W::NI, TB, LB> fb(Bs, W::n0());
-    // the caller's work spread over the first STEPS k-steps (between(part, STEPS) in step
-    // `part`, after its fragment loads, before its mma), so that its instructions (the copies of
-    // a later K tile) issue while this warp's earlier mma still occupy the tensor pipe
-#ifndef TILEC_COPY_STEPS
-#define TILEC_COPY_STEPS 0
-#endif
-    constexpr int STEPS = TILEC_COPY_STEPS < 1 ? 1 : TILEC_COPY_STEPS < BK / 16 ? TILEC_COPY_STEPS : BK / 16;
-    if (TILEC_COPY_STEPS < 1) between(0, 1);  // all of it first (for comparison)
     // fragments of two k-steps in flight: the loads of step s + 1 are issued before the mma of s
     uint32_t a[2][W::MI][4], b[2][W::NI][2];
 #ifndef TILEC_FRAGMENT_DOUBLE_BUFFER
@@ -705,7 +686,6 @@ TILEC_DEV void gemm_ss(const typename K::storage* As, const typename K::storage*
         const int cur = DB ? (kk / 16) % 2 : 0;
         if (!DB) { fa.load(a[0], kk); fb.load(b[0], kk); }
         else if (kk + 16 < BK) { fa.load(a[cur ^ 1], kk + 16); fb.load(b[cur ^ 1], kk + 16); }
-        if (TILEC_COPY_STEPS >= 1 && kk / 16 < STEPS) between(kk / 16, STEPS);
 #pragma unroll
         for (int mi = 0; mi < W::MI; ++mi)
 #pragma unroll
