@@ -54,10 +54,13 @@ if [[ $what == *profile* ]]; then
             --section WarpStateStats --section Occupancy --section LaunchStats \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
             --section SourceCounters --section SchedulerStats --section InstructionStats \
+            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
             python3 -m tilec.cli run "$file" --kernel "$kernel" --target cuda --arch sm_90 \
             --dims "$dims" --seed 1 > "$OUT/ncu_$kernel.txt" 2>&1
         grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Warp Cycles|Issued Ipc|ok|MISMATCH" \
             "$OUT/ncu_$kernel.txt" | head -40
+        # the largest stall reasons (cycles per issued instruction)
+        grep -E "issue_stalled" "$OUT/ncu_$kernel.txt" | sort -k3 -g -r | head -8
     done
     # the SASS of the profiled kernels (libraries built by these runs only)
     for so in $(find "$TILEC_CACHE_DIR" -name "*.so" -newer "$OUT/gpu.txt"); do
