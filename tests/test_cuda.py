@@ -174,6 +174,29 @@ def test_threads_that_exchange_values_take_the_same_version():
     assert seen["collective"] >= 3 and seen["per-thread"] >= 1, seen
 
 
+def test_decode_gemv_reads_whole_weight_words_without_tests():
+    """The W4A16 decode GEMVs (a K loop around the row work) get a whole version too: when the
+    block's columns lie inside N, N is a multiple of 8 and the tensors are aligned (tested once
+    per block), each row's eight 4-bit weights are one word load and their scales one 16-byte
+    load, with no per-word alignment test and no value-by-value path in that version."""
+    text = (SAMPLES / "w4a16.tile").read_text()
+    src = driver.render(*[compile_text(text, "w.tile", "cuda")[i] for i in (0, 2)], "cuda",
+                        {"arch": ("sm_90",)})
+    cu = "\n".join(v for k, v in src.items() if k.endswith(".cu"))
+    kernels = {re.search(r"\) (\w+)\(", k).group(1): k for k in cu.split("__global__")[1:]}
+    gemvs = [k for name, k in kernels.items() if "_gemv" in name and "_sum" not in name]
+    assert gemvs
+    for kernel in gemvs:
+        kernel = kernel[:kernel.index("\n}\n")]
+        assert "every vector group of this thread" in kernel, kernel[:200]
+        test, rest = kernel.split("// every vector group of this thread", 1)
+        whole, guarded = rest.split("} else {\n", 1)
+        assert "tilec::words_aligned(Wq, N)" in test.rsplit("if (", 1)[1]
+        assert "word4_whole(" in whole and "dequant4x8" in whole
+        assert "word4(" not in whole and "load_vec4" not in whole and "load_vec<8" not in whole
+        assert "word4(" in guarded  # the ragged or unaligned blocks: tested per word
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
 def test_regression_program_compiles(name):

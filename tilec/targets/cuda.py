@@ -446,8 +446,8 @@ class CudaRenderer(CStyleRenderer):
         return (s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other)
 
     def version_whole(self, body, depth) -> bool:
-        """Render the kernel body `body` twice when its top-level loops over vector groups have
-        column bounds: a version where every group of this thread lies inside the bounds and
+        """Render the kernel body `body` twice when its loops over vector groups (statements of
+        it, or of its sequential loops) have column bounds: a version where every group of this thread lies inside the bounds and
         every vector access is aligned (tested once, up front), whose loops run without per-group
         counts or alignment tests, and the guarded version for the threads at a row's ragged
         end. False (nothing rendered) when no loop qualifies."""
@@ -457,12 +457,17 @@ class CudaRenderer(CStyleRenderer):
         # version: a warp split between two versions would meet its shuffles and barriers at two
         # places and hang; then the test is the block's (its whole tile inside the bounds)
         uniform = any(isinstance(st, _COLLECTIVE) for st in T.walk_stmts(body))
-        for st in body:
-            if not (isinstance(st, T.For) and st.kind == "parallel"):
+        for st, outer in _parallel_loops(body):
+            if outer and not self.reads_packed(st):
+                # inside sequential loops only where whole words of 4-bit values replace a test
+                # and a value-by-value path per word (a decode GEMV); elsewhere the unguarded
+                # loop body gets unrolled further and spilled (f32 split GEMV: 76 bytes at the
+                # 64 registers of 4 blocks per SM)
                 continue
             hit = self.whole_groups(*self.loop_parts(st), uniform=uniform)
-            # the test goes before the body: its bounds may not read what the body defines
-            if hit is None or any(isinstance(x, T.Var) and x.name in defined
+            # the test goes before the body: its bounds may not read what the body defines,
+            # nor the variables of the sequential loops around the parallel one
+            if hit is None or any(isinstance(x, T.Var) and (x.name in defined or x.name in outer)
                                   for e in hit[2] for x in T.walk_exprs(e)):
                 continue
             whole[id(st)] = hit[1]
@@ -479,6 +484,11 @@ class CudaRenderer(CStyleRenderer):
         self.emit("}", depth)
         return True
 
+    def reads_packed(self, loop: T.For) -> bool:
+        """Does the loop read a global tensor of 4-bit values?"""
+        return any(x.buf in self.globals and self.globals[x.buf].dtype in ("u4", "i4")
+                   for st in loop.body for x in loads_in(st))
+
     def whole_groups(self, s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other,
                      uniform=False):
         """For a loop over a VecLayout's groups with column bounds: (the condition under which
@@ -486,7 +496,7 @@ class CudaRenderer(CStyleRenderer):
         the columns aligned, those accesses), else None. `uniform`: a condition the same for
         every thread of the block (all the layout's columns inside the bounds)."""
         if not isinstance(L, VecLayout) or L.groups() is None or jvar is None or \
-                not col_bounds or L.vec == 1 or orelse or self.dequant_loop(body):
+                not col_bounds or L.vec == 1 or orelse:
             return None
         conds = []
         if uniform:
@@ -508,20 +518,23 @@ class CudaRenderer(CStyleRenderer):
              unit_stride(st.idx, jvar)])
         for x in accesses:
             p = self.globals[x.buf]
-            if p.dtype in ("u4", "i4") or not multiple_of(column_base(x.idx[-1], jvar), L.vec):
-                continue  # packed, or a column offset that may cut vectors: tested per group
+            if p.dtype in ("u4", "i4"):
+                # 4-bit values dequantized eight per word (vector_group): whole aligned words
+                # when every row and the group's first column start on a word
+                if isinstance(x, T.Load) and L.vec == 8 and len(p.shape) > 1 and \
+                        multiple_of(column_base(x.idx[-1], jvar), 8):
+                    test = f"tilec::words_aligned({cname(p.name)}, {pdim(p.shape[-1])})"
+                    conds += [test] if test not in conds else []
+                    aligned.add(x)
+                continue
+            if not multiple_of(column_base(x.idx[-1], jvar), L.vec):
+                continue  # a column offset that may cut vectors: tested per group
             tests = [f"tilec::vec_aligned<{L.vec}, {bits_kind(p.dtype)}>({cname(p.name)})"]
             if len(p.shape) > 1:  # every row starts aligned too
                 tests.append(f"{pdim(p.shape[-1])} % {L.vec} == 0")
             conds += [t for t in tests if t not in conds]
             aligned.add(x if isinstance(x, T.Load) else id(x))  # as vec_loads / vec_stores key them
         return conds, aligned, [e for b in col_bounds for e in b]
-
-    def dequant_loop(self, body) -> bool:
-        """Does the loop read 4-bit weights (whose groups have their own whole-word path)?"""
-        return any(isinstance(x, T.Load) and x.buf in self.globals and
-                   self.globals[x.buf].dtype in ("u4", "i4")
-                   for st in body for x in loads_in(st))
 
     def groups(self, loop, aligned, depth):
         """The loop over the thread's groups; `aligned`: the loop's whole version (every group
@@ -795,8 +808,12 @@ class CudaRenderer(CStyleRenderer):
             for x, q, sc, bias in dequant + values:
                 w = self.fresh("tilec_w")
                 base, row, col, cols = sources[q]
-                self.emit(f"uint32_t {w} = 0;", d)
-                words.append(f"tilec::word4({w}, {base}, {row}, {col}, {cols})")
+                if ctx.aligned and q in ctx.aligned:  # a whole version: known whole words
+                    self.emit(f"const uint32_t {w} = tilec::word4_whole({base}, {row}, {col}, "
+                              f"{cols});", d)
+                else:
+                    self.emit(f"uint32_t {w} = 0;", d)
+                    words.append(f"tilec::word4({w}, {base}, {row}, {col}, {cols})")
                 if isinstance(x, T.Store):
                     dst = ctx.vec_stores[id(x)]
                 else:
@@ -805,18 +822,20 @@ class CudaRenderer(CStyleRenderer):
                     ctx.values[x] = dst
                 calls.append(f"tilec::dequant4x8<{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}>"
                              f"({dst}, {w}, 0x{bias}{bias}u, {ctx.vec_loads[sc]});")
-            self.emit(f"if ({' && '.join([f'tilec_n >= {vec}'] + ([ok] if ok else []) + words)}) {{",
-                      d)
+            fast = ([] if not col_bounds else [f"tilec_n >= {vec}"]) + ([ok] if ok else []) + words
+            if fast:
+                self.emit(f"if ({' && '.join(fast)}) {{", d)
             for c in arrays + calls:
-                self.emit(c, d + 1)
+                self.emit(c, d + bool(fast))
             if values:
-                element_loop(False, d + 1)
+                element_loop(False, d + bool(fast))
             ctx.values.clear()
-            self.emit("} else {", d)
-            for q in deferred:
-                self.emit_column_load(q, jvar, rowwise, sources[q], vec, nload, d + 1)
-            element_loop(bool(col_bounds), d + 1)
-            self.emit("}", d)
+            if fast:
+                self.emit("} else {", d)
+                for q in deferred:
+                    self.emit_column_load(q, jvar, rowwise, sources[q], vec, nload, d + 1)
+                element_loop(bool(col_bounds), d + 1)
+                self.emit("}", d)
         elif col_bounds and vec > 1:
             # whole groups (all but the last of a row) run without a test per element
             self.emit(f"if (tilec_n >= {vec}) {{", d)
@@ -895,6 +914,16 @@ def _column_loads(body, jvar: str, globals_: dict) -> list:
                    globals_[x.buf].dtype != "bool" and unit_stride(x.idx, jvar):
                     out.append(x)
     return out
+
+
+def _parallel_loops(body, outer=()):
+    """(loop, variables of the sequential loops around it) for each parallel loop of `body` that
+    is a statement of it or of its sequential loops (a GEMV's rows, a split's K steps)."""
+    for st in body:
+        if isinstance(st, T.For) and st.kind == "parallel":
+            yield st, outer
+        elif isinstance(st, T.For):
+            yield from _parallel_loops(st.body, outer + tuple(st.vars))
 
 
 # statements through which the threads of a block exchange values

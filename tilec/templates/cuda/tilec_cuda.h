@@ -398,6 +398,15 @@ TILEC_DEV bool word4(uint32_t& w, const uint8_t* base, int64_t row, int64_t col0
     return true;
 }
 
+// The same word where it is known to be one aligned word (col0 a multiple of 8, cols a multiple
+// of 8 and `base` word-aligned: tested once for a whole loop by the caller, see words_aligned).
+TILEC_DEV uint32_t word4_whole(const uint8_t* base, int64_t row, int64_t col0, int64_t cols) {
+    return *reinterpret_cast<const uint32_t*>(base + row * (cols >> 1) + (col0 >> 1));
+}
+TILEC_HD bool words_aligned(const uint8_t* base, int64_t cols) {
+    return cols % 8 == 0 && (reinterpret_cast<uintptr_t>(base) & 3) == 0;
+}
+
 // V consecutive 4-bit values of row `row` from column col0 (n valid) of a packed [.., cols]
 // tensor: one V/2-byte load when col0 is even and the bytes are aligned, else value by value.
 template <int V, bool SIGNED>
