@@ -147,8 +147,8 @@ def test_split_variant_on_gpu(text, dims):
 def test_gemv_with_rows_per_step_and_several_slices_matches_the_reference(monkeypatch, unroll):
     """The GEMV's unrolled steps (each of 8 warps takes `unroll` consecutive rows, the rows left
     over follow guarded) at K that is no multiple of a step, split and not: the Tile IR
-    interpreter against the reference (the CUDA default takes one row per step; the knob picks
-    this form, which the CPU target uses with one slice)."""
+    interpreter against the reference (the CUDA and CPU defaults take 4 rows per step; the knob
+    picks other counts)."""
     monkeypatch.setenv("TILEC_GEMV", f"256,256,512,128,4,{unroll}")
     text = (SAMPLES / "w4a16.tile").read_text()
     for dims in (dict(M=1, N=300, K=1280 + 128), dict(M=1, N=70, K=128)):
