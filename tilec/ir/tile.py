@@ -359,14 +359,22 @@ def walk_exprs(e):
     """`e` and every sub-expression, index expressions of loads included, in pre-order
     (iterative: deep expressions cost linear time and no recursion)."""
     stack = [e]
+    pop, push = stack.pop, stack.append
     while stack:
-        e = stack.pop()
+        e = pop()
         yield e
-        kids = [getattr(e, f, None) for f in ("x", "a", "b", "cond")]
-        kids = [k for k in kids if k is not None and not isinstance(k, (str, int, float))]
-        if isinstance(e, Load):
-            kids += list(e.idx)
-        stack.extend(reversed(kids))
+        t = type(e)  # children pushed last-first, so they come out in order
+        if t is Binary or t is Compare:
+            push(e.b)
+            push(e.a)
+        elif t is Unary or t is Cast:
+            push(e.x)
+        elif t is Load:
+            stack.extend(reversed(e.idx))
+        elif t is Select:
+            push(e.cond)
+            push(e.b)
+            push(e.a)
 
 
 def walk_stmts(stmts):

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from ..ir import tile as T
 from ..ir.types import is_float
-from .rewrite import loads_in
+from .rewrite import own_loads
 
 COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
 
@@ -45,16 +45,21 @@ def _readers(stmts, exclude) -> set:
     """Buffers read by statements other than `exclude` (identity)."""
     out = set()
     for st in stmts:
-        if st is exclude:
-            continue
-        for s in T.walk_stmts([st]):
-            if isinstance(s, T.Gemm):
-                out |= {s.a, s.b, s.c}
-            elif isinstance(s, T.Reduce):
-                out.add(s.src)
-            elif isinstance(s, T.Copy):
-                out.add(s.src.buf)
-        out |= {ld.buf for ld in loads_in(st)}
+        if st is not exclude:
+            for s in T.walk_stmts([st]):
+                out |= _own_reads(s)
+    return out
+
+
+def _own_reads(s) -> set:
+    """Buffers statement `s` itself reads (not its nested statements)."""
+    out = {ld.buf for ld in own_loads(s)}
+    if isinstance(s, T.Gemm):
+        out |= {s.a, s.b, s.c}
+    elif isinstance(s, T.Reduce):
+        out.add(s.src)
+    elif isinstance(s, T.Copy):
+        out.add(s.src.buf)
     return out
 
 
@@ -119,7 +124,7 @@ def drop_dead_allocs(body: tuple) -> tuple:
     for s in T.walk_stmts(body):
         if isinstance(s, T.Alloc):
             continue
-        used |= _readers([s], None)
+        used |= _own_reads(s)  # (walk_stmts visits the nested statements too)
         if isinstance(s, (T.Store, T.Fill)):
             used.add(s.buf)
         elif isinstance(s, T.Copy):

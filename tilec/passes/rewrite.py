@@ -7,26 +7,35 @@ from dataclasses import fields, replace
 
 from ..ir import tile as T
 
-_EXPR_FIELDS = ("x", "a", "b", "cond")
-
-
 def map_expr(e, fn):
     """Rewrite expression `e` bottom-up: `fn(node)` returns a replacement or None to keep it."""
-    if e is None or isinstance(e, (str, int, float)):
-        return e
-    changes = {}
-    for f in _EXPR_FIELDS:
-        sub = getattr(e, f, None)
-        if sub is not None and not isinstance(sub, str):
-            new = map_expr(sub, fn)
-            if new is not sub:
-                changes[f] = new
-    if isinstance(e, T.Load):
+    t = type(e)  # children in the order x, a, b, cond, idx
+    if t is T.Binary:
+        a, b = map_expr(e.a, fn), map_expr(e.b, fn)
+        if a is not e.a or b is not e.b:
+            e = T.Binary(e.fn, a, b, e.dtype, e.exponent)
+    elif t is T.Compare:
+        a, b = map_expr(e.a, fn), map_expr(e.b, fn)
+        if a is not e.a or b is not e.b:
+            e = T.Compare(e.fn, a, b, e.dtype)
+    elif t is T.Unary:
+        x = map_expr(e.x, fn)
+        if x is not e.x:
+            e = T.Unary(e.fn, x, e.dtype)
+    elif t is T.Cast:
+        x = map_expr(e.x, fn)
+        if x is not e.x:
+            e = T.Cast(x, e.dtype)
+    elif t is T.Load:
         idx = tuple(map_expr(i, fn) for i in e.idx)
         if any(a is not b for a, b in zip(idx, e.idx)):
-            changes["idx"] = idx
-    if changes:
-        e = replace(e, **changes)
+            e = T.Load(e.buf, idx, e.dtype)
+    elif t is T.Select:
+        a, b, c = map_expr(e.a, fn), map_expr(e.b, fn), map_expr(e.cond, fn)
+        if a is not e.a or b is not e.b or c is not e.cond:
+            e = T.Select(c, a, b, e.dtype)
+    elif e is None or isinstance(e, (str, int, float)):
+        return e
     out = fn(e)
     return e if out is None else out
 
@@ -89,12 +98,19 @@ def loads_in(st) -> list:
     """Every Load in statement `st` (nested statements, indices and conditions included)."""
     out = []
     for s in T.walk_stmts([st]):
-        for f in ("value", "cond"):
-            e = getattr(s, f, None)
-            if e is not None and not isinstance(e, str):
-                out += [x for x in T.walk_exprs(e) if isinstance(x, T.Load)]
-        for i in getattr(s, "idx", ()) or ():
-            out += [x for x in T.walk_exprs(i) if isinstance(x, T.Load)]
+        out += own_loads(s)
+    return out
+
+
+def own_loads(s) -> list:
+    """The Loads of statement `s`'s own value, condition and indices (not of nested statements)."""
+    out = []
+    for f in ("value", "cond"):
+        e = getattr(s, f, None)
+        if e is not None and not isinstance(e, str):
+            out += [x for x in T.walk_exprs(e) if type(x) is T.Load]
+    for i in getattr(s, "idx", ()) or ():
+        out += [x for x in T.walk_exprs(i) if type(x) is T.Load]
     return out
 
 
