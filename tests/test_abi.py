@@ -135,3 +135,35 @@ def test_generated_sources_compile_with_strict_warnings(tmp_path, cxx, sample):
                             "-I", str(out), "-fsyntax-only", str(user)],
                            capture_output=True, text=True)
         assert r.returncode == 0, f"{sample}.h as {lang}:\n{r.stderr[-3000:]}"
+
+
+def test_tile_scratch_is_kept_per_calling_thread_and_released_on_request():
+    """A kernel's tile buffers live in a cache of the calling thread: calls from two threads at
+    once, each growing its cache (a row longer than any before) and releasing it between calls,
+    all give the reference's results; the release function is in the header and the library."""
+    import threading
+    _, out = build_text((SAMPLES / "softmax.tile").read_text(), "softmax.tile")
+    assert "void softmax_rows_release_scratch(void);" in (out / "softmax.h").read_text()
+    lib = ctypes.CDLL(str(out / "libsoftmax.so"))
+    lib.softmax_rows.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+    lib.softmax_rows_release_scratch.restype = None
+    errors = []
+
+    def worker(seed: int):
+        rng = np.random.default_rng(seed)
+        for n, cols in enumerate((100, 3000, 50, 20000, 7, 20000)):
+            x = rng.standard_normal((5, cols)).astype(np.float32)
+            y = np.full_like(x, np.nan)
+            status = lib.softmax_rows(x.ctypes.data, y.ctypes.data, 5, cols)
+            e = np.exp(x - x.max(axis=1, keepdims=True))
+            ref = e / e.sum(axis=1, keepdims=True)
+            if status != 0 or not np.allclose(y, ref, rtol=1e-5, atol=1e-7):
+                errors.append((seed, cols, status))
+            if n % 3 == 2:
+                lib.softmax_rows_release_scratch()
+    threads = [threading.Thread(target=worker, args=(s,)) for s in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors

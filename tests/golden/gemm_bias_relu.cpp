@@ -18,6 +18,9 @@
 
 namespace {
 
+// the calling thread's tile buffers, kept for its next call (NAME_release_scratch frees them)
+thread_local tilec::ScratchCache tilec_scratch_cache;
+
 // ---- kernel gemm_bias_relu_k0: GEMM with fused prologue/epilogue
 //   # GEMM with fused prologue/epilogue
 //   kernel gemm_bias_relu_k0(A: f16[M, K], B: f16[K, N], bias: f16[N]) -> C: f16[M, N]:
@@ -41,11 +44,12 @@ static int tilec_launch_gemm_bias_relu_k0(const tilec_f16* __restrict A, const t
     const size_t tilec_per_thread = tilec_off_acc + tilec::align64((size_t)((64) * (256)) * sizeof(float));  // each thread owns one block's tile buffers
     // no more threads than blocks: a small call does not start a whole team
     const int tilec_threads = (int)tilec::imin(omp_get_max_threads(), tilec_blocks);
-    tilec::Scratch tilec_scratch(tilec_per_thread * (size_t)tilec_threads);
-    if (tilec_per_thread && !tilec_scratch.data) return TILEC_ERR_OUT_OF_MEMORY;
+    unsigned char* const tilec_scratch =
+        tilec_per_thread ? tilec_scratch_cache.get(tilec_per_thread * (size_t)tilec_threads) : nullptr;
+    if (tilec_per_thread && !tilec_scratch) return TILEC_ERR_OUT_OF_MEMORY;
     #pragma omp parallel num_threads(tilec_threads) if (tilec_threads > 1)
     {
-        unsigned char* tilec_mine = tilec_scratch.data + tilec_per_thread * (size_t)omp_get_thread_num();
+        unsigned char* tilec_mine = tilec_scratch + tilec_per_thread * (size_t)omp_get_thread_num();
         (void)tilec_mine;
         float* __restrict A_s = reinterpret_cast<float*>(tilec_mine + tilec_off_A_s);
         float* __restrict B_s = reinterpret_cast<float*>(tilec_mine + tilec_off_B_s);
@@ -116,6 +120,10 @@ extern "C" int gemm_bias_relu(const tilec_f16* A, const tilec_f16* B, const tile
     const int tilec_status = gemm_bias_relu_with_workspace(A, B, bias, C, M, K, N, tilec_workspace, tilec_bytes);
     tilec::workspace_free(tilec_workspace);
     return tilec_status;
+}
+
+extern "C" void gemm_bias_relu_release_scratch(void) {
+    tilec_scratch_cache.release();
 }
 
 // ---- what gemm_bias_relu_info() describes

@@ -166,6 +166,11 @@ extern "C" {
  */
 int gemm_bias_relu(const tilec_f16* A, const tilec_f16* B, const tilec_f16* bias, tilec_f16* C, int64_t M, int64_t K, int64_t N);
 
+/* Frees the memory gemm_bias_relu keeps for the calling thread's later calls (on the CPU its tile
+ * buffers, grown to the largest call so far and otherwise freed when the thread ends); the next
+ * call allocates them again. */
+void gemm_bias_relu_release_scratch(void);
+
 /* The arguments of gemm_bias_relu, for tools that generate bindings. */
 const tilec_kernel_info* gemm_bias_relu_info(void);
 
@@ -173,7 +178,9 @@ const tilec_kernel_info* gemm_bias_relu_info(void);
 size_t gemm_bias_relu_workspace_size(int64_t M, int64_t K, int64_t N);
 
 /* gemm_bias_relu with caller-provided scratch memory of at least gemm_bias_relu_workspace_size() bytes
- * (may be NULL when that is 0): no allocation happens in the call. */
+ * (may be NULL when that is 0): the call allocates no workspace (on the CPU, tile buffers are
+ * allocated only by a thread's first call or one larger than any before, and then kept: see
+ * gemm_bias_relu_release_scratch). */
 int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16* B, const tilec_f16* bias, tilec_f16* C, int64_t M, int64_t K, int64_t N, void* workspace, size_t workspace_bytes);
 
 #ifdef __cplusplus

@@ -418,6 +418,7 @@ def render(target, src, m, env, banner, options) -> dict:
         threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
         ctx = launcher_context(g, prog, [], [])
         ctx["kernels"] = [render_kernel(k, g.symbols, threads) for k in prog.kernels]
+        ctx["release_scratch"] = "tilec_scratch_cache.release();"
         return ctx
     files, libs = render_libraries(
         target, src, m, env, banner, options, kernel_context, [], [],

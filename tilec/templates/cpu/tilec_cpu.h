@@ -619,14 +619,30 @@ static inline size_t workspace_align(size_t n) { return (n + 255) & ~(size_t)255
 static inline void* workspace_alloc(size_t bytes) { return std::aligned_alloc(256, workspace_align(bytes)); }
 static inline void workspace_free(void* p) { std::free(p); }
 
-// Owns a 64-byte aligned allocation; `data` is NULL when the allocation failed (or size is 0).
-struct Scratch {
-    unsigned char* data;
-    explicit Scratch(size_t bytes)
-        : data(bytes ? static_cast<unsigned char*>(std::aligned_alloc(64, align64(bytes))) : nullptr) {}
-    ~Scratch() { std::free(data); }
-    Scratch(const Scratch&) = delete;
-    Scratch& operator=(const Scratch&) = delete;
+// The tile buffers a calling thread's calls use, kept between calls (one per kernel source file
+// and calling thread): grown when a call needs more, freed by release() (the kernel's
+// NAME_release_scratch) or when the thread ends. 64-byte aligned; get() returns NULL when the
+// allocation fails.
+struct ScratchCache {
+    unsigned char* data = nullptr;
+    size_t bytes = 0;
+    unsigned char* get(size_t n) {
+        if (n > bytes) {
+            release();
+            data = static_cast<unsigned char*>(std::aligned_alloc(64, align64(n)));
+            bytes = data ? n : 0;
+        }
+        return data;
+    }
+    void release() {
+        std::free(data);
+        data = nullptr;
+        bytes = 0;
+    }
+    ScratchCache() = default;
+    ScratchCache(const ScratchCache&) = delete;
+    ScratchCache& operator=(const ScratchCache&) = delete;
+    ~ScratchCache() { release(); }
 };
 
 // Do the byte ranges [a, a + na) and [b, b + nb) overlap?
