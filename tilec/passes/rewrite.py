@@ -7,6 +7,7 @@ from dataclasses import fields, replace
 
 from ..ir import tile as T
 
+
 def map_expr(e, fn):
     """Rewrite expression `e` bottom-up: `fn(node)` returns a replacement or None to keep it."""
     t = type(e)  # children in the order x, a, b, cond, idx
