@@ -447,10 +447,11 @@ class CudaRenderer(CStyleRenderer):
 
     def version_whole(self, body, depth) -> bool:
         """Render the kernel body `body` twice when its loops over vector groups (statements of
-        it, or of its sequential loops) have column bounds: a version where every group of this thread lies inside the bounds and
-        every vector access is aligned (tested once, up front), whose loops run without per-group
-        counts or alignment tests, and the guarded version for the threads at a row's ragged
-        end. False (nothing rendered) when no loop qualifies."""
+        it, or of its sequential loops) have column bounds: a version where every group of this
+        thread lies inside the bounds and every vector access is aligned (tested once, up
+        front), whose loops run without per-group counts or alignment tests, and the guarded
+        version for the threads at a row's ragged end. False (nothing rendered) when no loop
+        qualifies."""
         whole, conds = {}, []
         defined = defined_names(body)
         # threads that exchange values (shuffles, barriers, shared memory) must all take the same
@@ -501,9 +502,14 @@ class CudaRenderer(CStyleRenderer):
         conds = []
         if uniform:
             conds += [f"{self.expr(T.isub(bound, base))} >= {L.cols}" for base, bound in col_bounds]
-        # a one-row layout's groups run left to right: its last group is whole only if all are
-        qs = [L.groups() - 1] if L.rows == 1 and L.valid("0") is None else range(L.groups())
-        qs = [] if uniform else qs
+        # per thread: a one-row layout's groups run left to right, so its last group is whole
+        # only if all are
+        if uniform:
+            qs = []
+        elif L.rows == 1 and L.valid("0") is None:
+            qs = [L.groups() - 1]
+        else:
+            qs = range(L.groups())
         for q in qs:
             col0 = L.col0(str(q))
             tests = [f"{self.expr(T.isub(bound, base))} - {col0} >= {L.vec}"
@@ -756,7 +762,8 @@ class CudaRenderer(CStyleRenderer):
         dequant = [] if other or vec != 8 else self.dequant_stores(body, orelse, sources)
         values = [] if dequant or other or orelse or vec != 8 else \
             self.dequant_values(body, sources)
-        deferred = {q for _, q, _, _ in dequant + values}  # loaded as words on the fast path
+        # loaded as words on the fast path (in program order: the source is deterministic)
+        deferred = list(dict.fromkeys(q for _, q, _, _ in dequant + values))
         for ld in loads:
             if ld not in deferred:
                 self.emit_column_load(ld, jvar, rowwise, sources[ld], vec, nload, d)
