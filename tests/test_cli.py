@@ -432,3 +432,26 @@ def test_the_calling_thread_caps_the_threads_of_a_call(tmp_path):
     capped = subprocess.run([str(exe), "cap"], capture_output=True, text=True, env=env).stdout.split()
     assert free[0] == capped[0] == "0"
     assert int(free[1]) > 1 and int(capped[1]) == 1, (free, capped)
+
+
+def test_run_times_kernels_with_a_workspace_allocated_once():
+    """`tilec run` calls a kernel that needs a workspace through NAME_with_workspace with one
+    allocated up front (so the timed calls are the kernels', not a workspace allocation each),
+    and a kernel without one through its plain entry point; both give the reference's results."""
+    from tilec import interp
+    from tilec.runner import _Call, choose_dims
+    for sample, want in (("gemm_gelu_softmax", "gemm_gelu_softmax_with_workspace"),
+                         ("softmax", "softmax_rows")):
+        m0, out = build_text((SAMPLES / f"{sample}.tile").read_text(), f"{sample}.tile")
+        g = m0.graphs[0]
+        dims = choose_dims(g, {})
+        c = _Call(out / f"lib{sample}.so", g, interp.random_inputs(g, dims, 1, False), dims, "cpu")
+        try:
+            assert c.fn.__name__ == want
+            c.check()
+            ref = interp.run_graph(g, interp.random_inputs(g, dims, 1, False), dims)
+            for name, got in c.outputs().items():
+                assert interp.rel_error(got, ref[name]) <= interp.tolerance(
+                    g.outputs[0].type.dtype, 1 << 20)
+        finally:
+            c.rt.close()
