@@ -142,7 +142,8 @@ PER_KERNEL_HELP = "One library and header per kernel (default: one for the whole
 def check(state, file, target, arch):
     """Parse, verify and compile FILE without writing anything."""
     m = _load(state, file)
-    driver.compile_module(m, target, verify=True, options=_options(target, arch))
+    for part in driver.parts(m):  # the IR of one part at a time: a large file's check fits
+        driver.compile_module(part, target, verify=True, options=_options(target, arch))
     click.echo(f"{state['src'].display}: ok ({len(m.graphs)} kernel(s))")
 
 

@@ -76,6 +76,15 @@ def select(m: Module, kernel: str | None) -> Module:
                    schedules=tuple(s for s in m.schedules if s[0] == kernel))
 
 
+def parts(m: Module, size: int = 256):
+    """`m` as modules of at most `size` kernels each (with their schedules), in order: what a
+    whole-file check compiles one at a time, so that its memory is one part's IR."""
+    for i in range(0, len(m.graphs), size):
+        graphs = m.graphs[i:i + size]
+        names = {g.name for g in graphs}
+        yield replace(m, graphs=graphs, schedules=tuple(s for s in m.schedules if s[0] in names))
+
+
 def get_target(name: str):
     if name not in targets.TARGETS:
         raise error(f"unknown target '{name}'; targets are {', '.join(targets.names())}")

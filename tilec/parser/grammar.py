@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from lark.indenter import Indenter
 
 from ..diagnostics import Loc, TilecError, error
 from . import ast
-from .transform import ToAst
+from .transform import LINE_OFFSET, ToAst
 
 
 class TileIndenter(Indenter):
@@ -194,17 +195,56 @@ def _syntax_error(e: UnexpectedInput, source: str) -> TilecError:
     return error(str(e).splitlines()[0], Loc(getattr(e, "line", 1), getattr(e, "column", 1)))
 
 
+# a line that starts a kernel or a schedule (a top-level item) at the start of a line
+_ITEM = re.compile(r"^(?=(?:kernel|schedule)\b)", re.M)
+_PART_BYTES = 64 * 1024  # a large file is parsed in parts of about this size
+
+
 def parse(source: str) -> ast.Module:
-    """Parse .tile source text into an ast.Module; raises TilecError with a location."""
+    """Parse .tile source text into an ast.Module; raises TilecError with a location.
+
+    A large file is parsed in parts of whole top-level items, each one's parse tree dropped
+    once it is turned into syntax nodes: the memory of the parse is one part's tree, not the
+    file's (562 MB for a 5 MB file). A part boundary that is not a real one (a line inside a
+    string or brackets that starts like an item) makes that part fail to parse; then, as for any
+    syntax error, the whole file is parsed at once, and its error is the one reported."""
     if not source.endswith("\n"):
         source += "\n"
+    if len(source) > 2 * _PART_BYTES:
+        try:
+            return _parse_parts(source)
+        except TilecError:
+            pass
+    return _parse_text(source)
+
+
+def _parse_text(source: str, line_offset: int = 0) -> ast.Module:
     try:
         tree = _parser().parse(source)
     except UnexpectedInput as e:
         raise _syntax_error(e, source) from None
+    token = LINE_OFFSET.set(line_offset)
     try:
         return ToAst().transform(tree)
     except VisitError as e:
         if isinstance(e.orig_exc, TilecError):
             raise e.orig_exc from None
         raise
+    finally:
+        LINE_OFFSET.reset(token)
+
+
+def _parse_parts(source: str) -> ast.Module:
+    cuts, last = [0], 0
+    for m in _ITEM.finditer(source):
+        if m.start() - last >= _PART_BYTES:
+            cuts.append(m.start())
+            last = m.start()
+    cuts.append(len(source))
+    kernels, schedules, line = [], [], 0
+    for a, b in zip(cuts, cuts[1:]):
+        part = _parse_text(source[a:b], line)
+        kernels += part.kernels
+        schedules += part.schedules
+        line += source.count("\n", a, b)
+    return ast.Module(Loc(1, 1), tuple(kernels), tuple(schedules))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast as pyast
+from contextvars import ContextVar
 
 from lark import Token, Transformer, v_args
 
@@ -10,11 +11,17 @@ from ..diagnostics import Loc, error
 from . import ast
 
 
+# lines before the text being transformed (a part of a file parsed on its own: grammar.parse)
+LINE_OFFSET: ContextVar[int] = ContextVar("LINE_OFFSET", default=0)
+
+
 def loc_of(meta_or_tok) -> Loc:
+    skip = LINE_OFFSET.get()
     if isinstance(meta_or_tok, Token):
-        return Loc(meta_or_tok.line, meta_or_tok.column, meta_or_tok.column + len(meta_or_tok.value))
+        return Loc(meta_or_tok.line + skip, meta_or_tok.column,
+                   meta_or_tok.column + len(meta_or_tok.value))
     end = meta_or_tok.end_column if meta_or_tok.end_line == meta_or_tok.line else None
-    return Loc(meta_or_tok.line, meta_or_tok.column, end)
+    return Loc(meta_or_tok.line + skip, meta_or_tok.column, end)
 
 
 def _span(a: Loc, b: Loc) -> Loc:
