@@ -157,10 +157,12 @@ def compile_module(m: Module, target: str = "cpu", print_after=(), verify: bool 
     validate_schedules(m)
     if verify:
         verify_module(m, "parse")
+    checked = (m.graphs, m.plans)  # what verify_module has seen (it checks graphs and plans)
     for name, fn in passes:
         m = fn(m, opts)
-        if verify:
+        if verify and (m.graphs is not checked[0] or m.plans is not checked[1]):
             verify_module(m, name)
+            checked = (m.graphs, m.plans)
         if name in print_after and log is not None:
             log(f"// ----- after {name} -----\n" + print_stage(m, _stage_of(name)))
         if name == stop_after:
