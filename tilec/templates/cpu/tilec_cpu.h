@@ -519,6 +519,16 @@ template <typename T> static inline T sigmoid(T x) {
     const T s = T(1) / (T(1) + e);
     return x >= T(0) ? s : e * s;
 }
+// float: the choice between e and 1 made on the bits (the sign of x), then one multiply. Written
+// as a float select, g++ turns it back into a branch around `e * s`, which it will not run for
+// every element (the multiply could raise a floating-point exception) unless the ISA can mask
+// it (AVX-512): under AVX2 and SSE the loop stayed scalar, 6x slower.
+template <> inline float sigmoid(float x) {
+    const float e = exp_f32(-std::abs(x));
+    const float s = 1.0f / (1.0f + e);
+    const uint32_t neg = 0u - (bits_f32(x) >> 31);  // all ones where x has its sign bit set
+    return f32_bits((bits_f32(e) & neg) | (bits_f32(1.0f) & ~neg)) * s;
+}
 template <typename T> static inline T silu(T x) { return x * sigmoid(x); }
 // 0.5 x (1 + erf(x / sqrt 2)), written with erfc so that it does not cancel to 0 for x << 0
 template <typename T> static inline T gelu(T x) {
