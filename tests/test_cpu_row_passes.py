@@ -4,7 +4,8 @@ row_reciprocal (a division by a row's value multiplies by its reciprocal)."""
 
 from __future__ import annotations
 
-from conftest import check_text, compile_text
+import pytest
+from conftest import SAMPLES, check_text, compile_text
 
 from tilec import driver
 
@@ -133,3 +134,32 @@ def test_row_buffer_only_an_output_reads_is_the_output():
     for text, dims in ((SOFTMAX16, dict(R=5, C=300)), (REVERSED, dict(R=3)),
                        (BRANCHED, dict(R=3))):
         check_text(text, dims, target="cpu")
+
+
+@pytest.mark.parametrize("sample,dims", [
+    ("elementwise_chain", dict(R=5, C=1001)), ("rmsnorm", dict(R=3, C=777)),
+    ("layernorm", dict(R=4, C=300)), ("multi_output", dict(R=17, C=100)),
+    ("attention", dict(B=1, H=2, L=37, S=50, D=20)), ("softmax", dict(R=3, C=4099))])
+def test_streamed_stores_write_every_value(monkeypatch, sample, dims):
+    """With the size threshold at 0 every output row that streams goes through the chunked
+    loop and tilec::stream_row (unaligned row starts, chunks cut at 64-byte boundaries, plain
+    stores at both ends): the results match the reference at ragged sizes."""
+    monkeypatch.setenv("CXXFLAGS", "-O2 -DTILEC_STREAM_BYTES=0")
+    text = (SAMPLES / f"{sample}.tile").read_text()
+    check_text(text, dims, name=f"{sample}.tile")
+
+
+def test_only_first_writes_of_large_outputs_stream():
+    """A row written once from inputs streams (RMSNorm's output); a softmax's in-place scaling
+    of the exponentials it stored does not (those lines are in cache); no kernel streams
+    below TILEC_STREAM_BYTES (tested at run time)."""
+    src = {}
+    for sample in ("rmsnorm", "softmax"):
+        s, m0, m = compile_text((SAMPLES / f"{sample}.tile").read_text(), f"{sample}.tile", "cpu")
+        src.update(driver.render(s, m, "cpu"))
+    cpp = {k: v for k, v in src.items() if k.endswith(".cpp")}
+    rms = cpp["rmsnorm_f32.cpp"]  # (the f16 kernel beside it writes f16: not streamed)
+    sm = next(v for k, v in cpp.items() if "softmax" in k)
+    assert "tilec::stream_row(" in rms and ">= TILEC_STREAM_BYTES" in rms
+    assert "tilec::stream_fence();" in rms
+    assert "stream_row" not in sm and "stream_fence" not in sm

@@ -20,10 +20,10 @@ from ..passes import (
     store_into_output,
     version_masks,
 )
-from ..passes.rewrite import column_base, unit_stride, used_names, uses_var
+from ..passes.rewrite import column_base, loads_in, unit_stride, used_names, uses_var
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
-from .cstyle import ABI_TYPE, CStyleRenderer, cname, pdim
+from .cstyle import ABI_TYPE, CStyleRenderer, bytes_expr, cname, pdim
 
 ALL_DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4", "u4")
 
@@ -203,13 +203,68 @@ class CpuRenderer(CStyleRenderer):
             self.reducing_loop(s.body, v, ext, reductions, d)
         else:
             self.unpack_rows(s.body, v, ext, d)
-            self.emit("#pragma omp simd", d)
-            self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)}) {{", d)
-            self.stmts(s.body, d + 1)
-            self.emit("}", d)
+            out = self.streamed_store(s.body, v)
+            if out is not None:
+                self.streaming_loop(s.body, v, ext, out, d)
+            else:
+                self.emit("#pragma omp simd", d)
+                self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; "
+                          f"++{cname(v)}) {{", d)
+                self.stmts(s.body, d + 1)
+                self.emit("}", d)
             self.unpacked.clear()
         for n in reversed(range(len(outer))):
             self.emit("}", depth + n)
+
+    def streamed_store(self, body, v: str):
+        """The loop's one store when it writes an f32 output along `v` (unit stride), after only
+        `let`s: the values can go to memory with non-temporal stores (streaming_loop)."""
+        *lets, last = body
+        if not (isinstance(last, T.Store) and last.buf in self.globals and
+                all(isinstance(x, T.Let) for x in lets) and
+                self.globals[last.buf].dtype == "f32" and unit_stride(last.idx, v)):
+            return None
+        # only the first write of the output's lines: a loop that rewrites values an earlier
+        # statement stored (a softmax scaling its exponentials in place) finds them in cache
+        if any(ld.buf == last.buf for st in body for ld in loads_in(st)) or any(
+                isinstance(x, T.Store) and x.buf == last.buf and x is not last
+                for x in T.walk_stmts(self.k.body)):
+            return None
+        return last
+
+    def streaming_loop(self, body, v: str, ext, st: T.Store, d: int):
+        """The loop of a row written to a large output (at least TILEC_STREAM_BYTES): values
+        computed 256 at a time into a small buffer, then written with non-temporal stores
+        (tilec::stream_row), which do not first read the output's cache lines from memory (a
+        plain store does, for a third more traffic) and do not evict the inputs; smaller outputs,
+        which a later kernel may find in cache, take the plain loop."""
+        p = self.globals[st.buf]
+        at = st.idx[:-1] + (column_base(st.idx[-1], v),)
+        n = self.expr(ext)
+        self.emit(f"if ({bytes_expr('f32', p.shape, '(size_t)')} >= TILEC_STREAM_BYTES) {{", d)
+        self.emit(f"float* const tilec_row = {cname(p.name)} + {self.global_offset(p, at)};",
+                  d + 1)
+        # chunks end on 64-byte boundaries of the row (the first one is shorter when the row
+        # starts between two), so only the row's ends take plain stores
+        self.emit(f"for (int64_t tilec_c = 0, tilec_m = 0; tilec_c < {n}; tilec_c += tilec_m) {{",
+                  d + 1)
+        self.emit("alignas(64) float tilec_vals[256];", d + 2)
+        self.emit(f"tilec_m = tilec::imin(256 - tilec::stream_skew(tilec_row + tilec_c), "
+                  f"{n} - tilec_c);", d + 2)
+        self.emit("#pragma omp simd", d + 2)
+        self.emit("for (int64_t tilec_k = 0; tilec_k < tilec_m; ++tilec_k) {", d + 2)
+        self.emit(f"const int64_t {cname(v)} = tilec_c + tilec_k;", d + 3)
+        self.stmts(body[:-1], d + 3)
+        self.emit(f"tilec_vals[tilec_k] = {self.store_expr(st.buf, st.value)};", d + 3)
+        self.emit("}", d + 2)
+        self.emit("tilec::stream_row(tilec_row + tilec_c, tilec_vals, tilec_m);", d + 2)
+        self.emit("}", d + 1)
+        self.emit("} else {", d)
+        self.emit("#pragma omp simd", d + 1)
+        self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {n}; ++{cname(v)}) {{", d + 1)
+        self.stmts(body, d + 2)
+        self.emit("}", d + 1)
+        self.emit("}", d)
 
     def unpack_rows(self, body, v: str, ext, d: int):
         """4-bit loads along the SIMD loop's variable (`q[r, c0 + v]`): a byte holds two
@@ -409,7 +464,8 @@ def render_kernel(k: T.TileKernel, symbols, threads_expr: str) -> dict:
     return dict(name=k.name, comment=k.comment, params=params, grid=grid,
                 schedule="dynamic, 1" if uneven else "static",
                 buffers=buffers, per_thread=off if buffers else "0", threads=threads_expr,
-                block_vars=bvars, body=em.lines, tile_ir=T.print_kernel(k).splitlines())
+                block_vars=bvars, body=em.lines, tile_ir=T.print_kernel(k).splitlines(),
+                streams=any("tilec::stream_row(" in line for line in em.lines))
 
 
 def render(target, src, m, env, banner, options) -> dict:

@@ -27,6 +27,9 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#if defined(__x86_64__)
+#include <immintrin.h>  // non-temporal stores (stream_row)
+#endif
 
 #define TILEC_PRAGMA_(x) _Pragma(#x)
 #if defined(__GNUC__) && !defined(__clang__)
@@ -619,6 +622,50 @@ template <int N, typename T> static inline T ipow(T x) {
         for (int i = 1; i < N; ++i) p = p * x;
         return p;
     }
+}
+
+// ---- non-temporal stores --------------------------------------------------------------------
+// Outputs of at least this many bytes are written with non-temporal stores (see stream_row).
+#ifndef TILEC_STREAM_BYTES
+#define TILEC_STREAM_BYTES (size_t(32) << 20)
+#endif
+// dst[0, n) = src[0, n): the aligned middle with non-temporal stores (no read of the
+// destination's cache lines first, no eviction of what the caches hold), the ends with plain
+// ones. Not fenced here (a fence waits for the stores to reach memory): each thread of a kernel
+// calls stream_fence() once, after its blocks.
+static inline void stream_row(float* dst, const float* src, int64_t n) {
+    int64_t j = 0;
+#if defined(__x86_64__)
+#if defined(__AVX512F__)
+    constexpr int W = 16;
+#elif defined(__AVX__)
+    constexpr int W = 8;
+#else
+    constexpr int W = 4;
+#endif
+    for (; j < n && (reinterpret_cast<uintptr_t>(dst + j) % (W * sizeof(float))) != 0; ++j) dst[j] = src[j];
+    for (; j + W <= n; j += W) {
+#if defined(__AVX512F__)
+        _mm512_stream_ps(dst + j, _mm512_loadu_ps(src + j));
+#elif defined(__AVX__)
+        _mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));
+#else
+        _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+#endif
+    }
+#endif
+    for (; j < n; ++j) dst[j] = src[j];
+}
+// How many floats `p` lies past a 64-byte boundary.
+static inline int64_t stream_skew(const float* p) {
+    return (int64_t)((reinterpret_cast<uintptr_t>(p) / sizeof(float)) % 16);
+}
+// Orders this thread's non-temporal stores before what it does next (joining the team): the
+// values are then visible to the threads that synchronize with it. Cheap when none are pending.
+static inline void stream_fence() {
+#if defined(__x86_64__)
+    _mm_sfence();
+#endif
 }
 
 // ---- host-side helpers for launchers ---------------------------------------------------------
