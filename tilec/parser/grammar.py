@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from importlib import resources
 from pathlib import Path
@@ -235,14 +236,13 @@ def _parse_text(source: str, line_offset: int = 0) -> ast.Module:
 
 
 def _parse_parts(source: str) -> ast.Module:
-    cuts, last = [0], 0
+    cuts = [0]
     for m in _ITEM.finditer(source):
-        if m.start() - last >= _PART_BYTES:
+        if m.start() - cuts[-1] >= _PART_BYTES:
             cuts.append(m.start())
-            last = m.start()
     cuts.append(len(source))
     kernels, schedules, line = [], [], 0
-    for a, b in zip(cuts, cuts[1:]):
+    for a, b in itertools.pairwise(cuts):
         part = _parse_text(source[a:b], line)
         kernels += part.kernels
         schedules += part.schedules

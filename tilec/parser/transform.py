@@ -10,7 +10,6 @@ from lark import Token, Transformer, v_args
 from ..diagnostics import Loc, error
 from . import ast
 
-
 # lines before the text being transformed (a part of a file parsed on its own: grammar.parse)
 LINE_OFFSET: ContextVar[int] = ContextVar("LINE_OFFSET", default=0)
 
