@@ -44,8 +44,7 @@ static int tilec_launch_gemm_bias_relu_k0(const tilec_f16* __restrict A, const t
     const size_t tilec_per_thread = tilec_off_acc + tilec::align64((size_t)((64) * (256)) * sizeof(float));  // each thread owns one block's tile buffers
     // no more threads than blocks: a small call does not start a whole team
     const int tilec_threads = (int)tilec::imin(omp_get_max_threads(), tilec_blocks);
-    unsigned char* const tilec_scratch =
-        tilec_per_thread ? tilec_scratch_cache.get(tilec_per_thread * (size_t)tilec_threads) : nullptr;
+    unsigned char* const tilec_scratch = tilec_scratch_cache.get(tilec_per_thread * (size_t)tilec_threads);
     if (tilec_per_thread && !tilec_scratch) return TILEC_ERR_OUT_OF_MEMORY;
     #pragma omp parallel num_threads(tilec_threads) if (tilec_threads > 1)
     {

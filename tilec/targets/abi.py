@@ -147,7 +147,8 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                 title=f"{g.name}: {doc_lines[0]}" if g.doc else g.name, doc_lines=doc_lines,
                 arg_docs=arg_docs, dim_names=list(g.symbols),
                 assume_texts=[a.text for a in g.assumes], info=info,
-                release_scratch="")  # the statement of NAME_release_scratch (a target's)
+                # NAME_release_scratch's statement (a target that keeps memory replaces it)
+                release_scratch="// nothing: this target keeps no memory between calls")
 
 
 _REG = {"f16": "float", "bf16": "float"}

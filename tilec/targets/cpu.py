@@ -91,6 +91,7 @@ class CpuRenderer(CStyleRenderer):
         self.in_place = _gemm_operands_read_in_place(kernel, self.globals, self.allocs)
         self.direct: dict = {}  # tile buffer read in place -> (pointer, row stride)
         self.unpacked: dict = {}  # 4-bit load -> the int8 array its SIMD loop's values are in
+        self.streams = False  # a loop writes with non-temporal stores (streaming_loop)
 
     def load_alloc(self, e: T.Load) -> str:
         a = self.allocs[e.buf]
@@ -207,11 +208,7 @@ class CpuRenderer(CStyleRenderer):
             if out is not None:
                 self.streaming_loop(s.body, v, ext, out, d)
             else:
-                self.emit("#pragma omp simd", d)
-                self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; "
-                          f"++{cname(v)}) {{", d)
-                self.stmts(s.body, d + 1)
-                self.emit("}", d)
+                self.simd_loop(s.body, v, ext, d)
             self.unpacked.clear()
         for n in reversed(range(len(outer))):
             self.emit("}", depth + n)
@@ -263,10 +260,14 @@ class CpuRenderer(CStyleRenderer):
         self.emit("tilec::stream_row(tilec_row + tilec_c, tilec_vals, tilec_m);", d + 2)
         self.emit("}", d + 1)
         self.emit("} else {", d)
-        self.emit("#pragma omp simd", d + 1)
-        self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {n}; ++{cname(v)}) {{", d + 1)
-        self.stmts(body, d + 2)
-        self.emit("}", d + 1)
+        self.simd_loop(body, v, ext, d + 1)
+        self.emit("}", d)
+        self.streams = True
+
+    def simd_loop(self, body, v: str, ext, d: int):
+        self.emit("#pragma omp simd", d)
+        self.emit(f"for (int64_t {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; ++{cname(v)}) {{", d)
+        self.stmts(body, d + 1)
         self.emit("}", d)
 
     def unpack_rows(self, body, v: str, ext, d: int):
@@ -468,7 +469,8 @@ def render_kernel(k: T.TileKernel, symbols, threads_expr: str) -> dict:
                 schedule="dynamic, 1" if uneven else "static",
                 buffers=buffers, per_thread=off if buffers else "0", threads=threads_expr,
                 block_vars=bvars, body=em.lines, tile_ir=T.print_kernel(k).splitlines(),
-                streams=any("tilec::stream_row(" in line for line in em.lines))
+                after_blocks=["tilec::stream_fence();  // this thread's non-temporal stores, "
+                              "before the team joins"] if em.streams else [])
 
 
 def render(target, src, m, env, banner, options) -> dict:
