@@ -10,9 +10,9 @@
 //   * gemm_tile: the register-blocked GEMM tile kernel behind the Tile IR's gemm(),
 //   * the elementwise functions of fused expressions and the launchers' host helpers.
 //
-// Constraints: C++17, standard library only, no intrinsics headers (GCC/Clang
-// vector extensions, and g++'s F16C conversion builtin where F16C is on, are
-// used when available, with a plain scalar fallback),
+// Constraints: C++17, standard library only (GCC/Clang vector extensions, g++'s
+// F16C conversion builtin where F16C is on, and on x86-64 <immintrin.h> for
+// non-temporal stores only, are used when available, with a plain fallback),
 // header-only and safe to include from several translation units, and built
 // WITHOUT -ffast-math, so inf/nan must behave.
 #ifndef TILEC_CPU_H
@@ -636,23 +636,19 @@ template <int N, typename T> static inline T ipow(T x) {
 static inline void stream_row(float* dst, const float* src, int64_t n) {
     int64_t j = 0;
 #if defined(__x86_64__)
+    // W floats per non-temporal store: the widest the instruction set has
 #if defined(__AVX512F__)
     constexpr int W = 16;
+    const auto put = [](float* d, const float* s) { _mm512_stream_ps(d, _mm512_loadu_ps(s)); };
 #elif defined(__AVX__)
     constexpr int W = 8;
+    const auto put = [](float* d, const float* s) { _mm256_stream_ps(d, _mm256_loadu_ps(s)); };
 #else
     constexpr int W = 4;
+    const auto put = [](float* d, const float* s) { _mm_stream_ps(d, _mm_loadu_ps(s)); };
 #endif
     for (; j < n && (reinterpret_cast<uintptr_t>(dst + j) % (W * sizeof(float))) != 0; ++j) dst[j] = src[j];
-    for (; j + W <= n; j += W) {
-#if defined(__AVX512F__)
-        _mm512_stream_ps(dst + j, _mm512_loadu_ps(src + j));
-#elif defined(__AVX__)
-        _mm256_stream_ps(dst + j, _mm256_loadu_ps(src + j));
-#else
-        _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
-#endif
-    }
+    for (; j + W <= n; j += W) put(dst + j, src + j);
 #endif
     for (; j < n; ++j) dst[j] = src[j];
 }
