@@ -21,41 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from .rewrite import map_exprs, subst
-
-
-def _writes(k: T.TileKernel) -> dict:
-    """{buffer: number of statements that write it} (stores, fills, copies' destinations,
-    matrix products' accumulators, reductions and all-reduces)."""
-    out: dict = {}
-    for st in T.walk_stmts(k.body):
-        bufs = []
-        if isinstance(st, (T.Store, T.Fill, T.Allreduce)):
-            bufs = [st.buf]
-        elif isinstance(st, T.Copy):
-            bufs = [st.dst.buf]
-        elif isinstance(st, T.Gemm):
-            bufs = [st.c]
-        elif isinstance(st, T.Reduce):
-            bufs = [st.dst]
-        for b in bufs:
-            out[b] = out.get(b, 0) + 1
-    return out
-
-
-def _opaque_uses(k: T.TileKernel) -> set:
-    """Buffers used other than by element loads and stores (whole-buffer statements)."""
-    out = set()
-    for st in T.walk_stmts(k.body):
-        if isinstance(st, (T.Fill, T.Allreduce)):
-            out.add(st.buf)
-        elif isinstance(st, T.Copy):
-            out |= {st.src.buf, st.dst.buf}
-        elif isinstance(st, T.Gemm):
-            out |= {st.a, st.b, st.c}
-        elif isinstance(st, T.Reduce):
-            out |= {st.src, st.dst}
-    return out
+from .rewrite import loads_of, map_exprs, subst, whole_buffer_uses, writes_per_buffer
 
 
 def _candidates(k: T.TileKernel, writes: dict, opaque: set) -> dict:
@@ -82,19 +48,6 @@ def _candidates(k: T.TileKernel, writes: dict, opaque: set) -> dict:
                 visit(st.body)
                 visit(st.orelse)
     visit(k.body)
-    return out
-
-
-def _loads(stmts, buf: str) -> list:
-    """The loads of `buf` the statements hold (nested ones, loop extents and conditions
-    included)."""
-    out = []
-    for st in T.walk_stmts(stmts):
-        exprs = list(getattr(st, "extents", ()) or ()) + list(getattr(st, "idx", ()) or ()) + \
-            [getattr(st, "value", None), getattr(st, "cond", None)]
-        for e in exprs:
-            if e is not None and not isinstance(e, (str, bool)):
-                out += [x for x in T.walk_exprs(e) if isinstance(x, T.Load) and x.buf == buf]
     return out
 
 
@@ -136,12 +89,12 @@ def run(prog: T.TileProgram, target, options) -> T.TileProgram:
 
 
 def forward(k: T.TileKernel) -> T.TileKernel:
-    writes, opaque = _writes(k), _opaque_uses(k)
+    writes, opaque = writes_per_buffer(k), whole_buffer_uses(k)
     # every read is in the copy loop or after it in the same body (where the names the copy's
     # index uses are in scope and hold the same values), at variables over the copy's extents
     forward = {buf: (store, loop) for buf, (store, loop, after)
                in _candidates(k, writes, opaque).items()
-               if len(_loads(k.body, buf)) == len(_loads((loop,) + after, buf)) and
+               if len(loads_of(k.body, buf)) == len(loads_of((loop,) + after, buf)) and
                _reads_covered(k, buf, loop)}
     if not forward:
         return k

@@ -169,6 +169,52 @@ def column_base(last, var: str):
     return T.iconst(0) if isinstance(last, T.Var) else last.a
 
 
+def writes_per_buffer(k: T.TileKernel) -> dict:
+    """{buffer: number of statements that write it} (stores, fills, copies' destinations,
+    matrix products' accumulators, reductions and all-reduces)."""
+    out: dict = {}
+    for st in T.walk_stmts(k.body):
+        bufs = []
+        if isinstance(st, (T.Store, T.Fill, T.Allreduce)):
+            bufs = [st.buf]
+        elif isinstance(st, T.Copy):
+            bufs = [st.dst.buf]
+        elif isinstance(st, T.Gemm):
+            bufs = [st.c]
+        elif isinstance(st, T.Reduce):
+            bufs = [st.dst]
+        for b in bufs:
+            out[b] = out.get(b, 0) + 1
+    return out
+
+
+def whole_buffer_uses(k: T.TileKernel) -> set:
+    """Buffers used other than by element loads and stores (whole-buffer statements)."""
+    out = set()
+    for st in T.walk_stmts(k.body):
+        if isinstance(st, (T.Fill, T.Allreduce)):
+            out.add(st.buf)
+        elif isinstance(st, T.Copy):
+            out |= {st.src.buf, st.dst.buf}
+        elif isinstance(st, T.Gemm):
+            out |= {st.a, st.b, st.c}
+        elif isinstance(st, T.Reduce):
+            out |= {st.src, st.dst}
+    return out
+
+
+def loads_of(stmts, buf: str) -> list:
+    """The loads of `buf` the statements hold (nested ones, loop extents and conditions
+    included)."""
+    out = []
+    for st in T.walk_stmts(stmts):
+        for e in getattr(st, "extents", ()) or ():
+            out += [x for x in T.walk_exprs(e) if type(x) is T.Load and x.buf == buf]
+        out += [x for x in own_loads(st) if x.buf == buf]
+    return out
+
+
+
 def defined_names(stmts) -> set:
     """Names the statements define (lets and loop variables), nested ones included."""
     out = set()

@@ -22,8 +22,15 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from .forward_copies import _loads, _opaque_uses, _writes
-from .rewrite import defined_names, map_exprs, subst, uses_var
+from .rewrite import (
+    defined_names,
+    loads_of,
+    map_exprs,
+    subst,
+    uses_var,
+    whole_buffer_uses,
+    writes_per_buffer,
+)
 
 
 def _sites(k: T.TileKernel):
@@ -68,7 +75,7 @@ def run(prog: T.TileProgram, target, options) -> T.TileProgram:
 
 
 def store_into(k: T.TileKernel) -> T.TileKernel:
-    writes, opaque = _writes(k), _opaque_uses(k)
+    writes, opaque = writes_per_buffer(k), whole_buffer_uses(k)
     params = {p.name: p for p in k.params}
     allocs = {st.name: st for st in T.walk_stmts(k.body) if isinstance(st, T.Alloc)}
     defined = defined_names(k.body) | set(allocs)
@@ -92,7 +99,7 @@ def store_into(k: T.TileKernel) -> T.TileKernel:
         out = params[w.buf]
         reads = [x for x in T.walk_exprs(w.value) if isinstance(x, T.Load) and x.buf == buf]
         tv = reads[0].idx
-        if branched or writes.get(w.buf) != 1 or _loads(k.body, w.buf) or \
+        if branched or writes.get(w.buf) != 1 or loads_of(k.body, w.buf) or \
            out.dtype != allocs[buf].dtype or any(x.idx != tv for x in reads) or \
            len(tv) != len(st.idx) or \
            not all(isinstance(v, T.Var) and wext.get(v.name) == ext[i.name]
@@ -102,9 +109,9 @@ def store_into(k: T.TileKernel) -> T.TileKernel:
                for e in w.idx for x in T.walk_exprs(e)):
             continue
         # the buffer's other reads: in its writer's loop, at the writer's element
-        local = _loads(loop.body, buf)
+        local = loads_of(loop.body, buf)
         if any(x.idx != st.idx for x in local) or \
-                len(_loads(k.body, buf)) != len(local) + len(reads):
+                len(loads_of(k.body, buf)) != len(local) + len(reads):
             continue
         plans[buf] = (st, w, tv)
     if not plans:
