@@ -120,6 +120,15 @@ kernel rms(X: f16[R, C], w: f16[C], eps: f32) -> Y: f16[R, C]:
 """
 
 
+def cuda_kernel_sources(text: str, name: str = "k.tile") -> dict:
+    """{kernel: its CUDA source, from after `__global__` to its closing brace} of text (sm_90)."""
+    src = driver.render(*[compile_text(text, name, "cuda")[i] for i in (0, 2)], "cuda",
+                        {"arch": ("sm_90",)})
+    cu = "\n".join(v for k, v in src.items() if k.endswith(".cu"))
+    return {re.search(r"\) (\w+)\(", k).group(1): k[:k.index("\n}\n")]
+            for k in cu.split("__global__")[1:]}
+
+
 def ptx_of(text: str, name: str) -> dict:
     """{kernel: its PTX} of text's CUDA sources compiled for sm_90."""
     out = {}
@@ -135,11 +144,7 @@ def test_row_kernel_moves_whole_rows_in_16_byte_accesses():
     per-group tests: 16-byte loads and stores (the stores once compiled to 32-bit pieces), and
     the guarded version only for the ragged end of a row."""
     need_nvcc()
-    src = driver.render(*[compile_text(RMSNORM16, "rms.tile", "cuda")[i] for i in (0, 2)],
-                        "cuda", {"arch": ("sm_90",)})
-    cu = next(v for k, v in src.items() if k.endswith(".cu"))
-    kernel = cu[cu.index("rms_k0_C8192("):]
-    kernel = kernel[:kernel.index("\n}\n")]
+    kernel = cuda_kernel_sources(RMSNORM16, "rms.tile")["rms_k0_C8192"]
     whole, guarded = kernel.split("} else {", 1)
     assert "every vector group of this thread" in whole
     assert "load_vec_whole" in whole and "store_vec_whole" in whole
@@ -158,12 +163,8 @@ def test_threads_that_exchange_values_take_the_same_version():
     keeps the per-thread choice, so only the threads at the row's end take the guarded one."""
     text = (SAMPLES / "softmax.tile").read_text() + (SAMPLES / "layernorm.tile").read_text() + \
         (SAMPLES / "elementwise_chain.tile").read_text() + RMSNORM16
-    src = driver.render(*[compile_text(text, "k.tile", "cuda")[i] for i in (0, 2)], "cuda",
-                        {"arch": ("sm_90",)})
-    cu = "\n".join(v for k, v in src.items() if k.endswith(".cu"))
     seen = {"collective": 0, "per-thread": 0}
-    for kernel in cu.split("__global__")[1:]:
-        kernel = kernel[:kernel.index("\n}\n")]
+    for kernel in cuda_kernel_sources(text).values():
         if "every vector group of this thread" not in kernel:
             continue
         test = kernel.split("// every vector group of this thread")[0].rsplit("if (", 1)[1]
@@ -181,14 +182,10 @@ def test_decode_gemv_reads_whole_weight_words_without_tests():
     per block), each row's eight 4-bit weights are one word load and their scales one 16-byte
     load, with no per-word alignment test and no value-by-value path in that version."""
     text = (SAMPLES / "w4a16.tile").read_text()
-    src = driver.render(*[compile_text(text, "w.tile", "cuda")[i] for i in (0, 2)], "cuda",
-                        {"arch": ("sm_90",)})
-    cu = "\n".join(v for k, v in src.items() if k.endswith(".cu"))
-    kernels = {re.search(r"\) (\w+)\(", k).group(1): k for k in cu.split("__global__")[1:]}
-    gemvs = [k for name, k in kernels.items() if "_gemv" in name and "_sum" not in name]
+    gemvs = [k for name, k in cuda_kernel_sources(text, "w.tile").items()
+             if "_gemv" in name and "_sum" not in name]
     assert gemvs
     for kernel in gemvs:
-        kernel = kernel[:kernel.index("\n}\n")]
         assert "every vector group of this thread" in kernel, kernel[:200]
         test, rest = kernel.split("// every vector group of this thread", 1)
         whole, guarded = rest.split("} else {\n", 1)
