@@ -30,6 +30,7 @@ fi
 if [[ $what == all || $what == *sanitize* ]]; then
     # (TILEC_SANITIZE, lines "sample dims", narrows the cases)
     cases=${TILEC_SANITIZE:-"gemm_bias_relu M=200,N=130,K=70
+gemm_bias_relu M=256,N=384,K=320
 attention B=1,H=2,L=130,S=70,D=64
 causal_attention B=1,H=1,L=150,D=32
 softmax R=5,C=300

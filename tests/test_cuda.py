@@ -195,6 +195,31 @@ def test_decode_gemv_reads_whole_weight_words_without_tests():
         assert "word4(" in guarded  # the ragged or unaligned blocks: tested per word
 
 
+def test_gemm_overlaps_the_end_of_its_k_loop_where_the_copies_lie_inside():
+    """A GEMM's K loop ends with the wait for its next tiles and a barrier; the gemm runs its last
+    k-step across them (the first fragments of the next tiles loading meanwhile), in the version
+    of the loop whose copies all read whole 16-byte chunks inside the tensors: tested once per
+    block, then copies without tests. The blocks at the tensors' edges take the version with
+    tested copies and the plain gemm."""
+    text = (SAMPLES / "gemm_bias_relu.tile").read_text()
+    lowered = T.print_kernel(next(k for p in compile_text(text, "g.tile", "cuda")[2].programs
+                                  for k in p.kernels if k.name == "gemm_bias_relu_k0"))
+    assert "gemm_load(A_s[0], B_s[0], acc)" in lowered
+    assert re.search(r"gemm\(A_s\[k % (\d)\], B_s\[k % \1\], acc, then=\[wait\(\d\); barrier\(\)\], "
+                     r"next=\(k \+ 1\) % \1\)", lowered), lowered
+    assert "# copies inside their tensors if" in lowered
+    kernel = cuda_kernel_sources(text)["gemm_bias_relu_k0"]
+    test, rest = kernel.split("// the copies of every iteration read whole chunks inside the tensors", 1)
+    cond = test.rsplit("if (", 1)[1]
+    assert all(x in cond for x in ("<= M", "<= N", "<= K", "tilec_plan_A_A_s.chunks",
+                                   "tilec_plan_B_B_s.chunks")), cond
+    assert "tilec_frags_acc.load(" in test
+    inside, edge = rest.split("} else {", 1)
+    assert "copy_g2s_inside<" in inside and "copy_g2s<" not in inside
+    assert "gemm_ss_overlapped(" in inside and inside.count("__syncthreads") == 1  # in the gemm
+    assert "copy_g2s<" in edge and "gemm_ss<" in edge and "gemm_ss_overlapped" not in edge
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
 def test_regression_program_compiles(name):

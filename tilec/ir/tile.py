@@ -239,6 +239,19 @@ class Gemm:
     transpose_b: bool = False
     a_stage: object = None  # stage index into a multi-buffered shared operand (pipeline pass)
     b_stage: object = None
+    # overlapped (overlap_gemm pass): the fragments of the first k-step are already loaded (by a
+    # GemmLoad, or by the previous iteration); `sync` runs before the last k-step, after which the
+    # first k-step's fragments of stage `next_stage` load while the last k-step computes
+    sync: tuple = ()
+    next_stage: object = None
+
+
+@dataclass(frozen=True, slots=True)
+class GemmLoad:
+    """Load the fragments of `gemm`'s first k-step (its operands at its stages), for the overlapped
+    gemm of the loop that follows (overlap_gemm pass)."""
+
+    gemm: Gemm
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +288,9 @@ class For:
     by: object = None  # GPU parallel loops: the layout (ir/layout.py) that splits the iterations
     #                    over threads (each thread runs the iterations whose elements it holds)
     loc: object = field(default=None, compare=False)  # hand-written loops: where, for errors
+    # pipelined loops (pipeline pass): when this holds, every tile copy in the body reads a
+    # window wholly inside its tensor, in every iteration (None: not known)
+    inside: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,7 +489,13 @@ def print_stmts(stmts, indent: int) -> list:
                           ", transpose_b=True" if s.transpose_b else ""])
             a = s.a if s.a_stage is None else f"{s.a}[{fmt(s.a_stage)}]"
             b = s.b if s.b_stage is None else f"{s.b}[{fmt(s.b_stage)}]"
+            if s.next_stage is not None:
+                sync = "; ".join(x.strip() for x in print_stmts(s.sync, 0))
+                kw += f", then=[{sync}], next={fmt(s.next_stage)}"
             out.append(f"{pad}gemm({a}, {b}, {s.c}{kw})")
+        elif isinstance(s, GemmLoad):
+            g = s.gemm
+            out.append(f"{pad}gemm_load({g.a}[{fmt(g.a_stage)}], {g.b}[{fmt(g.b_stage)}], {g.c})")
         elif isinstance(s, Reduce):
             out.append(f"{pad}reduce({s.fn}, {s.src}, {s.dst}, axis={s.axis})")
         elif isinstance(s, Allreduce):
@@ -486,7 +508,8 @@ def print_stmts(stmts, indent: int) -> list:
                 ext += f", stages={s.stages}"
             if s.by:
                 ext += f", by={s.by}"
-            out.append(f"{pad}for {', '.join(s.vars)} in {s.kind}({ext}):")
+            note = f"  # copies inside their tensors if {fmt(s.inside)}" if s.inside is not None else ""
+            out.append(f"{pad}for {', '.join(s.vars)} in {s.kind}({ext}):{note}")
             out += print_stmts(s.body, indent + 1)
         elif isinstance(s, If):
             out.append(f"{pad}if {fmt(s.cond)}:")

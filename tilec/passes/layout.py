@@ -226,5 +226,16 @@ class Assign:
         return SharedLayout(rows, cols, elem, False, pad)
 
 
+def on_matrix_units(g: T.Gemm, allocs: dict, resources) -> bool:
+    """Whether the gemm `g` (after this pass) runs on mma.sync fragments: 16-bit operands of one
+    dtype into an f32 accumulator, k-steps of 16, warp tiles of whole 16-row tiles, and operand
+    rows of whole 16-byte chunks (what ldmatrix reads)."""
+    a, b, c = allocs[g.a], allocs[g.b], allocs[g.c]
+    bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
+    return (b.dtype in resources.mma_dtypes and a.dtype == b.dtype and c.dtype == "f32" and
+            bk % 16 == 0 and c.layout.wm % 16 == 0 and b.layout.cols * 2 % 16 == 0 and
+            (a.scope != "shared" or a.layout.cols * 2 % 16 == 0))
+
+
 def run(prog: T.TileProgram, target, options) -> T.TileProgram:
     return replace(prog, kernels=tuple(Assign(k, target).run() for k in prog.kernels))

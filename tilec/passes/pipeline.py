@@ -3,18 +3,21 @@ tile copies of later iterations with the compute of this one.
 
 On a target with asynchronous global -> shared copies (GPU cp.async), every shared buffer that
 the loop body fills with a top-level `copy` gets S stages (a leading axis); a prologue issues the
-copies of the first S-1 iterations, and iteration k waits for its own tiles, issues the copies
-of iteration k+S-1 into the stage freed by iteration k-1, then computes on stage k % S:
+copies of the first S-1 iterations and waits for the first; iteration k issues the copies of
+iteration k+S-1 into the stage freed by iteration k-1, computes on stage k % S, then waits for the
+tiles of iteration k+1 (a loop that waits at the start of each iteration, rotated):
 
     for s in range(S - 1):                       # prologue
         if s < n: copy_async(src(s), buf[s])
         commit()
+    wait(S - 2)                                  # the group of iteration 0 has landed
+    barrier()                                    # ... for every thread
     for k in range(n):
-        wait(S - 2)                              # the group of iteration k has landed
-        barrier()                                # ... for every thread; stage (k-1) % S is free
         if k + S - 1 < n: copy_async(src(k + S - 1), buf[(k + S - 1) % S])
-        commit()
+        commit()                                 # (stage (k-1) % S is free: the barrier below)
         <body, reading buf[k % S]>
+        wait(S - 2)                              # the group of iteration k + 1 has landed
+        barrier()                                # ... for every thread; stage k % S is free
 
 A tile the body computes with a parallel loop (a dequantized weight tile, a prologue) reads its
 inputs with ordinary loads that would stall every iteration; first, each global tensor such a loop
@@ -42,6 +45,40 @@ def _staged_copies(loop: T.For, allocs: dict) -> list:
         if isinstance(s, T.Copy) and s.dst.buf in allocs and allocs[s.dst.buf].scope == "shared" \
            and s.src.buf not in allocs and s.src.offsets is not None:
             out.append(s)
+    return out
+
+
+def _monotone(e, var: str) -> bool:
+    """Whether `e` never decreases as `var` grows (sums, products by non-negative constants and
+    quotients by positive ones of `var` and terms free of it)."""
+    if not uses_var(e, (var,)) or isinstance(e, T.Var):
+        return True
+    if isinstance(e, T.Binary):
+        if e.fn == "add":
+            return _monotone(e.a, var) and _monotone(e.b, var)
+        if e.fn in ("mul", "idiv"):
+            for x, y in ((e.a, e.b), (e.b, e.a)) if e.fn == "mul" else ((e.a, e.b),):
+                if isinstance(y, T.Const) and y.value >= (0 if e.fn == "mul" else 1):
+                    return _monotone(x, var)
+    return False
+
+
+def _inside(copies, allocs: dict, params: dict, k: str, n):
+    """A condition under which every copy reads a window wholly inside its tensor in each of the
+    n iterations (k = 0 .. n - 1); None when the windows' offsets do not grow with k."""
+    conds = []
+    last = T.isub(n, T.iconst(1))
+    for c in copies:
+        dims = params[c.src.buf].shape
+        for off, ext, dim in zip(c.src.offsets[-2:], allocs[c.dst.buf].shape[-2:], dims[-2:]):
+            if not _monotone(off, k):
+                return None
+            end = T.Compare("le", T.iadd(subst(off, {k: last}), ext), T.dim_to_expr(dim))
+            if end not in conds:
+                conds.append(end)
+    out = None
+    for c in conds:
+        out = T.land(out, c)
     return out
 
 
@@ -86,9 +123,14 @@ def _pipelined(loop: T.For, allocs: dict, params: dict):
             st = replace(st, a_stage=stage_k if st.a in staged else st.a_stage,
                          b_stage=stage_k if st.b in staged else st.b_stage)
         body.append(map_exprs(st, staged_read))
-    head = (T.Wait(S - 2), T.Barrier(),
-            T.If(T.ilt(ahead, n), issue(ahead, T.imod(ahead, T.iconst(S)))), T.Commit())
-    return prologue, replace(loop, kind="range", body=head + tuple(body), stages=1), staged
+    # the wait for the next iteration's tiles ends this one (rather than starting the next): a
+    # GEMM that ends the body can then run its last k-step after it, on registers, while the
+    # next tiles' first fragments load (overlap_gemm)
+    head = (T.If(T.ilt(ahead, n), issue(ahead, T.imod(ahead, T.iconst(S)))), T.Commit())
+    sync = (T.Wait(S - 2), T.Barrier())
+    prologue += list(sync)
+    return prologue, replace(loop, kind="range", body=head + tuple(body) + sync, stages=1,
+                             inside=_inside(copies, allocs, params, k, n)), staged
 
 
 def _unit(e, var: str):

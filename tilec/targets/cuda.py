@@ -19,6 +19,7 @@ from ..passes import (
     hoist_invariants,
     layout,
     lower_reductions,
+    overlap_gemm,
     pipeline,
     specialize,
     version_masks,
@@ -119,6 +120,14 @@ class CudaRenderer(CStyleRenderer):
         self.target = target
         self.ctx: LoopContext | None = None
         self.whole: dict | None = None  # in a whole version (version_whole): loop id -> aligned
+        self.copy_plans: dict = {}  # name -> declaration (CopyPlan), at the kernel's start
+        self.loop_depth = 0  # sequential loops around the statement being rendered
+        # in the version of a pipelined loop whose copies lie inside the tensors (For.inside):
+        # the plans those copies use (their `chunks` joins the version's test)
+        self.copies_inside = False
+        self.inside_plans: set = set()
+        self.edge_version = False  # in the other version: no overlapped gemm (its registers
+        #                            and the copies' tests would not fit together: spills)
 
     def binary(self, e: T.Binary) -> str:
         if e.fn == "pow" and not (float(e.exponent).is_integer() and abs(e.exponent) <= 4):
@@ -336,10 +345,25 @@ class CudaRenderer(CStyleRenderer):
             ptr = f"{ptr} + ({self.expr(s.dst.offsets[0])}) * {dst.layout.size()}"
         self.emit(f"// {'issue ' if s.async_ else ''}copy "
                   f"{T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> {s.dst.buf}", depth)
-        self.emit(f"tilec::copy_g2s<{rows}, {cols}, {self.k.threads}, {self.shared_layout_type(dst)}, "
-                  f"{str(s.async_).lower()}, {str(whole).lower()}>({ptr}, {cname(src.name)} + "
-                  f"{start}, {dims[-1]}, {left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])});",
-                  depth)
+        tparams = f"{rows}, {cols}, {self.k.threads}, {self.shared_layout_type(dst)}"
+        plan = ""
+        if whole and self.copies_inside:
+            plan = f"tilec_plan_{cname(src.name)}_{cname(dst.name)}"
+            self.copy_plans[plan] = (f"const auto {plan} = tilec::copy_plan<{tparams}>("
+                                     f"{cname(src.name)}, {dims[-1]});")
+            self.inside_plans.add(plan)
+            self.emit(f"tilec::copy_g2s_inside<{str(s.async_).lower()}>({plan}, {ptr}, "
+                      f"{cname(src.name)} + {start}, {dims[-1]});", depth)
+            return
+        if whole and self.loop_depth:
+            # a copy repeated by a loop: the thread's share is planned once per kernel (CopyPlan)
+            plan = f"tilec_plan_{cname(src.name)}_{cname(dst.name)}"
+            self.copy_plans[plan] = (f"const auto {plan} = tilec::copy_plan<{tparams}>("
+                                     f"{cname(src.name)}, {dims[-1]});")
+            plan += ", "
+        self.emit(f"tilec::copy_g2s<{tparams}, {str(s.async_).lower()}, {str(whole).lower()}>({plan}"
+                  f"{ptr}, {cname(src.name)} + {start}, {dims[-1]}, {left(dims[-2], offs[-2])}, "
+                  f"{left(dims[-1], offs[-1])});", depth)
 
     def s_Commit(self, s, depth):
         self.emit("tilec::cp_async_commit();", depth)
@@ -368,15 +392,9 @@ class CudaRenderer(CStyleRenderer):
         bk = _const(a.shape[-2] if s.transpose_a else a.shape[-1])
         warps = f"{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}"
 
-        def ptr(buf, stage):
-            base = cname(buf)
-            if stage is None:
-                return base
-            return f"{base} + ({self.expr(stage)}) * {self.allocs[buf].layout.size()}"
+        ptr = self.operand_ptr
         lb = self.shared_layout_type(b)
-        r = self.target.resources
-        mma = (b.dtype in r.mma_dtypes and a.dtype == b.dtype and c.dtype == "f32" and
-               bk % 16 == 0 and L.wm % 16 == 0 and b.layout.cols * 2 % 16 == 0)
+        mma = layout.on_matrix_units(s, self.allocs, self.target.resources)
         tb = str(s.transpose_b).lower()
         if a.scope != "shared":
             assert isinstance(a.layout, MmaLayout) and a.layout.warps_n == 1 and \
@@ -392,7 +410,18 @@ class CudaRenderer(CStyleRenderer):
             return
         la = self.shared_layout_type(a)
         ta = str(s.transpose_a).lower()
-        if mma and a.layout.cols * 2 % 16 == 0:
+        if mma and s.next_stage is not None and self.edge_version:
+            self.emit(f"tilec::gemm_ss<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}>("
+                      f"{ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
+            self.stmts(s.sync, depth)
+        elif mma and s.next_stage is not None:
+            # overlapped: the k-steps' fragments (the first loaded before) and, before the last
+            # k-step, the sync statements and the loads of the next stage's first fragments
+            sync = self.capture(s.sync)
+            self.emit(f"tilec::gemm_ss_overlapped({self.fragments(s)}, {ptr(s.a, s.a_stage)}, "
+                      f"{ptr(s.b, s.b_stage)}, {ptr(s.a, s.next_stage)}, {ptr(s.b, s.next_stage)}, "
+                      f"{cname(s.c)}, [&] {{ {' '.join(sync)} }});", depth)
+        elif mma:
             self.emit(f"tilec::gemm_ss<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}>("
                       f"{ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
         else:
@@ -400,6 +429,70 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"tilec::gemm_simt<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}, "
                       f"{kind(b.dtype)}, {acc}>({ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, "
                       f"{cname(s.c)});", depth)
+
+    def s_For(self, s: T.For, depth):
+        seq = s.kind != "parallel"
+        self.loop_depth += seq
+        try:
+            # (only loops whose gemm overlaps their end: elsewhere the second version's
+            # registers spill, e.g. W4A16's dequantizing K loop, for little gain)
+            if s.inside is None or self.copies_inside or not any(
+                    isinstance(x, T.Gemm) and x.next_stage is not None for x in s.body):
+                super().s_For(s, depth)
+                return
+            # a pipelined loop, twice: where every copy of it reads whole 16-byte chunks inside
+            # its tensor (tested once per block), copies without tests and the gemm overlapped
+            # with the loop's end; the loop of the blocks at the tensors' edges keeps the tests
+            mark = len(self.lines)
+            self.copies_inside = True
+            super().s_For(s, depth + 1)
+            self.copies_inside = False
+            inside, plans = self.lines[mark:], sorted(self.inside_plans)
+            del self.lines[mark:]
+            self.inside_plans.clear()
+            cond = " && ".join([self.expr(s.inside)] + [f"{p}.chunks" for p in plans])
+            self.emit(f"if ({cond}) {{", depth)
+            self.emit("// the copies of every iteration read whole chunks inside the tensors", depth + 1)
+            self.lines += inside
+            self.emit("} else {", depth)
+            self.edge_version = True
+            super().s_For(s, depth + 1)
+            self.edge_version = False
+            self.emit("}", depth)
+        finally:
+            self.loop_depth -= seq
+
+    def s_GemmLoad(self, s: T.GemmLoad, depth):
+        g = s.gemm
+        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
+        L = c.layout
+        bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
+        name = self.fragments(g)
+        self.emit(f"// the first k-step's fragments of the overlapped gemm into {g.c}", depth)
+        self.emit(f"tilec::SsFragments<{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}, "
+                  f"{str(g.transpose_a).lower()}, {str(g.transpose_b).lower()}, "
+                  f"{self.shared_layout_type(a)}, {self.shared_layout_type(b)}, {kind(a.dtype)}> "
+                  f"{name};", depth)
+        self.emit(f"{name}.load({self.operand_ptr(g.a, g.a_stage)}, "
+                  f"{self.operand_ptr(g.b, g.b_stage)});", depth)
+
+    def operand_ptr(self, buf: str, stage) -> str:
+        """A gemm operand: shared buffer `buf`, at stage `stage` if it has a stage axis."""
+        if stage is None:
+            return cname(buf)
+        return f"{cname(buf)} + ({self.expr(stage)}) * {self.allocs[buf].layout.size()}"
+
+    @staticmethod
+    def fragments(g: T.Gemm) -> str:
+        return f"tilec_frags_{cname(g.c)}"
+
+    def capture(self, stmts) -> list:
+        """The lines `stmts` render to, without indentation (for an inline lambda)."""
+        mark = len(self.lines)
+        self.stmts(stmts, 0)
+        out = [x.strip() for x in self.lines[mark:]]
+        del self.lines[mark:]
+        return out
 
     # ---- parallel loops, split over threads by their layout
     def parallel(self, s: T.For, depth):
@@ -934,7 +1027,7 @@ def _parallel_loops(body, outer=()):
 
 
 # statements through which the threads of a block exchange values
-_COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.Copy, T.Commit, T.Wait)
+_COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.GemmLoad, T.Copy, T.Commit, T.Wait)
 
 
 # ---- whole-program rendering ----------------------------------------------------------------
@@ -976,7 +1069,7 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
                 args=[
         cname(p.name) for p in k.params] + [cname(s) for s in symbols], grid=grid,
         block_vars=block_vars(k), threads=k.threads, smem=off, shared=shared, frags=frags,
-        body=em.lines, tile_ir=T.print_kernel(k).splitlines())
+        plans=list(em.copy_plans.values()), body=em.lines, tile_ir=T.print_kernel(k).splitlines())
 
 
 def block_vars(k: T.TileKernel) -> list:
@@ -1070,6 +1163,8 @@ CUDA = Target(
         ("layout", layout.run),
         # barriers between shared-memory writers and readers; needs the final statement order
         ("barriers", barriers.run),
+        # a K loop's last gemm runs its last k-step across the wait and barrier ending the loop
+        ("overlap_gemm", overlap_gemm.run),
     ),
     render_files=render,
     templates="cuda",

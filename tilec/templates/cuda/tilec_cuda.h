@@ -480,6 +480,31 @@ template <int N> TILEC_DEV void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
+// What a thread's share of copy_g2s's fast path needs of a tensor whose windows are copied in a
+// loop, computed once per kernel instead of at every copy: the offset of the thread's first chunk
+// inside a window (row stride `ld`), the offset between its chunks, its first chunk's place in the
+// shared tile, and whether 16-byte chunks can be read at all (aligned tensor and row stride).
+template <int ROWS, int COLS, int THREADS, class L, typename T> struct CopyPlan {
+    static constexpr int E = 16 / (int)sizeof(T), CPR = COLS / E;
+    static constexpr int RS = THREADS % CPR == 0 ? THREADS / CPR : 0;  // rows per round of chunks
+    static constexpr int ITERS = (ROWS * CPR + THREADS - 1) / THREADS;
+    static constexpr bool STRIDED = COLS % E == 0 && RS > 0 && RS % L::PERIOD == 0 &&
+                                    (ROWS * CPR) % THREADS == 0;
+    int64_t thread_off;
+    uint32_t dst_off;  // bytes
+    bool chunks;
+    TILEC_DEV CopyPlan(const T* tensor, int64_t ld) {
+        const int tid = threadIdx.x, r0 = STRIDED ? tid / CPR : 0, k = STRIDED ? (tid % CPR) * E : 0;
+        thread_off = (int64_t)r0 * ld + k;
+        dst_off = (uint32_t)(L::offset(r0, k) * (int)sizeof(T));
+        chunks = COLS % E == 0 && ld % E == 0 && (reinterpret_cast<uintptr_t>(tensor) % 16) == 0;
+    }
+};
+template <int ROWS, int COLS, int THREADS, class L, typename T>
+TILEC_DEV CopyPlan<ROWS, COLS, THREADS, L, T> copy_plan(const T* tensor, int64_t ld) {
+    return CopyPlan<ROWS, COLS, THREADS, L, T>(tensor, ld);
+}
+
 // Copy the ROWS x COLS window at `src` (row stride `ld` elements; the first nr rows and nc
 // columns of it lie inside the tensor) into the shared tile `dst` of layout L; the rest of the
 // tile is zero. THREADS threads call it together; each moves whole 16-byte chunks, in a fully
@@ -547,6 +572,63 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
             dst[L::offset(r, c)] = (r < nr && c < nc) ? src[(int64_t)r * ld + c] : T(0);
         }
     }
+}
+
+// copy_g2s of a window known to lie inside the tensor, whose plan says chunks can be read (both
+// tested once, before the loop that copies): no tests at all.
+template <bool ASYNC, int ROWS, int COLS, int THREADS, class L, typename T>
+TILEC_DEV void copy_g2s_inside(const CopyPlan<ROWS, COLS, THREADS, L, T>& plan, T* dst, const T* src,
+                               int64_t ld) {
+    typedef CopyPlan<ROWS, COLS, THREADS, L, T> P;
+    if (!P::STRIDED) {  // chunks do not keep their column from round to round: each its own
+#pragma unroll
+        for (int it = 0; it < P::ITERS; ++it) {
+            const int c = (int)threadIdx.x + it * THREADS, r = c / P::CPR, k = (c % P::CPR) * P::E;
+            if (c >= ROWS * P::CPR) break;
+            if (ASYNC) {
+                cp_async16_whole(smem_addr(dst + L::offset(r, k)), src + (int64_t)r * ld + k);
+            } else {
+                *reinterpret_cast<uint4*>(dst + L::offset(r, k)) =
+                    *reinterpret_cast<const uint4*>(src + (int64_t)r * ld + k);
+            }
+        }
+        return;
+    }
+    const T* s = src + plan.thread_off;
+    const uint32_t a0 = smem_addr(dst) + plan.dst_off;
+#pragma unroll
+    for (int it = 0; it < P::ITERS; ++it, s += P::RS * ld) {
+        if (ASYNC) {
+            cp_async16_whole(a0 + it * P::RS * COLS * (int)sizeof(T), s);
+        } else {
+            *reinterpret_cast<uint4*>(dst + plan.dst_off / sizeof(T) + it * P::RS * COLS) =
+                *reinterpret_cast<const uint4*>(s);
+        }
+    }
+}
+
+// copy_g2s with the thread's share planned ahead (CopyPlan of the tensor `src` lies in): a window
+// wholly inside the tensor, at a column offset that is a multiple of a chunk (WHOLE), takes one
+// add for its first chunk and the plan's step for the others; any other window, copy_g2s.
+template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
+TILEC_DEV void copy_g2s(const CopyPlan<ROWS, COLS, THREADS, L, T>& plan, T* dst, const T* src, int64_t ld,
+                        int64_t nr, int64_t nc) {
+    typedef CopyPlan<ROWS, COLS, THREADS, L, T> P;
+    if (WHOLE && P::STRIDED && plan.chunks && nr >= ROWS && nc >= COLS) {
+        const T* s = src + plan.thread_off;
+        const uint32_t a0 = smem_addr(dst) + plan.dst_off;
+#pragma unroll
+        for (int it = 0; it < P::ITERS; ++it, s += P::RS * ld) {
+            if (ASYNC) {
+                cp_async16_whole(a0 + it * P::RS * COLS * (int)sizeof(T), s);
+            } else {
+                *reinterpret_cast<uint4*>(dst + plan.dst_off / sizeof(T) + it * P::RS * COLS) =
+                    *reinterpret_cast<const uint4*>(s);
+            }
+        }
+        return;
+    }
+    copy_g2s<ROWS, COLS, THREADS, L, ASYNC, WHOLE>(dst, src, ld, nr, nc);
 }
 
 // ---- matrix units: ldmatrix + mma.sync m16n8k16 ------------------------------------------------
@@ -699,6 +781,62 @@ TILEC_DEV void gemm_ss(const typename K::storage* As, const typename K::storage*
         for (int mi = 0; mi < W::MI; ++mi)
 #pragma unroll
             for (int ni = 0; ni < W::NI; ++ni) Mma<K>::run(acc + (mi * W::NI + ni) * 4, a[cur][mi], b[cur][ni]);
+    }
+}
+
+// The fragments of gemm_ss_overlapped's k-steps, kept across the iterations of a pipelined K loop:
+// [0] holds the first k-step's when a call starts (load() before the loop, the previous call
+// after it).
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
+          class K>
+struct SsFragments {
+    typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
+    uint32_t a[2][W::MI][4], b[2][W::NI][2];
+    TILEC_DEV void load(const typename K::storage* As, const typename K::storage* Bs) {
+        AFrags<W::MI, TA, LA>(As, W::m0()).load(a[0], 0);
+        BFrags<W::NI, TB, LB>(Bs, W::n0()).load(b[0], 0);
+    }
+};
+
+// gemm_ss for the last statement of a pipelined K loop, overlapped with the loop's end: the
+// k-steps compute from fragments loaded one step ahead (the first by the previous call); before
+// the last k-step, `sync()` (the loop's wait for its next tiles and barrier) runs and the first
+// fragments of the next tiles (An, Bn) load while the last k-step's mma run. Without it the
+// matrix units idle at every K tile while the warp waits at the barrier and for its first loads.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
+          class K, class Sync>
+TILEC_DEV void gemm_ss_overlapped(SsFragments<BM, BN, BK, WARPS_M, WARPS_N, TA, TB, LA, LB, K>& f,
+                                  const typename K::storage* As, const typename K::storage* Bs,
+                                  const typename K::storage* An, const typename K::storage* Bn,
+                                  float* acc, Sync sync) {
+    typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
+    static_assert(BK % 16 == 0, "the K tile is a multiple of 16");
+    constexpr int KS = BK / 16;
+    const AFrags<W::MI, TA, LA> fa(As, W::m0());
+    const BFrags<W::NI, TB, LB> fb(Bs, W::n0());
+#pragma unroll
+    for (int s = 0; s < KS; ++s) {
+        const int cur = s % 2;
+        if (s + 1 < KS) {
+            fa.load(f.a[cur ^ 1], (s + 1) * 16);
+            fb.load(f.b[cur ^ 1], (s + 1) * 16);
+        } else {
+            sync();
+            AFrags<W::MI, TA, LA>(An, W::m0()).load(f.a[cur ^ 1], 0);
+            BFrags<W::NI, TB, LB>(Bn, W::n0()).load(f.b[cur ^ 1], 0);
+        }
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni) Mma<K>::run(acc + (mi * W::NI + ni) * 4, f.a[cur][mi], f.b[cur][ni]);
+    }
+    if (KS % 2) {  // the next tiles' first fragments went to [1]: to [0] (register moves)
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) f.a[0][mi][r] = f.a[1][mi][r];
+#pragma unroll
+        for (int ni = 0; ni < W::NI; ++ni) { f.b[0][ni][0] = f.b[1][ni][0]; f.b[0][ni][1] = f.b[1][ni][1]; }
     }
 }
 

@@ -1,0 +1,89 @@
+"""Overlap the end of each pipelined K loop iteration with its GEMM (GPU targets, after `barriers`).
+
+The pipeline pass ends iteration k of a pipelined loop with the wait for iteration k+1's tiles and
+a barrier. When the body ends with a gemm on the matrix units whose operands are both staged
+tiles of this iteration, that sync moves into the gemm, before its last k-step: the last k-step
+computes from registers while the warp meets the barrier and loads the first k-step's fragments of
+the next stage, so the matrix units keep working across K tiles:
+
+    wait(S - 2)
+    barrier()
+    gemm_load(A_s[0], B_s[0], acc)                   # the first k-step's fragments of tile 0
+    for k in range(n):
+        ...
+        gemm(A_s[k % S], B_s[k % S], acc, then=[wait(S - 2); barrier()], next=(k + 1) % S)
+
+Nothing else in the body may write the operands (the fragments of the next stage load before
+the body's other statements of the next iteration run).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..ir import tile as T
+from .layout import on_matrix_units
+
+
+def _stage_of(e, var: str):
+    """S when `e` is `var % S` (the stage the pipeline pass indexes by); else None."""
+    if isinstance(e, T.Binary) and e.fn == "imod" and isinstance(e.a, T.Var) and \
+       e.a.name == var and isinstance(e.b, T.Const):
+        return e.b.value
+    return None
+
+
+def _writes(st) -> set:
+    out = set()
+    for s in T.walk_stmts([st]):
+        if isinstance(s, (T.Store, T.Fill)):
+            out.add(s.buf)
+        elif isinstance(s, T.Copy) and not s.async_:
+            out.add(s.dst.buf)
+        elif isinstance(s, T.Gemm):
+            out.add(s.c)
+    return out
+
+
+def _overlap(loop: T.For, allocs: dict, resources):
+    """(GemmLoad, loop) with the loop's last gemm overlapped; None when it does not apply."""
+    body = loop.body
+    if loop.kind != "range" or len(loop.vars) != 1 or len(body) < 3 or \
+       not isinstance(body[-2], T.Wait) or not isinstance(body[-1], T.Barrier) or \
+       not isinstance(body[-3], T.Gemm):
+        return None
+    g, k = body[-3], loop.vars[0]
+    stages = _stage_of(g.a_stage, k)
+    if stages is None or g.b_stage != g.a_stage or g.next_stage is not None or \
+       allocs[g.a].scope != "shared" or not on_matrix_units(g, allocs, resources):
+        return None
+    if any({g.a, g.b} & _writes(st) for st in body[:-3]):
+        return None
+    nxt = T.imod(T.iadd(T.Var(k), T.iconst(1)), T.iconst(stages))
+    first = replace(g, a_stage=T.iconst(0), b_stage=T.iconst(0))
+    return T.GemmLoad(first), replace(loop, body=body[:-3] + (
+        replace(g, sync=body[-2:], next_stage=nxt),))
+
+
+def _walk(stmts, allocs, resources) -> tuple:
+    out = []
+    for st in stmts:
+        if isinstance(st, T.For):
+            st = replace(st, body=_walk(st.body, allocs, resources))
+            done = _overlap(st, allocs, resources)
+            if done is not None:
+                out += done
+                continue
+        elif isinstance(st, T.If):
+            st = replace(st, body=_walk(st.body, allocs, resources),
+                         orelse=_walk(st.orelse, allocs, resources))
+        out.append(st)
+    return tuple(out)
+
+
+def run(prog: T.TileProgram, target, options) -> T.TileProgram:
+    ks = []
+    for k in prog.kernels:
+        allocs = {a.name: a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
+        ks.append(replace(k, body=_walk(k.body, allocs, target.resources)))
+    return replace(prog, kernels=tuple(ks))
