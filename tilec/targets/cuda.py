@@ -29,6 +29,7 @@ from ..passes.rewrite import (
     column_base,
     defined_names,
     loads_in,
+    map_exprs,
     multiple_of,
     unit_stride,
     used_names,
@@ -126,10 +127,16 @@ class CudaRenderer(CStyleRenderer):
         # the plans those copies use (their `chunks` joins the version's test)
         self.copies_inside = False
         self.inside_plans: set = set()
+        self.rotating: dict = {}  # (loop variable, S) -> the counter holding its value % S
         self.edge_version = False  # in the other version: no overlapped gemm (its registers
         #                            and the copies' tests would not fit together: spills)
 
     def binary(self, e: T.Binary) -> str:
+        if e.fn == "imod" and self.rotating:
+            for (k, m), name in self.rotating.items():
+                c = _rotating_form(e, k)
+                if c is not None and m == e.b.value:
+                    return name if c % m == 0 else f"tilec::wrap_add<{m}>({name}, {c % m})"
         if e.fn == "pow" and not (float(e.exponent).is_integer() and abs(e.exponent) <= 4):
             return f"tilec::pow({self.expr(e.a)}, {_lit(e.exponent, e.dtype)})"
         if e.fn == "div" and self.ctx is not None and e.b in self.ctx.recips:
@@ -438,14 +445,14 @@ class CudaRenderer(CStyleRenderer):
             # registers spill, e.g. W4A16's dequantizing K loop, for little gain)
             if s.inside is None or self.copies_inside or not any(
                     isinstance(x, T.Gemm) and x.next_stage is not None for x in s.body):
-                super().s_For(s, depth)
+                self.sequential(s, depth)
                 return
             # a pipelined loop, twice: where every copy of it reads whole 16-byte chunks inside
             # its tensor (tested once per block), copies without tests and the gemm overlapped
             # with the loop's end; the loop of the blocks at the tensors' edges keeps the tests
             mark = len(self.lines)
             self.copies_inside = True
-            super().s_For(s, depth + 1)
+            self.sequential(s, depth + 1)
             self.copies_inside = False
             inside, plans = self.lines[mark:], sorted(self.inside_plans)
             del self.lines[mark:]
@@ -456,7 +463,7 @@ class CudaRenderer(CStyleRenderer):
             self.lines += inside
             self.emit("} else {", depth)
             self.edge_version = True
-            super().s_For(s, depth + 1)
+            self.sequential(s, depth + 1)
             self.edge_version = False
             self.emit("}", depth)
         finally:
@@ -492,6 +499,46 @@ class CudaRenderer(CStyleRenderer):
         self.stmts(stmts, 0)
         out = [x.strip() for x in self.lines[mark:]]
         del self.lines[mark:]
+        return out
+
+    def sequential(self, s: T.For, depth):
+        """A loop (parallel loops: self.parallel). In a range loop whose body indexes stages by
+        `k % S` (pipelined loops), that stage is a 32-bit counter wrapped at S each iteration:
+        the remainder of the 64-bit loop variable took ~10 instructions per use, and measurably
+        slowed a GEMM's K loop (docs/PERFORMANCE.md)."""
+        moduli = sorted(self.stage_moduli(s)) if s.kind == "range" and len(s.vars) == 1 else []
+        if not moduli:
+            super().s_For(s, depth)
+            return
+        (k,) = s.vars
+        names = {m: f"tilec_{cname(k)}_mod{m}" for m in moduli}
+        for m, name in names.items():
+            self.emit(f"int {name} = 0;  // {cname(k)} % {m}", depth)
+        self.emit(f"for ({self.INDEX_TYPE} {cname(k)} = 0; {cname(k)} < {self.expr(s.extents[0])}; "
+                  f"++{cname(k)}) {{", depth)
+        saved = dict(self.rotating)
+        self.rotating.update({(k, m): name for m, name in names.items()})
+        self.stmts(s.body, depth + 1)
+        self.rotating = saved
+        for m, name in names.items():
+            self.emit(f"{name} = {name} + 1 == {m} ? 0 : {name} + 1;", depth + 1)
+        self.emit("}", depth)
+
+    @staticmethod
+    def stage_moduli(s: T.For) -> set:
+        """The S of every `k % S` or `(k + c) % S` (c a constant) in loop s's body."""
+        (k,) = s.vars
+        out = set()
+
+        def note(e):
+            if _rotating_form(e, k) is not None:
+                out.add(e.b.value)
+            return None
+        for st in T.walk_stmts(s.body):
+            map_exprs(st, note)
+            if isinstance(st, T.Gemm):
+                for st2 in st.sync:
+                    map_exprs(st2, note)
         return out
 
     # ---- parallel loops, split over threads by their layout
@@ -962,6 +1009,20 @@ class CudaRenderer(CStyleRenderer):
             n = str(vec) if whole else nload
             self.emit(f"tilec::store_vec<{vec}, {bits_kind(a.dtype)}>({self.stage_base(a, at)} + "
                       f"{self.shared_layout_type(a)}::offset({r}, {c}), {name}, {n});", d)
+
+
+def _rotating_form(e, k: str):
+    """c when e is `(k + c) % S` (or `k % S`: c = 0) for constants c >= 0, S > 0; else None."""
+    if not (isinstance(e, T.Binary) and e.fn == "imod" and isinstance(e.b, T.Const) and
+            e.b.value > 0):
+        return None
+    a = e.a
+    if isinstance(a, T.Var) and a.name == k:
+        return 0
+    if isinstance(a, T.Binary) and a.fn == "add" and isinstance(a.a, T.Var) and a.a.name == k \
+       and isinstance(a.b, T.Const) and a.b.value >= 0:
+        return a.b.value
+    return None
 
 
 def _const(e):

@@ -463,6 +463,10 @@ template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
     static TILEC_DEV int advance(int o, int dr, int dc) { return o + dr * (COLS + PAD) + dc; }
 };
 
+// (s + c) % M for 0 <= s < M and 0 <= c < M: a pipelined loop's stage c iterations ahead of the
+// stage counter s it keeps (32-bit, wrapped each iteration) instead of a 64-bit remainder.
+template <int M> TILEC_DEV int wrap_add(int s, int c) { return s + c >= M ? s + c - M : s + c; }
+
 // ---- cp.async --------------------------------------------------------------------------------
 TILEC_DEV uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
