@@ -244,6 +244,7 @@ class Gemm:
     # first k-step's fragments of stage `next_stage` load while the last k-step computes
     sync: tuple = ()
     next_stage: object = None
+    during: tuple = ()  # overlapped: statements (later tiles' copies) run among the k-steps
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,6 +403,9 @@ def walk_stmts(stmts):
         elif isinstance(s, If):
             yield from walk_stmts(s.body)
             yield from walk_stmts(s.orelse)
+        elif isinstance(s, Gemm) and (s.during or s.sync):  # an overlapped gemm's statements
+            yield from walk_stmts(s.during)
+            yield from walk_stmts(s.sync)
 
 
 # ---- printer -----------------------------------------------------------------------------
@@ -461,6 +465,15 @@ def _region(r: Region) -> str:
     return f"{r.buf}[{', '.join(fmt(o) for o in r.offsets)}]"
 
 
+def _inline(stmts) -> str:
+    """Statements on one line (`if c: a; b; c2`), for those a statement holds (a gemm's)."""
+    out = []
+    for st in stmts:
+        first, *rest = (x.strip() for x in print_stmts([st], 0))
+        out.append(" ".join([first, "; ".join(rest)]) if rest else first)
+    return "; ".join(out)
+
+
 def print_stmts(stmts, indent: int) -> list:
     pad = "    " * indent
     out = []
@@ -489,9 +502,10 @@ def print_stmts(stmts, indent: int) -> list:
                           ", transpose_b=True" if s.transpose_b else ""])
             a = s.a if s.a_stage is None else f"{s.a}[{fmt(s.a_stage)}]"
             b = s.b if s.b_stage is None else f"{s.b}[{fmt(s.b_stage)}]"
+            if s.during:
+                kw += f", during=[{_inline(s.during)}]"
             if s.next_stage is not None:
-                sync = "; ".join(x.strip() for x in print_stmts(s.sync, 0))
-                kw += f", then=[{sync}], next={fmt(s.next_stage)}"
+                kw += f", then=[{_inline(s.sync)}], next={fmt(s.next_stage)}"
             out.append(f"{pad}gemm({a}, {b}, {s.c}{kw})")
         elif isinstance(s, GemmLoad):
             g = s.gemm

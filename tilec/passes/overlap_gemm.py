@@ -10,11 +10,13 @@ the next stage, so the matrix units keep working across K tiles:
     barrier()
     gemm_load(A_s[0], B_s[0], acc)                   # the first k-step's fragments of tile 0
     for k in range(n):
-        ...
-        gemm(A_s[k % S], B_s[k % S], acc, then=[wait(S - 2); barrier()], next=(k + 1) % S)
+        gemm(A_s[k % S], B_s[k % S], acc, during=[if k + S - 1 < n: copy_async(...); commit()],
+             then=[wait(S - 2); barrier()], next=(k + 1) % S)
 
-Nothing else in the body may write the operands (the fragments of the next stage load before
-the body's other statements of the next iteration run).
+The copies of later tiles that the pipeline issues just before the gemm go into it too
+(`during`): they are issued at its second k-step, among the mma. Nothing else in the body may
+write the operands (the fragments of the next stage load before the body's other statements of
+the next iteration run).
 """
 
 from __future__ import annotations
@@ -61,8 +63,17 @@ def _overlap(loop: T.For, allocs: dict, resources):
         return None
     nxt = T.imod(T.iadd(T.Var(k), T.iconst(1)), T.iconst(stages))
     first = replace(g, a_stage=T.iconst(0), b_stage=T.iconst(0))
-    return T.GemmLoad(first), replace(loop, body=body[:-3] + (
-        replace(g, sync=body[-2:], next_stage=nxt),))
+    rest, during = body[:-3], ()
+    if len(rest) >= 2 and isinstance(rest[-1], T.Commit) and _only_async_copies(rest[-2]):
+        rest, during = rest[:-2], rest[-2:]  # the copies of later tiles: among the k-steps
+    return T.GemmLoad(first), replace(loop, body=rest + (
+        replace(g, sync=body[-2:], next_stage=nxt, during=during),))
+
+
+def _only_async_copies(st) -> bool:
+    """`st` issues asynchronous copies and nothing else (the pipeline's `if k + S - 1 < n:`)."""
+    inner = st.body + st.orelse if isinstance(st, T.If) else (st,)
+    return bool(inner) and all(isinstance(x, T.Copy) and x.async_ for x in inner)
 
 
 def _walk(stmts, allocs, resources) -> tuple:

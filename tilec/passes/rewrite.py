@@ -51,7 +51,7 @@ def map_exprs(st, fn):
     changes = {}
     for f in fields(st):
         v = getattr(st, f.name)
-        if f.name == "body" or f.name == "orelse":
+        if f.name in ("body", "orelse", "during", "sync"):
             new = tuple(map_exprs(x, fn) for x in v)
             if any(a is not b for a, b in zip(new, v)):
                 changes[f.name] = new

@@ -418,16 +418,21 @@ class CudaRenderer(CStyleRenderer):
         la = self.shared_layout_type(a)
         ta = str(s.transpose_a).lower()
         if mma and s.next_stage is not None and self.edge_version:
+            self.stmts(s.during, depth)
             self.emit(f"tilec::gemm_ss<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}>("
                       f"{ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
             self.stmts(s.sync, depth)
         elif mma and s.next_stage is not None:
             # overlapped: the k-steps' fragments (the first loaded before) and, before the last
-            # k-step, the sync statements and the loads of the next stage's first fragments
-            sync = self.capture(s.sync)
+            # k-step, the sync statements and the loads of the next stage's first fragments; the
+            # copies of later tiles among the k-steps
             self.emit(f"tilec::gemm_ss_overlapped({self.fragments(s)}, {ptr(s.a, s.a_stage)}, "
                       f"{ptr(s.b, s.b_stage)}, {ptr(s.a, s.next_stage)}, {ptr(s.b, s.next_stage)}, "
-                      f"{cname(s.c)}, [&] {{ {' '.join(sync)} }});", depth)
+                      f"{cname(s.c)},", depth)
+            for part, last in ((s.sync, False), (s.during, True)):
+                self.emit("[&] {", depth + 2)
+                self.stmts(part, depth + 3)
+                self.emit("});" if last else "},", depth + 2)
         elif mma:
             self.emit(f"tilec::gemm_ss<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}>("
                       f"{ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
@@ -493,14 +498,6 @@ class CudaRenderer(CStyleRenderer):
     def fragments(g: T.Gemm) -> str:
         return f"tilec_frags_{cname(g.c)}"
 
-    def capture(self, stmts) -> list:
-        """The lines `stmts` render to, without indentation (for an inline lambda)."""
-        mark = len(self.lines)
-        self.stmts(stmts, 0)
-        out = [x.strip() for x in self.lines[mark:]]
-        del self.lines[mark:]
-        return out
-
     def sequential(self, s: T.For, depth):
         """A loop (parallel loops: self.parallel). In a range loop whose body indexes stages by
         `k % S` (pipelined loops), that stage is a 32-bit counter wrapped at S each iteration:
@@ -536,9 +533,6 @@ class CudaRenderer(CStyleRenderer):
             return None
         for st in T.walk_stmts(s.body):
             map_exprs(st, note)
-            if isinstance(st, T.Gemm):
-                for st2 in st.sync:
-                    map_exprs(st2, note)
         return out
 
     # ---- parallel loops, split over threads by their layout

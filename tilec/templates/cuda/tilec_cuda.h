@@ -807,12 +807,14 @@ struct SsFragments {
 // the last k-step, `sync()` (the loop's wait for its next tiles and barrier) runs and the first
 // fragments of the next tiles (An, Bn) load while the last k-step's mma run. Without it the
 // matrix units idle at every K tile while the warp waits at the barrier and for its first loads.
+// `during()` (the loop's copies of later tiles) runs at the start of the second k-step (of the
+// first, when there is one), among the mma rather than before them all.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
-          class K, class Sync>
+          class K, class Sync, class During>
 TILEC_DEV void gemm_ss_overlapped(SsFragments<BM, BN, BK, WARPS_M, WARPS_N, TA, TB, LA, LB, K>& f,
                                   const typename K::storage* As, const typename K::storage* Bs,
                                   const typename K::storage* An, const typename K::storage* Bn,
-                                  float* acc, Sync sync) {
+                                  float* acc, Sync sync, During during) {
     typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
     static_assert(BK % 16 == 0, "the K tile is a multiple of 16");
     constexpr int KS = BK / 16;
@@ -821,6 +823,7 @@ TILEC_DEV void gemm_ss_overlapped(SsFragments<BM, BN, BK, WARPS_M, WARPS_N, TA, 
 #pragma unroll
     for (int s = 0; s < KS; ++s) {
         const int cur = s % 2;
+        if (s == (KS > 1 ? 1 : 0)) during();
         if (s + 1 < KS) {
             fa.load(f.a[cur ^ 1], (s + 1) * 16);
             fb.load(f.b[cur ^ 1], (s + 1) * 16);
