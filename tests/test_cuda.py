@@ -222,6 +222,23 @@ def test_gemm_overlaps_the_end_of_its_k_loop_where_the_copies_lie_inside():
     assert "copy_g2s<" in edge and "gemm_ss<" in edge and "gemm_ss_overlapped" not in edge
 
 
+def test_elementwise_inputs_read_once_load_evict_first():
+    """An elementwise kernel's inputs shaped like its output are read once: their 16-byte loads
+    are evict-first (ONCE). A broadcast operand (read by every row) and row kernels' inputs are
+    not."""
+    text = """
+kernel ew(X: f16[R, C], w: f16[C]) -> Y: f16[R, C]:
+    Y = silu(X * 0.5 + 1.0) * X * w
+""" + RMSNORM16
+    kernels = cuda_kernel_sources(text)
+    ew = next(v for k, v in kernels.items() if k.startswith("ew_"))
+    assert re.search(r"load_vec_whole<\d+, [\w:<>]+, true>\(\w+, X \+", ew), ew
+    assert not re.search(r"load_vec_whole<\d+, [\w:<>]+, true>\(\w+, w \+", ew)
+    assert re.search(r"load_vec_whole<\d+, [\w:<>]+>\(\w+, w \+", ew)
+    rms = "".join(v for k, v in kernels.items() if k.startswith("rms_"))
+    assert "load_vec_whole" in rms and ", true>(" not in rms
+
+
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
 def test_regression_program_compiles(name):

@@ -128,6 +128,7 @@ class CudaRenderer(CStyleRenderer):
         self.copies_inside = False
         self.inside_plans: set = set()
         self.rotating: dict = {}  # (loop variable, S) -> the counter holding its value % S
+        self.elementwise: bool | None = None  # (reads_once, computed once)
         self.edge_version = False  # in the other version: no overlapped gemm (its registers
         #                            and the copies' tests would not fit together: spills)
 
@@ -808,9 +809,21 @@ class CudaRenderer(CStyleRenderer):
             ptr, dtype = f"{cname(p.name)} + {self.global_offset(p, at)}", p.dtype
         self.emit(f"{STORE[dtype]} {name}[{vec}];", d)
         if self.ctx.aligned and ld in self.ctx.aligned:
-            self.emit(f"tilec::load_vec_whole<{vec}, {bits_kind(dtype)}>({name}, {ptr});", d)
+            once = ", true" if ld.buf not in rowwise and self.reads_once(ld.buf) else ""
+            self.emit(f"tilec::load_vec_whole<{vec}, {bits_kind(dtype)}{once}>({name}, {ptr});", d)
         else:
             self.emit(f"tilec::load_vec<{vec}, {bits_kind(dtype)}>({name}, {ptr}, {nload});", d)
+
+    def reads_once(self, buf: str) -> bool:
+        """Whether this kernel reads each element of input `buf` once: an elementwise kernel (no
+        reductions, products, copies or barriers) over the shape of one of its outputs."""
+        if self.elementwise is None:
+            self.elementwise = not any(isinstance(st, _COLLECTIVE) or
+                                       (isinstance(st, T.Alloc) and st.scope == "shared")
+                                       for st in T.walk_stmts(self.k.body))
+        p = self.globals[buf]
+        return self.elementwise and p.kind == "input" and any(
+            q.kind == "output" and q.shape == p.shape for q in self.k.params)
 
     def paired_dequant(self, value, dt: str, sources: dict):
         """(q, s, bias bits) when `value` is dt((f32(q) - zero) * f32(s)) of a 4-bit column load q
