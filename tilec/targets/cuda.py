@@ -122,7 +122,6 @@ class CudaRenderer(CStyleRenderer):
         self.ctx: LoopContext | None = None
         self.whole: dict | None = None  # in a whole version (version_whole): loop id -> aligned
         self.copy_plans: dict = {}  # name -> declaration (CopyPlan), at the kernel's start
-        self.loop_depth = 0  # sequential loops around the statement being rendered
         # in the version of a pipelined loop whose copies lie inside the tensors (For.inside):
         # the plans those copies use (their `chunks` joins the version's test)
         self.copies_inside = False
@@ -354,7 +353,6 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"// {'issue ' if s.async_ else ''}copy "
                   f"{T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> {s.dst.buf}", depth)
         tparams = f"{rows}, {cols}, {self.k.threads}, {self.shared_layout_type(dst)}"
-        plan = ""
         if whole and self.copies_inside:
             plan = f"tilec_plan_{cname(src.name)}_{cname(dst.name)}"
             self.copy_plans[plan] = (f"const auto {plan} = tilec::copy_plan<{tparams}>("
@@ -363,13 +361,9 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"tilec::copy_g2s_inside<{str(s.async_).lower()}>({plan}, {ptr}, "
                       f"{cname(src.name)} + {start}, {dims[-1]});", depth)
             return
-        if whole and self.loop_depth:
-            # a copy repeated by a loop: the thread's share is planned once per kernel (CopyPlan)
-            plan = f"tilec_plan_{cname(src.name)}_{cname(dst.name)}"
-            self.copy_plans[plan] = (f"const auto {plan} = tilec::copy_plan<{tparams}>("
-                                     f"{cname(src.name)}, {dims[-1]});")
-            plan += ", "
-        self.emit(f"tilec::copy_g2s<{tparams}, {str(s.async_).lower()}, {str(whole).lower()}>({plan}"
+        # (elsewhere no plan: its registers live through the kernel, and in loops that are not
+        # versioned it saves only a few instructions per copy; attention spilled more with it)
+        self.emit(f"tilec::copy_g2s<{tparams}, {str(s.async_).lower()}, {str(whole).lower()}>("
                   f"{ptr}, {cname(src.name)} + {start}, {dims[-1]}, {left(dims[-2], offs[-2])}, "
                   f"{left(dims[-1], offs[-1])});", depth)
 
@@ -444,36 +438,31 @@ class CudaRenderer(CStyleRenderer):
                       f"{cname(s.c)});", depth)
 
     def s_For(self, s: T.For, depth):
-        seq = s.kind != "parallel"
-        self.loop_depth += seq
-        try:
-            # (only loops whose gemm overlaps their end: elsewhere the second version's
-            # registers spill, e.g. W4A16's dequantizing K loop, for little gain)
-            if s.inside is None or self.copies_inside or not any(
-                    isinstance(x, T.Gemm) and x.next_stage is not None for x in s.body):
-                self.sequential(s, depth)
-                return
-            # a pipelined loop, twice: where every copy of it reads whole 16-byte chunks inside
-            # its tensor (tested once per block), copies without tests and the gemm overlapped
-            # with the loop's end; the loop of the blocks at the tensors' edges keeps the tests
-            mark = len(self.lines)
-            self.copies_inside = True
-            self.sequential(s, depth + 1)
-            self.copies_inside = False
-            inside, plans = self.lines[mark:], sorted(self.inside_plans)
-            del self.lines[mark:]
-            self.inside_plans.clear()
-            cond = " && ".join([self.expr(s.inside)] + [f"{p}.chunks" for p in plans])
-            self.emit(f"if ({cond}) {{", depth)
-            self.emit("// the copies of every iteration read whole chunks inside the tensors", depth + 1)
-            self.lines += inside
-            self.emit("} else {", depth)
-            self.edge_version = True
-            self.sequential(s, depth + 1)
-            self.edge_version = False
-            self.emit("}", depth)
-        finally:
-            self.loop_depth -= seq
+        # (only loops whose gemm overlaps their end: elsewhere the second version's
+        # registers spill, e.g. W4A16's dequantizing K loop, for little gain)
+        if s.inside is None or self.copies_inside or not any(
+                isinstance(x, T.Gemm) and x.next_stage is not None for x in s.body):
+            self.sequential(s, depth)
+            return
+        # a pipelined loop, twice: where every copy of it reads whole 16-byte chunks inside
+        # its tensor (tested once per block), copies without tests and the gemm overlapped
+        # with the loop's end; the loop of the blocks at the tensors' edges keeps the tests
+        mark = len(self.lines)
+        self.copies_inside = True
+        self.sequential(s, depth + 1)
+        self.copies_inside = False
+        inside, plans = self.lines[mark:], sorted(self.inside_plans)
+        del self.lines[mark:]
+        self.inside_plans.clear()
+        cond = " && ".join([self.expr(s.inside)] + [f"{p}.chunks" for p in plans])
+        self.emit(f"if ({cond}) {{", depth)
+        self.emit("// the copies of every iteration read whole chunks inside the tensors", depth + 1)
+        self.lines += inside
+        self.emit("} else {", depth)
+        self.edge_version = True
+        self.sequential(s, depth + 1)
+        self.edge_version = False
+        self.emit("}", depth)
 
     def s_GemmLoad(self, s: T.GemmLoad, depth):
         g = s.gemm

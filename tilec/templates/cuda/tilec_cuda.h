@@ -494,10 +494,10 @@ template <int N> TILEC_DEV void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
 }
 
-// What a thread's share of copy_g2s's fast path needs of a tensor whose windows are copied in a
-// loop, computed once per kernel instead of at every copy: the offset of the thread's first chunk
-// inside a window (row stride `ld`), the offset between its chunks, its first chunk's place in the
-// shared tile, and whether 16-byte chunks can be read at all (aligned tensor and row stride).
+// What a thread's share of copying windows of a tensor in a loop needs (copy_g2s_inside),
+// computed once per kernel instead of at every copy: the offset of the thread's first chunk
+// inside a window (row stride `ld`), its first chunk's place in the shared tile, and whether
+// 16-byte chunks can be read at all (aligned tensor and row stride: part of the loop's test).
 template <int ROWS, int COLS, int THREADS, class L, typename T> struct CopyPlan {
     static constexpr int E = 16 / (int)sizeof(T), CPR = COLS / E;
     static constexpr int RS = THREADS % CPR == 0 ? THREADS / CPR : 0;  // rows per round of chunks
@@ -619,30 +619,6 @@ TILEC_DEV void copy_g2s_inside(const CopyPlan<ROWS, COLS, THREADS, L, T>& plan, 
                 *reinterpret_cast<const uint4*>(s);
         }
     }
-}
-
-// copy_g2s with the thread's share planned ahead (CopyPlan of the tensor `src` lies in): a window
-// wholly inside the tensor, at a column offset that is a multiple of a chunk (WHOLE), takes one
-// add for its first chunk and the plan's step for the others; any other window, copy_g2s.
-template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
-TILEC_DEV void copy_g2s(const CopyPlan<ROWS, COLS, THREADS, L, T>& plan, T* dst, const T* src, int64_t ld,
-                        int64_t nr, int64_t nc) {
-    typedef CopyPlan<ROWS, COLS, THREADS, L, T> P;
-    if (WHOLE && P::STRIDED && plan.chunks && nr >= ROWS && nc >= COLS) {
-        const T* s = src + plan.thread_off;
-        const uint32_t a0 = smem_addr(dst) + plan.dst_off;
-#pragma unroll
-        for (int it = 0; it < P::ITERS; ++it, s += P::RS * ld) {
-            if (ASYNC) {
-                cp_async16_whole(a0 + it * P::RS * COLS * (int)sizeof(T), s);
-            } else {
-                *reinterpret_cast<uint4*>(dst + plan.dst_off / sizeof(T) + it * P::RS * COLS) =
-                    *reinterpret_cast<const uint4*>(s);
-            }
-        }
-        return;
-    }
-    copy_g2s<ROWS, COLS, THREADS, L, ASYNC, WHOLE>(dst, src, ld, nr, nc);
 }
 
 // ---- matrix units: ldmatrix + mma.sync m16n8k16 ------------------------------------------------
