@@ -220,6 +220,25 @@ def test_gemm_overlaps_the_end_of_its_k_loop_where_the_copies_lie_inside():
     assert "copy_g2s_inside<" in inside and "copy_g2s<" not in inside
     assert "gemm_ss_overlapped(" in inside and inside.count("__syncthreads") == 1  # in the gemm
     assert "copy_g2s<" in edge and "gemm_ss<" in edge and "gemm_ss_overlapped" not in edge
+    # the stages k % 3, (k + 1) % 3, (k + 2) % 3: a 32-bit counter, not 64-bit remainders
+    for version in (inside, edge):
+        assert re.search(r"tilec_k_mod(\d) = tilec_k_mod\1 \+ 1 == \1 \? 0", version)
+        code = re.sub(r"//.*", "", version)
+        assert "wrap_add<" in code and not re.search(r"k( \+ \d\))? % \d", code)
+
+
+def test_window_offsets_that_grow_with_k_bound_the_copies_of_every_iteration():
+    """A pipelined loop's copies lie inside their tensors in every iteration when the last
+    window does, which holds for offsets that never decrease as k grows; the pipeline pass
+    records no condition otherwise."""
+    from tilec.passes.pipeline import _monotone
+    k, c = T.Var("k"), T.iconst
+    assert _monotone(T.iadd(T.imul(k, c(64)), T.Var("by")), "k")
+    assert _monotone(T.idiv(T.iadd(T.imul(k, c(64)), c(2)), c(128)), "k")
+    assert _monotone(T.Var("by"), "k")
+    assert not _monotone(T.isub(T.Var("K"), k), "k")
+    assert not _monotone(T.imod(k, c(3)), "k")
+    assert not _monotone(T.imul(k, T.Var("s")), "k")  # s may be negative
 
 
 def test_elementwise_inputs_read_once_load_evict_first():

@@ -73,10 +73,15 @@ def _inside(copies, allocs: dict, params: dict, k: str, n):
         for off, ext, dim in zip(c.src.offsets[-2:], allocs[c.dst.buf].shape[-2:], dims[-2:]):
             if not _monotone(off, k):
                 return None
-            end = T.Compare("le", T.iadd(subst(off, {k: last}), ext), T.dim_to_expr(dim))
-            if end not in conds:
-                conds.append(end)
-    out = None
+            end = T.iadd(subst(off, {k: last}), ext)
+            bound = T.dim_to_expr(dim)
+            if end == bound or (isinstance(end, T.Const) and isinstance(bound, T.Const) and
+                                end.value <= bound.value):
+                continue  # (a window as wide as the tensor from 0: always inside)
+            cond = T.Compare("le", end, bound)
+            if cond not in conds:
+                conds.append(cond)
+    out = T.Const(True, "bool") if not conds else None
     for c in conds:
         out = T.land(out, c)
     return out
