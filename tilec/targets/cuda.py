@@ -424,8 +424,9 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"tilec::gemm_ss_overlapped({self.fragments(s)}, {ptr(s.a, s.a_stage)}, "
                       f"{ptr(s.b, s.b_stage)}, {ptr(s.a, s.next_stage)}, {ptr(s.b, s.next_stage)}, "
                       f"{cname(s.c)},", depth)
-            for part, last in ((s.sync, False), (s.during, True)):
-                self.emit("[&] {", depth + 2)
+            for part, last, what in ((s.sync, False, "before the last k-step"),
+                                     (s.during, True, "at the second k-step (the first if only one)")):
+                self.emit(f"[&] {{  // {what}", depth + 2)
                 self.stmts(part, depth + 3)
                 self.emit("});" if last else "},", depth + 2)
         elif mma:
