@@ -15,18 +15,21 @@ from test_tile_level import agree
 
 from tilec import interp_tile
 from tilec.diagnostics import TilecError
+from tilec.ir import tile as T
 from tilec.ir.types import Dim
 from tilec.passes import split_k
 
 
-@pytest.mark.parametrize("blocks,min_tiles", [(512, 4), (16, 1), (7, 3)])
-def test_every_k_tile_is_in_exactly_one_split(blocks, min_tiles):
+@pytest.mark.parametrize("blocks,min_tiles,multiple", [(512, 4, 1), (16, 1, 1), (7, 3, 1),
+                                                     (16, 1, 4), (512, 128, 4)])
+def test_every_k_tile_is_in_exactly_one_split(blocks, min_tiles, multiple):
     tiles, nk = Dim.sym("t"), Dim.sym("n")
-    sk = split_k.plan(tiles, nk, blocks, min_tiles)
+    sk = split_k.plan(tiles, nk, blocks, min_tiles, multiple)
     for t in range(1, 40):
-        for n in range(1, 70):
+        for n in list(range(1, 70)) + [255, 256, 1001, 4096]:
             env = {"t": t, "n": n}
             chunk, count = sk.chunk.eval(env), sk.count.eval(env)
+            assert chunk % multiple == 0  # (a GEMV's steps start at multiples of its step)
             # split s walks tiles [s * chunk, min((s + 1) * chunk, n)): all non-empty, all of K
             sizes = [min(chunk, n - s * chunk) for s in range(count)]
             assert all(x >= 1 for x in sizes) and sum(sizes) == n, (t, n, chunk, count)
@@ -141,6 +144,23 @@ def test_split_workspace_is_needed_only_where_the_split_runs():
 def test_split_variant_on_gpu(text, dims):
     need_gpu()
     check_text(text, dims, target="cuda", options={"arch": ("sm_90",)})
+
+
+def test_gemv_of_grouped_weights_scales_each_step_once():
+    """A GEMV of f32 dequantized weights (q - zero) * scale, whose quantization group is a
+    multiple of its rows per step: a step's rows share their group, so the step multiplies by
+    the scale once and subtracts the zero once, (sum a q - zero * sum a) * scale, instead of per
+    weight; its split chunks are multiples of the step. Checked against the reference."""
+    text = (SAMPLES / "w4a16.tile").read_text().replace("f16", "f32")
+    _, _, m = compile_text(text, "w.tile", "cpu")
+    gemv = next(k for p in m.programs for k in p.kernels if k.name.endswith("_gemv_split"))
+    step = next(s for s in T.walk_stmts(gemv.body)
+                if isinstance(s, T.Store) and s.buf.startswith("acc") and "Wq[" in T.fmt(s.value))
+    body = T.fmt(step.value)
+    assert body.count("scales[") == 1 and body.count(" - 8.0 * (") == 1, body
+    assert "kc = cdiv(cdiv(K, " in T.print_kernel(gemv) and ", 4) * 4" in T.print_kernel(gemv)
+    for dims in (dict(M=1, N=300, K=1280 + 128), dict(M=1, N=70, K=128), dict(M=1, N=33, K=2048)):
+        agree(text, "cpu", dims)
 
 
 @pytest.mark.parametrize("unroll", [2, 4])

@@ -32,16 +32,21 @@ class Split:
     when: Dim  # the split pays: the output has fewer tiles than the block goal, K is long
 
 
-def plan(tiles: Dim, nk: Dim, blocks: int, min_tiles: int) -> Split:
+def plan(tiles: Dim, nk: Dim, blocks: int, min_tiles: int, multiple: int = 1) -> Split:
     """The split of `nk` K tiles for a grid of `tiles` output tiles, aiming at `blocks` blocks
-    with at least `min_tiles` K tiles per split."""
+    with at least `min_tiles` K tiles per split; each split's chunk a multiple of `multiple` (a
+    GEMV's rows per step: its steps then start at multiples of it)."""
     # at least `min_tiles` per split: at most nk // min_tiles splits (and at least one)
     want = Dim.bin("min", Dim.const(blocks).cdiv(tiles),
                    Dim.bin("max", Dim.bin("floordiv", nk, min_tiles), 1))
     chunk = nk.cdiv(want)
+    if multiple > 1:
+        chunk = chunk.cdiv(multiple) * multiple
     count = nk.cdiv(chunk)
     when = Dim.bin("and", Dim.bin("lt", tiles, Dim.const(blocks)),
                    Dim.bin("ge", nk, Dim.const(2 * min_tiles)))
+    if multiple > 1:  # (a chunk rounded up may leave a single split: then no split variant)
+        when = Dim.bin("and", when, Dim.bin("ge", count, Dim.const(2)))
     return Split(chunk, count, when)
 
 

@@ -149,15 +149,8 @@ class GroupLowering:
                 tuple(iconst(0) if n in axes else x for n, x in enumerate(idx))
             return self.value(a[0], src)
         if k == "dequant":
-            kk, nn = idx
-            q = self.value(a[0], (kk, nn))
-            # (C's division where the row provably is not negative: `canonical_divisions`)
-            grp = T.Binary("floordiv", kk, iconst(op.attr("group")), "i64")
-            s = self.value(a[1], (grp, nn))
-            z = (self.value(a[2], (grp, nn)) if len(a) > 2
-                 else T.Const(op.attr("zero"), "f32"))
-            return T.Binary("mul", T.Binary("sub", T.Cast(q, "f32"), self.cast(z, "f32"), "f32"),
-                            self.cast(s, "f32"), "f32")
+            q, z, s = self.dequant_parts(oid, *idx)
+            return T.Binary("mul", T.Binary("sub", q, z, "f32"), s, "f32")
         args = [self.value(x, bcast_index(self.ops[x].type.shape, op.type.shape, idx)) for x in a]
         if k == "cast":
             return self.cast(args[0], dt)
@@ -213,6 +206,18 @@ class GroupLowering:
         if op.kind == "transpose" and self.in_memory(op.args[0]):
             return op.args[0], True
         return None, False
+
+    def dequant_parts(self, oid: int, kk, nn) -> tuple:
+        """(q, zero, scale) of dequant op `oid` at (kk, nn), each as f32: its value is
+        (q - zero) * scale."""
+        op = self.ops[oid]
+        a = op.args
+        q = self.value(a[0], (kk, nn))
+        # (C's division where the row provably is not negative: `canonical_divisions`)
+        grp = T.Binary("floordiv", kk, iconst(op.attr("group")), "i64")
+        s = self.value(a[1], (grp, nn))
+        z = self.value(a[2], (grp, nn)) if len(a) > 2 else T.Const(op.attr("zero"), "f32")
+        return T.Cast(q, "f32"), self.cast(z, "f32"), self.cast(s, "f32")
 
     def mma_dtype(self, a_id: int, b_id: int):
         """The 16-bit dtype both GEMM operands hold exactly, if the target's matrix units multiply
@@ -305,7 +310,8 @@ class GroupLowering:
         trip, kt, first = dim_to_expr(nk), T.Var(k), iconst(0)
         bidx = decompose(T.Var(bz), batch)
         if split is not None:  # z = batch index * count + split; the split walks its K tiles
-            sk = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), nk, *split[:2])
+            sk = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), nk, *split[:2],
+                              multiple=max(gemv, 1))
             kc = self.names.fresh("kc")  # K tiles per split
             count, chunk = T.Binary("cdiv", dim_to_expr(nk), T.Var(kc), "i64"), T.Var(kc)
             lets = [T.Let(kc, dim_to_expr(sk.chunk))]
@@ -412,12 +418,33 @@ class GroupLowering:
         def prod(kr):
             return T.Binary("mul", operand(a_id, (row0, kr)), operand(b_id, (kr, c)), dt)
 
-        def add_rows(rows: list):  # acc += the products of these rows (a pairwise sum)
-            terms = [prod(iadd(first, r)) for r in rows]
+        def pairwise(terms: list):
             while len(terms) > 1:
                 terms = [T.Binary("add", terms[n], terms[n + 1], dt) if n + 1 < len(terms)
                          else terms[n] for n in range(0, len(terms), 2)]
-            return Store(acc, (vi, vj), T.Binary("add", T.Load(acc, (vi, vj), dt), terms[0], dt))
+            return terms[0]
+
+        # B = dequant(q, s, zero, group G) not rounded to a 16-bit dtype, with G a multiple of
+        # the rows per step: a step's rows share their group (steps start at multiples of
+        # `unroll`: split chunks are multiples of it), so its scale and zero factor out,
+        # sum_u a_u (q_u - z) s = (sum_u a_u q_u - z sum_u a_u) s: one multiply-add per weight
+        # instead of a subtract and two multiplies (sum_u a_u is the same for every column)
+        b_op = self.ops[b_id]
+        grouped = (unroll > 1 and b_op.kind == "dequant" and not mma_dt and dt == "f32" and
+                   not self.in_memory(b_id) and b_op.attr("group") % unroll == 0)
+
+        def add_rows(rows: list):  # acc += the products of these rows (a pairwise sum)
+            if grouped and len(rows) > 1:
+                kr = [iadd(first, r) for r in rows]
+                a = [operand(a_id, (row0, x)) for x in kr]
+                q = [self.dequant_parts(b_id, x, c)[0] for x in kr]
+                _, z, s = self.dequant_parts(b_id, kr[0], c)
+                dots = pairwise([T.Binary("mul", x, y, dt) for x, y in zip(a, q)])
+                step = T.Binary("mul", T.Binary("sub", dots, T.Binary("mul", z, pairwise(a), dt),
+                                                dt), s, dt)
+            else:
+                step = pairwise([prod(iadd(first, r)) for r in rows])
+            return Store(acc, (vi, vj), T.Binary("add", T.Load(acc, (vi, vj), dt), step, dt))
         col_ok = ilt(c, dim_to_expr(N))
         if unroll == 1:
             row = iadd(imul(vi, T.Var(per)), T.Var(k))  # the row of the split this slice is at
@@ -728,7 +755,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if cfg.split:
             bm, bn, bk = cfg.tile
             when = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), K.cdiv(bk),
-                                *cfg.split[:2]).when
+                                *cfg.split[:2], multiple=max(cfg.gemv_unroll, 1)).when
             if when != Dim.const(0):
                 out.append((f"{name}_split", Dim.bin("and", small, when), cfg))
         out.append((name, small, replace(cfg, split=None)))
