@@ -25,26 +25,7 @@ from dataclasses import replace
 
 from ..ir import tile as T
 from .layout import on_matrix_units
-
-
-def _stage_of(e, var: str):
-    """S when `e` is `var % S` (the stage the pipeline pass indexes by); else None."""
-    if isinstance(e, T.Binary) and e.fn == "imod" and isinstance(e.a, T.Var) and \
-       e.a.name == var and isinstance(e.b, T.Const):
-        return e.b.value
-    return None
-
-
-def _writes(st) -> set:
-    out = set()
-    for s in T.walk_stmts([st]):
-        if isinstance(s, (T.Store, T.Fill)):
-            out.add(s.buf)
-        elif isinstance(s, T.Copy) and not s.async_:
-            out.add(s.dst.buf)
-        elif isinstance(s, T.Gemm):
-            out.add(s.c)
-    return out
+from .rewrite import mod_of_var, written_by
 
 
 def _overlap(loop: T.For, allocs: dict, resources):
@@ -55,13 +36,15 @@ def _overlap(loop: T.For, allocs: dict, resources):
        not isinstance(body[-3], T.Gemm):
         return None
     g, k = body[-3], loop.vars[0]
-    stages = _stage_of(g.a_stage, k)
-    if stages is None or g.b_stage != g.a_stage or g.next_stage is not None or \
+    stage = mod_of_var(g.a_stage, k)  # (0, S): the stage k % S
+    if stage is None or stage[0] != 0 or g.b_stage != g.a_stage or g.next_stage is not None or \
        allocs[g.a].scope != "shared" or not on_matrix_units(g, allocs, resources):
         return None
-    if any({g.a, g.b} & _writes(st) for st in body[:-3]):
+    # (the pipeline's own asynchronous copies write other stages)
+    if any({g.a, g.b} & set(written_by(s)) for st in body[:-3] for s in T.walk_stmts([st])
+           if not (isinstance(s, T.Copy) and s.async_)):
         return None
-    nxt = T.imod(T.iadd(T.Var(k), T.iconst(1)), T.iconst(stages))
+    nxt = T.imod(T.iadd(T.Var(k), T.iconst(1)), T.iconst(stage[1]))
     first = replace(g, a_stage=T.iconst(0), b_stage=T.iconst(0))
     rest, during = body[:-3], ()
     if len(rest) >= 2 and isinstance(rest[-1], T.Commit) and _only_async_copies(rest[-2]):

@@ -169,23 +169,43 @@ def column_base(last, var: str):
     return T.iconst(0) if isinstance(last, T.Var) else last.a
 
 
+def written_by(st) -> list:
+    """The buffers statement `st` itself writes (not its nested statements): a store's or
+    fill's, a copy's destination, a matrix product's accumulator, a reduction's result, an
+    all-reduce's buffer."""
+    if isinstance(st, (T.Store, T.Fill, T.Allreduce)):
+        return [st.buf]
+    if isinstance(st, T.Copy):
+        return [st.dst.buf]
+    if isinstance(st, T.Gemm):
+        return [st.c]
+    if isinstance(st, T.Reduce):
+        return [st.dst]
+    return []
+
+
 def writes_per_buffer(k: T.TileKernel) -> dict:
-    """{buffer: number of statements that write it} (stores, fills, copies' destinations,
-    matrix products' accumulators, reductions and all-reduces)."""
+    """{buffer: number of statements that write it} (written_by)."""
     out: dict = {}
     for st in T.walk_stmts(k.body):
-        bufs = []
-        if isinstance(st, (T.Store, T.Fill, T.Allreduce)):
-            bufs = [st.buf]
-        elif isinstance(st, T.Copy):
-            bufs = [st.dst.buf]
-        elif isinstance(st, T.Gemm):
-            bufs = [st.c]
-        elif isinstance(st, T.Reduce):
-            bufs = [st.dst]
-        for b in bufs:
+        for b in written_by(st):
             out[b] = out.get(b, 0) + 1
     return out
+
+
+def mod_of_var(e, var: str):
+    """(c, S) when `e` is `(var + c) % S` (or `var % S`: c = 0) for constants c >= 0, S > 0 (a
+    pipelined loop's stage indices); else None."""
+    if not (isinstance(e, T.Binary) and e.fn == "imod" and isinstance(e.b, T.Const) and
+            e.b.value > 0):
+        return None
+    a = e.a
+    if isinstance(a, T.Var) and a.name == var:
+        return 0, e.b.value
+    if isinstance(a, T.Binary) and a.fn == "add" and isinstance(a.a, T.Var) and a.a.name == var \
+       and isinstance(a.b, T.Const) and a.b.value >= 0:
+        return a.b.value, e.b.value
+    return None
 
 
 def whole_buffer_uses(k: T.TileKernel) -> set:

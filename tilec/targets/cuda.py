@@ -30,6 +30,7 @@ from ..passes.rewrite import (
     defined_names,
     loads_in,
     map_exprs,
+    mod_of_var,
     multiple_of,
     unit_stride,
     used_names,
@@ -134,9 +135,10 @@ class CudaRenderer(CStyleRenderer):
     def binary(self, e: T.Binary) -> str:
         if e.fn == "imod" and self.rotating:
             for (k, m), name in self.rotating.items():
-                c = _rotating_form(e, k)
-                if c is not None and m == e.b.value:
-                    return name if c % m == 0 else f"tilec::wrap_add<{m}>({name}, {c % m})"
+                form = mod_of_var(e, k)
+                if form is not None and form[1] == m:
+                    c = form[0] % m
+                    return name if c == 0 else f"tilec::wrap_add<{m}>({name}, {c})"
         if e.fn == "pow" and not (float(e.exponent).is_integer() and abs(e.exponent) <= 4):
             return f"tilec::pow({self.expr(e.a)}, {_lit(e.exponent, e.dtype)})"
         if e.fn == "div" and self.ctx is not None and e.b in self.ctx.recips:
@@ -412,12 +414,7 @@ class CudaRenderer(CStyleRenderer):
             return
         la = self.shared_layout_type(a)
         ta = str(s.transpose_a).lower()
-        if mma and s.next_stage is not None and self.edge_version:
-            self.stmts(s.during, depth)
-            self.emit(f"tilec::gemm_ss<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}>("
-                      f"{ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
-            self.stmts(s.sync, depth)
-        elif mma and s.next_stage is not None:
+        if mma and s.next_stage is not None and not self.edge_version:
             # overlapped: the k-steps' fragments (the first loaded before) and, before the last
             # k-step, the sync statements and the loads of the next stage's first fragments; the
             # copies of later tiles among the k-steps
@@ -429,9 +426,11 @@ class CudaRenderer(CStyleRenderer):
                 self.emit(f"[&] {{  // {what}", depth + 2)
                 self.stmts(part, depth + 3)
                 self.emit("});" if last else "},", depth + 2)
-        elif mma:
-            self.emit(f"tilec::gemm_ss<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}>("
-                      f"{ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
+        elif mma:  # (an overlapped gemm in the edge version: its statements around a plain one)
+            self.stmts(s.during, depth)
+            self.emit(f"tilec::gemm_ss<{self.ss_params(s)}>({ptr(s.a, s.a_stage)}, "
+                      f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
+            self.stmts(s.sync, depth)
         else:
             acc = STORE[c.dtype]
             self.emit(f"tilec::gemm_simt<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}, "
@@ -467,17 +466,20 @@ class CudaRenderer(CStyleRenderer):
 
     def s_GemmLoad(self, s: T.GemmLoad, depth):
         g = s.gemm
-        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
-        L = c.layout
-        bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
         name = self.fragments(g)
         self.emit(f"// the first k-step's fragments of the overlapped gemm into {g.c}", depth)
-        self.emit(f"tilec::SsFragments<{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}, "
-                  f"{str(g.transpose_a).lower()}, {str(g.transpose_b).lower()}, "
-                  f"{self.shared_layout_type(a)}, {self.shared_layout_type(b)}, {kind(a.dtype)}> "
-                  f"{name};", depth)
+        self.emit(f"tilec::SsFragments<{self.ss_params(g)}> {name};", depth)
         self.emit(f"{name}.load({self.operand_ptr(g.a, g.a_stage)}, "
                   f"{self.operand_ptr(g.b, g.b_stage)});", depth)
+
+    def ss_params(self, g: T.Gemm) -> str:
+        """The template arguments of gemm_ss and SsFragments for gemm `g` (both operands in
+        shared tiles): block tile, K tile, warp grid, transposes, tile layouts, operand kind."""
+        a, b, L = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c].layout
+        bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
+        return (f"{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}, "
+                f"{str(g.transpose_a).lower()}, {str(g.transpose_b).lower()}, "
+                f"{self.shared_layout_type(a)}, {self.shared_layout_type(b)}, {kind(a.dtype)}")
 
     def operand_ptr(self, buf: str, stage) -> str:
         """A gemm operand: shared buffer `buf`, at stage `stage` if it has a stage axis."""
@@ -519,8 +521,9 @@ class CudaRenderer(CStyleRenderer):
         out = set()
 
         def note(e):
-            if _rotating_form(e, k) is not None:
-                out.add(e.b.value)
+            form = mod_of_var(e, k)
+            if form is not None:
+                out.add(form[1])
             return None
         for st in T.walk_stmts(s.body):
             map_exprs(st, note)
@@ -1006,20 +1009,6 @@ class CudaRenderer(CStyleRenderer):
             n = str(vec) if whole else nload
             self.emit(f"tilec::store_vec<{vec}, {bits_kind(a.dtype)}>({self.stage_base(a, at)} + "
                       f"{self.shared_layout_type(a)}::offset({r}, {c}), {name}, {n});", d)
-
-
-def _rotating_form(e, k: str):
-    """c when e is `(k + c) % S` (or `k % S`: c = 0) for constants c >= 0, S > 0; else None."""
-    if not (isinstance(e, T.Binary) and e.fn == "imod" and isinstance(e.b, T.Const) and
-            e.b.value > 0):
-        return None
-    a = e.a
-    if isinstance(a, T.Var) and a.name == k:
-        return 0
-    if isinstance(a, T.Binary) and a.fn == "add" and isinstance(a.a, T.Var) and a.a.name == k \
-       and isinstance(a.b, T.Const) and a.b.value >= 0:
-        return a.b.value
-    return None
 
 
 def _const(e):
