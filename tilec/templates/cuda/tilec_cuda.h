@@ -745,6 +745,15 @@ template <int NI, bool TB, class LB> struct BFrags {
     }
 };
 
+// One k-step of a warp's mma tiles: acc += a * b for its MI x NI tiles of 16 x 8.
+template <int MI, int NI, class K>
+TILEC_DEV void mma_step(float* acc, const uint32_t (&a)[MI][4], const uint32_t (&b)[NI][2]) {
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) Mma<K>::run(acc + (mi * NI + ni) * 4, a[mi], b[ni]);
+}
+
 // acc += A(BM x BK) * B(BK x BN) from shared tiles (A [BM][BK] or, TA, [BK][BM]; B [BK][BN] or,
 // TB, [BN][BK]) on the matrix units; all BM*BN/.. threads of the warp grid call it together.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
@@ -767,10 +776,7 @@ TILEC_DEV void gemm_ss(const typename K::storage* As, const typename K::storage*
         const int cur = DB ? (kk / 16) % 2 : 0;
         if (!DB) { fa.load(a[0], kk); fb.load(b[0], kk); }
         else if (kk + 16 < BK) { fa.load(a[cur ^ 1], kk + 16); fb.load(b[cur ^ 1], kk + 16); }
-#pragma unroll
-        for (int mi = 0; mi < W::MI; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < W::NI; ++ni) Mma<K>::run(acc + (mi * W::NI + ni) * 4, a[cur][mi], b[cur][ni]);
+        mma_step<W::MI, W::NI, K>(acc, a[cur], b[cur]);
     }
 }
 
@@ -782,9 +788,10 @@ template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, cl
 struct SsFragments {
     typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
     uint32_t a[2][W::MI][4], b[2][W::NI][2];
-    TILEC_DEV void load(const typename K::storage* As, const typename K::storage* Bs) {
-        AFrags<W::MI, TA, LA>(As, W::m0()).load(a[0], 0);
-        BFrags<W::NI, TB, LB>(Bs, W::n0()).load(b[0], 0);
+    // the first k-step's fragments of the tiles As, Bs into [slot]
+    TILEC_DEV void load(const typename K::storage* As, const typename K::storage* Bs, int slot = 0) {
+        AFrags<W::MI, TA, LA>(As, W::m0()).load(a[slot], 0);
+        BFrags<W::NI, TB, LB>(Bs, W::n0()).load(b[slot], 0);
     }
 };
 
@@ -815,13 +822,9 @@ TILEC_DEV void gemm_ss_overlapped(SsFragments<BM, BN, BK, WARPS_M, WARPS_N, TA, 
             fb.load(f.b[cur ^ 1], (s + 1) * 16);
         } else {
             sync();
-            AFrags<W::MI, TA, LA>(An, W::m0()).load(f.a[cur ^ 1], 0);
-            BFrags<W::NI, TB, LB>(Bn, W::n0()).load(f.b[cur ^ 1], 0);
+            f.load(An, Bn, cur ^ 1);
         }
-#pragma unroll
-        for (int mi = 0; mi < W::MI; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < W::NI; ++ni) Mma<K>::run(acc + (mi * W::NI + ni) * 4, f.a[cur][mi], f.b[cur][ni]);
+        mma_step<W::MI, W::NI, K>(acc, f.a[cur], f.b[cur]);
     }
     if (KS % 2) {  // the next tiles' first fragments went to [1]: to [0] (register moves)
 #pragma unroll
