@@ -171,6 +171,27 @@ kernel guarded(X: f32[N]) -> Y: f32[N]:
     assert interp.run_graph(g, {"X": x}, {"N": 4})["Y"].tolist() == [2.0, 3.0, 4.0, 0.0]
 
 
+def test_fma_is_a_product_accumulation_rounded_once_and_takes_floats_only():
+    """`fma(a, b, c)` at the tile level: a * b + c rounded once (the interpreter computes it in
+    f64 and rounds to f32, so a case where rounding a * b first loses the answer shows it), and
+    an integer fma is an error at its call."""
+    text = """
+kernel madd(X: f32[N], Y: f32[N], Z: f32[N]) -> W: f32[N]:
+    with grid(1, threads=1) as (bx):
+        for i in parallel(N):
+            W[i] = fma(X[i], Y[i], Z[i])
+"""
+    (g,) = driver.frontend(driver.Source("madd.tile", text)).graphs
+    x = np.float32(1 + 2.0 ** -12)
+    # x * x = 1 + 2^-11 + 2^-24: rounded first it is 1 + 2^-11, and minus that leaves 0
+    got = interp.run_graph(g, {"X": np.array([x]), "Y": np.array([x]),
+                               "Z": np.array([-(1 + 2.0 ** -11)], np.float32)}, {"N": 1})["W"]
+    assert got.tolist() == [2.0 ** -24]
+    bad = text.replace("f32", "i32")
+    with pytest.raises(TilecError, match="fma\\(\\) takes float operands"):
+        driver.frontend(driver.Source("madd.tile", bad))
+
+
 # ---- builds --------------------------------------------------------------------------------
 def chain(m_dump, prog, out, inputs: dict, dims: dict) -> dict:
     """Call the dump's kernels (the variants the launcher would pick) in launch order, each

@@ -266,6 +266,9 @@ class KernelRun:
                     return wrap(np.asarray(a) ** e.exponent, e.dtype)
             b = self.ev(e.b, ctx, mask)
             return wrap(self.binary(e.fn, a, b, e.dtype), e.dtype)
+        if isinstance(e, T.Fma):  # in f64, rounded once to the dtype (as a fused multiply-add)
+            a, b, c = (np.asarray(self.ev(x, ctx, mask), np.float64) for x in (e.a, e.b, e.c))
+            return quantize(a * b + c, e.dtype)
         raise NotImplementedError(f"interpreter: expression {type(e).__name__}")
 
     @staticmethod

@@ -68,6 +68,17 @@ class Cast:
     dtype: str
 
 
+@dataclass(frozen=True, slots=True)
+class Fma:
+    """a * b + c where a matrix product accumulates (float dtypes): the target may round once
+    (a fused multiply-add); elementwise `x * y + z` of a program stays a Binary and never fuses."""
+
+    a: object
+    b: object
+    c: object
+    dtype: str
+
+
 # index-math helpers (i64, non-negative operands)
 def iconst(v: int) -> Const:
     return Const(int(v), "i64")
@@ -392,6 +403,10 @@ def walk_exprs(e):
             push(e.cond)
             push(e.b)
             push(e.a)
+        elif t is Fma:
+            push(e.c)
+            push(e.b)
+            push(e.a)
 
 
 def walk_stmts(stmts):
@@ -448,6 +463,8 @@ def fmt(e, parent: int = 0) -> str:
         return f"{e.fn}({fmt(e.x)})"
     if isinstance(e, Select):
         return f"where({fmt(e.cond)}, {fmt(e.a)}, {fmt(e.b)})"
+    if isinstance(e, Fma):
+        return f"fma({fmt(e.a)}, {fmt(e.b)}, {fmt(e.c)})"
     if isinstance(e, (Binary, Compare)):
         if e.fn == "pow":
             return f"{fmt(e.a, 10)} ** {e.exponent!r}"

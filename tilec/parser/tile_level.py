@@ -651,6 +651,13 @@ class TileBuilder:
                 raise error("where() needs a bool condition", e.args[0].loc)
             a, b = self.unify(a, b, e.loc)
             return TE(T.Select(c.e, a.e, b.e, a.dtype))
+        if f == "fma":  # a product's accumulation: a * b + c, rounded once where the target fuses
+            a, b, c = args(3)
+            a, b = self.unify(a, b, e.loc)
+            a, c = self.unify(a, c, e.loc)
+            if not is_float(a.dtype):
+                raise error("fma() takes float operands", e.loc)
+            return TE(T.Fma(a.e, self.cast(b, a.dtype).e, c.e, a.dtype))
         raise error(f"unknown function '{f}'", e.loc)
 
 

@@ -35,6 +35,10 @@ def map_expr(e, fn):
         a, b, c = map_expr(e.a, fn), map_expr(e.b, fn), map_expr(e.cond, fn)
         if a is not e.a or b is not e.b or c is not e.cond:
             e = T.Select(c, a, b, e.dtype)
+    elif t is T.Fma:
+        a, b, c = map_expr(e.a, fn), map_expr(e.b, fn), map_expr(e.c, fn)
+        if a is not e.a or b is not e.b or c is not e.c:
+            e = T.Fma(a, b, c, e.dtype)
     elif e is None or isinstance(e, (str, int, float)):
         return e
     out = fn(e)

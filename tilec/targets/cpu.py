@@ -49,7 +49,7 @@ def _gemm_operands_read_in_place(k: T.TileKernel, globals_: dict, allocs: dict) 
     return out
 
 
-_EXPRS = (T.Load, T.Binary, T.Unary, T.Cast, T.Select, T.Compare)
+_EXPRS = (T.Load, T.Binary, T.Unary, T.Cast, T.Select, T.Compare, T.Fma)
 
 
 def _names(st, buf: str) -> bool:
@@ -401,7 +401,7 @@ def _unconditional_loads(e) -> list:
         elif isinstance(x, T.Binary) and x.fn in ("and", "or") and x.dtype == "bool":
             stack.append(x.a)
         else:
-            stack += [getattr(x, f) for f in ("x", "a", "b", "cond") if getattr(x, f, None) is not None]
+            stack += [getattr(x, f) for f in ("x", "a", "b", "c", "cond") if getattr(x, f, None) is not None]
     return out
 
 

@@ -161,6 +161,8 @@ class CStyleRenderer:
             return self.infix(e)
         if isinstance(e, T.Select):
             return f"({self.expr(e.cond)} ? {self.expr(e.a)} : {self.expr(e.b)})"
+        if isinstance(e, T.Fma):
+            return f"tilec::fma_acc({self.expr(e.a)}, {self.expr(e.b)}, {self.expr(e.c)})"
         raise TypeError(f"cannot render {e!r}")
 
     def const(self, e: T.Const) -> str:

@@ -247,6 +247,14 @@ static inline T floormod(T a, T b) {
 #else
 #define TILEC_FMA_F32(a, b, c) ((a) * (b) + (c))
 #endif
+
+// multiply-add of a matrix product (Tile IR `fma`: products may fuse; elementwise code may not)
+static inline float fma_acc(float a, float b, float c) { return TILEC_FMA_F32(a, b, c); }
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+static inline double fma_acc(double a, double b, double c) { return __builtin_fma(a, b, c); }
+#else
+static inline double fma_acc(double a, double b, double c) { return a * b + c; }
+#endif
 static inline float exp_f32(float x) {
     // |x| > 104 -> +-104 (exp over- or underflows there anyway), on the bits: magnitudes order
     // as integers, a NaN keeps its bits, and no branch gives the compiler a constant x to fold
