@@ -163,6 +163,24 @@ def test_gemv_of_grouped_weights_scales_each_step_once():
         agree(text, "cpu", dims)
 
 
+def test_gemv_step_reads_its_groups_scale_once_and_accumulates_by_fused_multiply_adds():
+    """A GEMV of weights dequantized to a 16-bit dtype (rounded per weight, so the scale cannot
+    factor out): the rows of a step share their group, so every row's weight reads the scale
+    at the step's first row (one scale load per step, not one per row), and each product joins
+    the f32 sum by a fused multiply-add (Tile IR `fma`, rendered as tilec::fma_acc). Checked
+    against the reference at K that is and is not a multiple of the step and of the group."""
+    text = (SAMPLES / "w4a16.tile").read_text().replace("f16", "bf16")
+    _, _, m = compile_text(text, "w.tile", "cuda")
+    gemv = next(k for p in m.programs for k in p.kernels if k.name.endswith("_gemv_split"))
+    step = next(s for s in T.walk_stmts(gemv.body)
+                if isinstance(s, T.Store) and s.buf.startswith("acc") and T.fmt(s.value).count("Wq[") > 1)
+    loads = {T.fmt(e) for e in T.walk_exprs(step.value) if isinstance(e, T.Load) and e.buf == "scales"}
+    assert len(loads) == 1 and T.fmt(step.value).count("Wq[") == 4, T.fmt(step.value)
+    assert isinstance(step.value, T.Fma) and sum(isinstance(e, T.Fma) for e in T.walk_exprs(step.value)) == 4
+    for dims in (dict(M=1, N=300, K=1280 + 128), dict(M=1, N=70, K=128), dict(M=1, N=33, K=2048)):
+        agree(text, "cuda", dims)
+
+
 @pytest.mark.parametrize("unroll", [2, 4])
 def test_gemv_with_rows_per_step_and_several_slices_matches_the_reference(monkeypatch, unroll):
     """The GEMV's unrolled steps (each of 8 warps takes `unroll` consecutive rows, the rows left

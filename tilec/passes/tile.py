@@ -207,14 +207,16 @@ class GroupLowering:
             return op.args[0], True
         return None, False
 
-    def dequant_parts(self, oid: int, kk, nn) -> tuple:
+    def dequant_parts(self, oid: int, kk, nn, group_row=None) -> tuple:
         """(q, zero, scale) of dequant op `oid` at (kk, nn), each as f32: its value is
-        (q - zero) * scale."""
+        (q - zero) * scale. `group_row`: a row known to share kk's group, whose scale and zero
+        are read instead (one load for several rows)."""
         op = self.ops[oid]
         a = op.args
         q = self.value(a[0], (kk, nn))
         # (C's division where the row provably is not negative: `canonical_divisions`)
-        grp = T.Binary("floordiv", kk, iconst(op.attr("group")), "i64")
+        grp = T.Binary("floordiv", kk if group_row is None else group_row, iconst(op.attr("group")),
+                       "i64")
         s = self.value(a[1], (grp, nn))
         z = self.value(a[2], (grp, nn)) if len(a) > 2 else T.Const(op.attr("zero"), "f32")
         return T.Cast(q, "f32"), self.cast(z, "f32"), self.cast(s, "f32")
@@ -409,14 +411,13 @@ class GroupLowering:
         c = iadd(col0, vj)
         N = mm.type.shape[-1]
 
-        def operand(oid, idx):
-            shape = self.ops[oid].type.shape
-            v = self.value(oid, bcast_index(shape, tuple(batch) + shape[-2:], tuple(bidx) + idx))
+        def operand(oid, idx, v=None):
+            if v is None:
+                shape = self.ops[oid].type.shape
+                v = self.value(oid, bcast_index(shape, tuple(batch) + shape[-2:], tuple(bidx) + idx))
             if mma_dt and isinstance(v, T.Cast) and getattr(v.x, "dtype", None) == mma_dt:
                 v = v.x  # a 16-bit value widened: it already is what the matrix units multiply
             return self.cast(self.cast(v, mma_dt) if mma_dt else v, dt)
-        def prod(kr):
-            return T.Binary("mul", operand(a_id, (row0, kr)), operand(b_id, (kr, c)), dt)
 
         def pairwise(terms: list):
             while len(terms) > 1:
@@ -430,21 +431,38 @@ class GroupLowering:
         # sum_u a_u (q_u - z) s = (sum_u a_u q_u - z sum_u a_u) s: one multiply-add per weight
         # instead of a subtract and two multiplies (sum_u a_u is the same for every column)
         b_op = self.ops[b_id]
-        grouped = (unroll > 1 and b_op.kind == "dequant" and not mma_dt and dt == "f32" and
-                   not self.in_memory(b_id) and b_op.attr("group") % unroll == 0)
+        one_group = (unroll > 1 and b_op.kind == "dequant" and not self.in_memory(b_id) and
+                     b_op.attr("group") % unroll == 0)  # a step's rows share their group
+        grouped = one_group and not mma_dt and dt == "f32"
+        fused = dt in ("f32", "f64")  # products accumulate by fused multiply-adds
 
-        def add_rows(rows: list):  # acc += the products of these rows (a pairwise sum)
+        def mac(x, y, total):  # total + x * y, as the product's accumulation
+            return T.Fma(x, y, total, dt) if fused else \
+                T.Binary("add", total, T.Binary("mul", x, y, dt), dt)
+
+        def add_rows(rows: list):  # acc += the products of these rows
+            kr = [iadd(first, r) for r in rows]
+            total = T.Load(acc, (vi, vj), dt)
+            a = [operand(a_id, (row0, x)) for x in kr]
             if grouped and len(rows) > 1:
-                kr = [iadd(first, r) for r in rows]
-                a = [operand(a_id, (row0, x)) for x in kr]
                 q = [self.dequant_parts(b_id, x, c)[0] for x in kr]
                 _, z, s = self.dequant_parts(b_id, kr[0], c)
-                dots = pairwise([T.Binary("mul", x, y, dt) for x, y in zip(a, q)])
-                step = T.Binary("mul", T.Binary("sub", dots, T.Binary("mul", z, pairwise(a), dt),
-                                                dt), s, dt)
+                dots = T.Binary("mul", a[0], q[0], dt)
+                for x, y in zip(a[1:], q[1:]):
+                    dots = mac(x, y, dots)
+                return Store(acc, (vi, vj), mac(T.Binary(
+                    "sub", dots, T.Binary("mul", z, pairwise(a), dt), dt), s, total))
+            if one_group and len(rows) > 1:  # each row's weight, with the step's scale
+                b = []
+                for x in kr:
+                    q, z, s = self.dequant_parts(b_id, x, c, group_row=kr[0])
+                    b.append(operand(b_id, None, T.Binary("mul", T.Binary("sub", q, z, "f32"), s,
+                                                          "f32")))
             else:
-                step = pairwise([prod(iadd(first, r)) for r in rows])
-            return Store(acc, (vi, vj), T.Binary("add", T.Load(acc, (vi, vj), dt), step, dt))
+                b = [operand(b_id, (x, c)) for x in kr]
+            for x, y in zip(a, b):
+                total = mac(x, y, total)
+            return Store(acc, (vi, vj), total)
         col_ok = ilt(c, dim_to_expr(N))
         if unroll == 1:
             row = iadd(imul(vi, T.Var(per)), T.Var(k))  # the row of the split this slice is at
