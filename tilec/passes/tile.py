@@ -34,7 +34,7 @@ from ..ir.tile import (
     imul,
     land,
 )
-from ..ir.types import DTYPES, PACKED, Dim, is_float, numel
+from ..ir.types import DTYPES, PACKED, Dim, is_float, itemsize_bits, numel
 from . import split_k
 from .fuse import Fuser, is_squeeze
 from .rewrite import map_expr, map_exprs, map_stmts
@@ -763,6 +763,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     gemv = split_k.gemv_config(target)
     if gemv and not _transposed(g, mm.args[1]):  # (a transposed B: its rows are not contiguous)
         bn, threads, blocks, rows, per_sm, unroll = gemv
+        unroll = _gemv_rows_per_step(g, mm, unroll)
         decode.insert(0, (1, GemmVariant((1, bn, 1), threads, 1, (blocks, rows, per_sm), unroll)))
     out = []
     for max_m, cfg in decode:
@@ -789,6 +790,19 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if when is None or when == Dim.const(1):
             break
     return kept
+
+
+def _gemv_rows_per_step(g: Graph, mm, rows: int) -> int:
+    """A GEMV's rows per step for its weights: the target's count is for 32-bit weights; 16-bit
+    ones (a 16-bit B, or a dequantization to a 16-bit scale's dtype, which the step holds in
+    pairs) take twice as many rows in the same registers, 64-bit ones half."""
+    ops = g.op_map()
+    b = ops[mm.args[1]]
+    if b.kind == "cast" and is_float(b.type.dtype):  # a widened operand: the narrow one's size
+        b = ops[b.args[0]]
+    dt = ops[b.args[1]].type.dtype if b.kind == "dequant" else b.type.dtype
+    bits = max(itemsize_bits(dt), 16)
+    return max(1, rows * 32 // bits)
 
 
 def canonical_divisions(k: TileKernel, dims) -> TileKernel:

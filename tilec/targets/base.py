@@ -42,7 +42,7 @@ class Resources:
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never
     split_k: tuple = ()
     # (columns per block, threads, block goal, least K rows per split, blocks per SM, rows per
-    # step): GEMMs with one row of A (M = 1, decode) also get a GEMV variant streaming B's rows
+    # step of 32-bit weights, twice as many for 16-bit ones): GEMMs with one row of A (M = 1, decode) also get a GEMV variant streaming B's rows
     # from memory (passes/tile.py gemv_body), split over K like split_k; () = none
     gemv: tuple = ()
     # 16-bit float dtypes the matrix units multiply (others take the scalar path)

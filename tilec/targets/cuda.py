@@ -1193,10 +1193,10 @@ CUDA = Target(
         # each of the 132 SMs of an H100/H200, 2 resident at once: 128 registers, no spills),
         # at least 4 K tiles per split
         split_k=(512, 4, 2),
-        # M = 1: 32 threads x 8 columns, 8 warps each taking 4 consecutive rows per step (their
-        # loads in flight together); splits of at least 128 rows, 2 blocks per SM (128
-        # registers, no spills; 4 blocks per SM spill; measured against 1-2 rows per step, 2-4
-        # blocks per SM and a version staging B through shared memory: docs/PERFORMANCE.md)
+        # M = 1: 32 threads x 8 columns, 8 warps each taking 4 consecutive rows per step (8 of
+        # 16-bit weights; their loads in flight together); splits of at least 128 rows, 2 blocks
+        # per SM (<= 128 registers; 4 blocks per SM spill; measured against 1-2 rows per step,
+        # 2-4 blocks per SM and a version staging B through shared memory: docs/PERFORMANCE.md)
         gemv=(256, 256, 512, 128, 2, 4)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
