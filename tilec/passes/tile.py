@@ -608,7 +608,8 @@ class GroupLowering:
         row0 = imul(T.Var(bx), iconst(bm))
         Qs, Ks, Vs = (self.names.fresh(n) for n in ("Q_s", "K_s", "V_s"))
         Sc, Pt, O = (self.names.fresh(n) for n in ("S", "P", "O"))
-        mx, mc, l, al, rs = (self.names.fresh(n) for n in ("m", "m_new", "l", "alpha", "rowsum"))
+        mx, mc, l, al, rs, ms = (self.names.fresh(n) for n in ("m", "m_new", "l", "alpha", "rowsum",
+                                                               "m_sub"))
         k = self.names.fresh("k")
         i, j = self.names.fresh("i"), self.names.fresh("j")
         vi, vj = T.Var(i), T.Var(j)
@@ -639,10 +640,13 @@ class GroupLowering:
                 Store(mc, (vi,), T.Binary("maximum", L1(mx), L1(mc), f32)),
                 Store(al, (vi,), T.Select(is_ninf, T.Const(1.0, f32),
                                           T.Unary("exp", T.Binary("sub", L1(mx), L1(mc), f32), f32), f32)),
-                Store(mx, (vi,), L1(mc)))),
-            For((i, j), (BM, BN), "parallel", (Store(Sc, (vi, vj), T.Select(
-                T.Compare("eq", L1(mx), NEG_INF), T.Const(0.0, f32),
-                T.Unary("exp", T.Binary("sub", L2(Sc), L1(mx), f32), f32), f32)),)),
+                Store(mx, (vi,), L1(mc)),
+                # what each score subtracts before exp: the row's max, or 0 while the row has
+                # seen only -inf (its scores are then all -inf, and exp(-inf - 0) = 0 without a
+                # select per score)
+                Store(ms, (vi,), T.Select(is_ninf, T.Const(0.0, f32), L1(mc), f32)))),
+            For((i, j), (BM, BN), "parallel", (Store(Sc, (vi, vj), T.Unary(
+                "exp", T.Binary("sub", L2(Sc), L1(ms), f32), f32)),)),
             Reduce("sum", Sc, rs, 1),
             For((i,), (BM,), "parallel", (Store(l, (vi,), T.Binary(
                 "add", T.Binary("mul", L1(l), L1(al), f32), L1(rs), f32)),)),
@@ -659,7 +663,7 @@ class GroupLowering:
         if p_dt != f32:
             body.append(Alloc(Pt, "fragment", p_dt, (BM, BN)))
         body += [Alloc(O, "fragment", f32, (BM, DV))]
-        body += [Alloc(n, "fragment", f32, (BM,)) for n in (mx, mc, l, al, rs)]
+        body += [Alloc(n, "fragment", f32, (BM,)) for n in (mx, mc, l, al, rs, ms)]
         body += load_q + [Fill(mx, NEG_INF), Fill(l, T.Const(0.0, f32)), Fill(O, T.Const(0.0, f32)),
                           For((k,), (causal_bound(score, dim_to_expr(S.cdiv(bn)), k, vi.name, vj.name,
                                                row0, bm, bn),), "pipelined", tuple(loop), stages)]
