@@ -951,7 +951,7 @@ class CudaRenderer(CStyleRenderer):
             # whole groups of packed 4-bit values: two values per instruction (dequant4x8) into
             # the vector store, or into registers the element loop reads; the rest (a row's last
             # group, a masked group, an unaligned word) value by value
-            words, calls, arrays, pairs = [], [], [], {}
+            words, calls, arrays = [], [], []
             for x, q, sc, bias in dequant + values:
                 w = self.fresh("tilec_w")
                 base, row, col, cols = sources[q]
@@ -967,12 +967,8 @@ class CudaRenderer(CStyleRenderer):
                     dst = self.fresh("tilec_dq")
                     arrays.append(f"uint16_t {dst}[{vec}];")
                     ctx.values[x] = dst
-                if sc not in pairs:  # the scales' pairs, once for the words that share them
-                    pairs[sc] = self.fresh("tilec_sp")
-                    arrays.append(f"const tilec::ScalePairs {pairs[sc]} = "
-                                  f"tilec::scale_pairs({ctx.vec_loads[sc]});")
                 calls.append(f"tilec::dequant4x8<{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}>"
-                             f"({dst}, {w}, 0x{bias}{bias}u, {pairs[sc]});")
+                             f"({dst}, {w}, 0x{bias}{bias}u, {ctx.vec_loads[sc]});")
             fast = ([] if not col_bounds else [f"tilec_n >= {vec}"]) + ([ok] if ok else []) + words
             if fast:
                 self.emit(f"if ({' && '.join(fast)}) {{", d)

@@ -378,11 +378,12 @@ TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V],
 // ---- dequantization of 4-bit weights, eight values per call ------------------------------------
 // out[v] = H((q_v - zero) * s_v) for the eight values of the 32-bit word w (value v in bits 4v..4v+3,
 // as a packed row stores them), each product rounded once: the same bits as the f32 expression
-// rounded to H. Two values per instruction: one LOP3 of w >> 4p puts q_p and q_{p+4} (bits 0-3
-// and 16-19) into the mantissas of MAGIC (whose ulp is 1) in the two halves of a register,
-// subtracting MAGIC + zero leaves q - zero exactly, and a product of two 16-bit values is exact
-// in f32, so the 16-bit multiply rounds it as the f32 expression's conversion does. `bias` is the
-// 16-bit pair (MAGIC + zero [+ 8 for signed values, whose sign bit is flipped]) in both halves.
+// rounded to H. Two values per instruction: a byte permute of (w, w >> 4) and one LOP3 put q_2p
+// and q_2p+1 (bits 0-3 and 16-19) into the mantissas of MAGIC (whose ulp is 1) in the two halves
+// of a register, subtracting MAGIC + zero leaves q - zero exactly, and a product of two 16-bit
+// values is exact in f32, so the 16-bit multiply rounds it as the f32 expression's conversion
+// does. `bias` is the 16-bit pair (MAGIC + zero [+ 8 for signed values, whose sign bit is
+// flipped]) in both halves.
 template <class H> struct Pair16;
 template <> struct Pair16<F16> {
     typedef __half2 type;
@@ -392,29 +393,25 @@ template <> struct Pair16<BF16> {
     typedef __nv_bfloat162 type;
     static constexpr uint32_t magic = 0x43004300u;  // 128.0 in both halves
 };
-// The scales of dequant4x8's eight values as the pairs (s_p, s_{p+4}) its products take, made
-// once for the several words that share them (the rows of a GEMV step).
-struct ScalePairs { uint32_t p[4]; };
-TILEC_DEV ScalePairs scale_pairs(const uint16_t (&s)[8]) {
-    ScalePairs r;
-#pragma unroll
-    for (int p = 0; p < 4; ++p) r.p[p] = (uint32_t)s[p] | ((uint32_t)s[p + 4] << 16);
-    return r;
-}
 template <class H, bool SIGNED>
-TILEC_DEV void dequant4x8(uint16_t (&out)[8], uint32_t w, uint32_t bias, const ScalePairs& s) {
+TILEC_DEV void dequant4x8(uint16_t (&out)[8], uint32_t w, uint32_t bias, const uint16_t (&s)[8]) {
     typedef typename Pair16<H>::type P;
     if (SIGNED) w ^= 0x88888888u;  // q + 8 for two's complement nibbles
+    const uint32_t hi = w >> 4;
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-        uint32_t x;  // ((w >> 4p) & 0x000f000f) | MAGIC: one LOP3 (0xEA: (a & b) | c)
-        asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x) : "r"(w >> (4 * p)), "n"(0x000f000f),
-            "r"(Pair16<H>::magic));
+        // bytes [w.byte p, -, (w >> 4).byte p, -], then (.. & 0x000f000f) | MAGIC in one LOP3
+        // (0xEA: (a & b) | c): nibble 2p in the low half, 2p + 1 in the high half
+        uint32_t x;
+        asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x)
+            : "r"(__byte_perm(w, hi, p | (p << 4) | ((p + 4) << 8) | ((p + 4) << 12))),
+              "n"(0x000f000f), "r"(Pair16<H>::magic));
+        const uint32_t sc = (uint32_t)s[2 * p] | ((uint32_t)s[2 * p + 1] << 16);
         P v = __hsub2_rn(*reinterpret_cast<const P*>(&x), *reinterpret_cast<const P*>(&bias));
-        v = __hmul2_rn(v, *reinterpret_cast<const P*>(&s.p[p]));
+        v = __hmul2_rn(v, *reinterpret_cast<const P*>(&sc));
         const uint32_t r = *reinterpret_cast<const uint32_t*>(&v);
-        out[p] = (uint16_t)r;
-        out[p + 4] = (uint16_t)(r >> 16);
+        out[2 * p] = (uint16_t)r;
+        out[2 * p + 1] = (uint16_t)(r >> 16);
     }
 }
 // The 32-bit word that holds values col0 .. col0+7 of row `row` of a packed [.., cols] tensor,
