@@ -176,11 +176,13 @@ def test_threads_that_exchange_values_take_the_same_version():
     assert seen["collective"] >= 3 and seen["per-thread"] >= 1, seen
 
 
-def test_decode_gemv_reads_whole_weight_words_without_tests():
-    """The W4A16 decode GEMVs (a K loop around the row work) get a whole version too: when the
-    block's columns lie inside N, N is a multiple of 8 and the tensors are aligned (tested once
-    per block), each row's eight 4-bit weights are one word load and their scales one 16-byte
-    load, with no per-word alignment test and no value-by-value path in that version."""
+def test_decode_gemv_reads_whole_weight_words_without_tests(monkeypatch):
+    """The W4A16 decode GEMVs on the scalar units (a K loop around the row work) get a whole
+    version too: when the block's columns lie inside N, N is a multiple of 8 and the tensors are
+    aligned (tested once per block), each row's eight 4-bit weights are one word load and their
+    scales one 16-byte load, with no per-word alignment test and no value-by-value path in that
+    version. (`gemv_mma` takes these GEMVs by default; the knob measures the scalar one.)"""
+    monkeypatch.setenv("TILEC_GEMV_MMA", "off")
     text = (SAMPLES / "w4a16.tile").read_text()
     gemvs = [k for name, k in cuda_kernel_sources(text, "w.tile").items()
              if "_gemv" in name and "_sum" not in name]

@@ -10,7 +10,7 @@ import ctypes
 
 import pytest
 from conftest import SAMPLES, build_text, check_text, compile_text
-from test_cuda import ON_CI, need_gpu, need_nvcc
+from test_cuda import ON_CI, cuda_kernel_sources, need_gpu, need_nvcc
 from test_tile_level import agree
 
 from tilec import interp_tile
@@ -158,7 +158,8 @@ def test_gemv_of_grouped_weights_scales_each_step_once():
                 if isinstance(s, T.Store) and s.buf.startswith("acc") and "Wq[" in T.fmt(s.value))
     body = T.fmt(step.value)
     assert body.count("scales[") == 1 and body.count(" - 8.0 * (") == 1, body
-    assert "kc = cdiv(cdiv(K, " in T.print_kernel(gemv) and ", 4) * 4" in T.print_kernel(gemv)
+    # split chunks: multiples of the step (4 rows here) and of 16 (the matrix-unit GEMV's chunks)
+    assert "kc = cdiv(cdiv(K, " in T.print_kernel(gemv) and ", 16) * 16" in T.print_kernel(gemv)
     for dims in (dict(M=1, N=300, K=1280 + 128), dict(M=1, N=70, K=128), dict(M=1, N=33, K=2048)):
         agree(text, "cpu", dims)
 
@@ -186,6 +187,30 @@ def test_gemv_step_reads_its_groups_scale_once_and_accumulates_by_fused_multiply
     assert T.fmt(step32.value).count("Wq[") * 2 == rows
     for dims in (dict(M=1, N=300, K=1280 + 128), dict(M=1, N=70, K=128), dict(M=1, N=33, K=2048)):
         agree(text, "cuda", dims)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16"])
+def test_gemv_of_4bit_weights_runs_on_the_matrix_units_where_words_are_whole(dt):
+    """A GEMV of 4-bit weights dequantized to A's 16-bit dtype: where N is a multiple of 8 (whole
+    32-bit words of weights), the CUDA tiling computes the warps' partial sums with `gemv_mma`
+    (tilec_cuda.h gemv_dequant4_mma), the scalar GEMV in the other branch; f32 weights keep the
+    scalar GEMV. The Tile IR interpreter (which runs gemv_mma's definition) agrees with the
+    reference with the block's columns whole and cut, split and not, signed and unsigned."""
+    text = (SAMPLES / "w4a16.tile").read_text().replace("f16", dt)
+    _, _, m = compile_text(text, "w.tile", "cuda")
+    gemvs = [k for p in m.programs for k in p.kernels if "_gemv" in k.name and "sum" not in k.name]
+    assert gemvs and all(isinstance(st, T.If) and isinstance(st.body[0], T.GemvMma)
+                         and "N % 8 == 0" in T.fmt(st.cond)
+                         for k in gemvs for st in k.body if isinstance(st, T.If))
+    assert all(any(isinstance(st, T.GemvMma) for st in T.walk_stmts(k.body)) for k in gemvs)
+    src = "\n".join(cuda_kernel_sources(text, "w.tile").values())
+    assert f"tilec::gemv_dequant4_mma<tilec::{dt.upper()}, false, 256, 8, 256>" in src
+    for dims in (dict(M=1, N=264, K=1280), dict(M=1, N=512, K=384), dict(M=1, N=8, K=128)):
+        agree(text, "cuda", dims)
+    agree(text.replace("u4[", "i4[").replace("zero=8", "zero=0"), "cuda", dict(M=1, N=136, K=256))
+    _, _, m32 = compile_text(text.replace(dt, "f32"), "w.tile", "cuda")
+    assert not any(isinstance(st, T.GemvMma) for p in m32.programs for k in p.kernels
+                   for st in T.walk_stmts(k.body))
 
 
 @pytest.mark.parametrize("unroll", [2, 4])

@@ -192,6 +192,39 @@ kernel madd(X: f32[N], Y: f32[N], Z: f32[N]) -> W: f32[N]:
         driver.frontend(driver.Source("madd.tile", bad))
 
 
+GEMV_MMA = """
+kernel g(A: bf16[M, K], Wq: u4[K, N], s: bf16[K // 128, N]) -> P: f32[M, N]:
+    with grid(cdiv(N, 256), M, threads=256) as (bx, by):
+        red = shared(f32, [8, 256])
+        gemv_mma(red, A, Wq, s, zero=8, group=128, row=by, first=8, rows=K - 8, col0=bx * 256)
+        for i, j in parallel(1, 256):
+            if bx * 256 + j < N:
+                P[by, bx * 256 + j] = red[0, j] + red[1, j] + red[2, j] + red[3, j] + red[4, j] + red[5, j] + red[6, j] + red[7, j]
+"""
+
+
+def test_gemv_mma_reads_back_and_checks_its_operands():
+    """`gemv_mma(...)` (what the CUDA tiling of a 4-bit GEMV holds) parses at the tile level and
+    the interpreter computes the GEMV with it (rows from 8: a first chunk cut, and a block's
+    columns cut at N); misuse gets located errors."""
+    (g,) = driver.frontend(driver.Source("g.tile", GEMV_MMA)).graphs
+    rng = np.random.default_rng(3)
+    M, K, N = 1, 128 * 3, 264
+    a = rng.standard_normal((M, K)).astype(np.float32)
+    q = rng.integers(0, 16, (K, N))
+    sc = rng.standard_normal((K // 128, N)).astype(np.float32) * 0.1
+    a, sc = interp.quantize(a, "bf16"), interp.quantize(sc, "bf16")
+    got = interp.run_graph(g, {"A": a, "Wq": q, "s": sc}, {"M": M, "K": K, "N": N})["P"]
+    w = interp.quantize((q - 8.0) * np.repeat(sc, 128, axis=0), "bf16")
+    want = a[:, 8:].astype(np.float64) @ w[8:]
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-4) and not np.allclose(got, a @ w, atol=1e-4)
+    bad = {"group=128": "group=24", "red = shared(f32": "red = fragment(f32",
+           "zero=8, ": "", "col0=bx * 256)": "col0=bx * 256, k=1)"}
+    for old, new in bad.items():
+        with pytest.raises(TilecError, match="gemv_mma"):
+            driver.frontend(driver.Source("g.tile", GEMV_MMA.replace(old, new)))
+
+
 # ---- builds --------------------------------------------------------------------------------
 def chain(m_dump, prog, out, inputs: dict, dims: dict) -> dict:
     """Call the dump's kernels (the variants the launcher would pick) in launch order, each

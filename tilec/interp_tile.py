@@ -153,6 +153,24 @@ class KernelRun:
         else:  # integer products accumulate exactly in int64, then wrap
             c[...] = wrap(c.astype(np.int64) + a.astype(np.int64) @ b.astype(np.int64), dt)
 
+    def st_GemvMma(self, s: T.GemvMma, ctx):
+        row, first, rows, col0 = (int(self.scalar(self.ev(x, ctx), "a GEMV bound")) for x in s.idx)
+        dst = self.bufs[s.dst]
+        slices, bn = dst.shape
+        a, q, sc = self.env[s.a], self.env[s.q], self.env[s.s]
+        dt = self.decls[s.s].dtype
+        cols = np.arange(col0, min(col0 + bn, q.shape[-1]))
+        end, c0 = first + rows, first // 16
+        per = -(-(-(-end // 16) - c0) // slices) * 16 if rows > 0 else 0
+        dst[...] = 0.0
+        for w in range(slices):
+            r = np.arange(max(first, c0 * 16 + w * per), min(c0 * 16 + (w + 1) * per, end))
+            if r.size == 0 or cols.size == 0:
+                continue
+            wts = quantize((q[r][:, cols].astype(np.float64) - s.zero) *
+                           sc[r // s.group][:, cols].astype(np.float64), dt)
+            dst[w, :cols.size] = quantize(a[row, r].astype(np.float64) @ wts, "f32")
+
     def st_Reduce(self, s: T.Reduce, ctx):
         f = {"sum": np.sum, "max": np.max, "min": np.min}[s.fn]
         self.bufs[s.dst][...] = wrap(f(self.bufs[s.src], axis=s.axis), self.allocs[s.dst].dtype)

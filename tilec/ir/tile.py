@@ -267,6 +267,26 @@ class GemmLoad:
 
 
 @dataclass(frozen=True, slots=True)
+class GemvMma:
+    """The partial sums of a GEMV of 4-bit weights on the matrix units (targets with `gemv_mma`;
+    tilec_cuda.h gemv_dequant4_mma): with idx = (row, first, rows, col0) and S x BN the shape of
+    shared `dst`, dst[w, j] = the sum over warp w's rows r of
+    f32(a[row, r]) * f32(dt((f32(q[r, col0 + j]) - zero) * f32(s[r // group, col0 + j]))), dt the
+    dtype of s, for col0 + j below q's column count (0 past it). The 16-row chunks (rows
+    16c .. 16c + 15) that hold rows first .. first + rows - 1 go to the S warps in contiguous
+    runs: warp w takes the rows of that range from 16 (first // 16) + w * per, per rows,
+    per = 16 cdiv(chunks, S) (group is a multiple of 16: a chunk lies in one group)."""
+
+    a: str
+    q: str
+    s: str
+    dst: str
+    zero: int
+    group: int
+    idx: tuple  # (A's row, first row, rows, first column)
+
+
+@dataclass(frozen=True, slots=True)
 class Reduce:
     fn: str  # sum max min
     src: str
@@ -529,6 +549,10 @@ def print_stmts(stmts, indent: int) -> list:
             out.append(f"{pad}gemm_load({g.a}[{fmt(g.a_stage)}], {g.b}[{fmt(g.b_stage)}], {g.c})")
         elif isinstance(s, Reduce):
             out.append(f"{pad}reduce({s.fn}, {s.src}, {s.dst}, axis={s.axis})")
+        elif isinstance(s, GemvMma):
+            row, first, rows, col0 = (fmt(x) for x in s.idx)
+            out.append(f"{pad}gemv_mma({s.dst}, {s.a}, {s.q}, {s.s}, zero={s.zero}, group={s.group}, "
+                       f"row={row}, first={first}, rows={rows}, col0={col0})")
         elif isinstance(s, Allreduce):
             out.append(f"{pad}allreduce({s.fn}, {s.buf})")
         elif isinstance(s, Store):

@@ -245,7 +245,7 @@ class TileBuilder:
 
     def call_stmt(self, c: ast.Call) -> list:
         f = c.func
-        if self.par and f in ("clear", "fill", "copy", "gemm", "reduce", "swizzle"):
+        if self.par and f in ("clear", "fill", "copy", "gemm", "reduce", "swizzle", "gemv_mma"):
             raise error(f"{f}() works on whole tiles: it runs at block level, not inside a "
                         "parallel loop", c.loc)
         if f in ("clear", "fill"):
@@ -264,6 +264,8 @@ class TileBuilder:
             return [self.gemm(c)]
         if f == "reduce":
             return [self.reduce(c)]
+        if f == "gemv_mma":
+            return [self.gemv_mma(c)]
         if f == "swizzle":
             raise error("swizzle() must be the first statement of the grid block", c.loc)
         raise error(f"'{f}' is not a tile operation (clear, fill, copy, gemm, reduce)", c.loc)
@@ -391,6 +393,48 @@ class TileBuilder:
                         f"is [{T.fmt(m_)}, {T.fmt(n_)}]", c.args[2].loc)
         self.written.add(acc.name)
         return T.Gemm(a.name, b.name, acc.name, ta, tb)
+
+    def gemv_mma(self, c: ast.Call) -> T.GemvMma:
+        """gemv_mma(dst, A, q, s, zero=Z, group=G, row=.., first=.., rows=.., col0=..): what the
+        CUDA tiling of a 4-bit GEMV writes (ir/tile.py GemvMma says what it computes)."""
+        if len(c.args) != 4:
+            raise error("gemv_mma() takes the partial sums' buffer, A, the 4-bit weights and "
+                        "their scales", c.loc)
+        dst = self.buffer(c.args[0])
+        names = []
+        for e in c.args[1:]:
+            if not (isinstance(e, ast.Name) and e.id in self.globals):
+                raise error("expected a tensor in memory", e.loc)
+            names.append(e.id)
+        a, q, s = (self.globals[n] for n in names)
+        kw = {}
+        for k_, v, loc in c.kwargs:
+            if k_ == "zero":  # an integer literal, possibly negative
+                neg = isinstance(v, ast.Unary) and v.op == "-"
+                kw[k_] = -self.int_literal(v.operand, k_) if neg else self.int_literal(v, k_)
+            elif k_ == "group":
+                kw[k_] = self.int_literal(v, k_, minimum=16)
+            elif k_ in ("row", "first", "rows", "col0"):
+                kw[k_] = self.index(v, f"'{k_}'").e
+            else:
+                raise error(f"gemv_mma() takes zero=, group=, row=, first=, rows= and col0=, not "
+                            f"'{k_}='", loc)
+        missing = [k_ for k_ in ("zero", "group", "row", "first", "rows", "col0") if k_ not in kw]
+        if missing:
+            raise error(f"gemv_mma() needs {', '.join(k_ + '=' for k_ in missing)}", c.loc)
+        if kw["group"] < 16 or kw["group"] % 16:
+            raise error("gemv_mma()'s group is a multiple of 16", c.loc)
+        if dst.scope != "shared" or dst.dtype != "f32" or len(dst.shape) != 2:
+            raise error(f"gemv_mma() writes a 2-D shared f32 buffer; '{dst.name}' is not one",
+                        c.args[0].loc)
+        shapes = [self.rank(x) for x in (a, q, s)]
+        if shapes != [2, 2, 2] or q.type.dtype not in ("u4", "i4") or \
+                a.type.dtype not in ("f16", "bf16") or s.type.dtype != a.type.dtype:
+            raise error("gemv_mma() takes a 2-D f16 or bf16 A, 2-D u4 or i4 weights and 2-D "
+                        "scales of A's dtype", c.loc)
+        self.written.add(dst.name)
+        return T.GemvMma(*names, dst.name, kw["zero"], kw["group"],
+                         (kw["row"], kw["first"], kw["rows"], kw["col0"]))
 
     def reduce(self, c: ast.Call) -> T.Reduce:
         if len(c.args) != 3:

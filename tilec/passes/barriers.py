@@ -26,6 +26,8 @@ def _access(st, shared: set) -> tuple:
                 reads.add(s.src.buf)
         elif isinstance(s, T.Gemm):
             reads |= {s.a, s.b} & shared
+        elif isinstance(s, T.GemvMma) and s.dst in shared:
+            writes.add(s.dst)
         elif isinstance(s, (T.Store, T.Fill)) and s.buf in shared:
             writes.add(s.buf)
     reads |= {ld.buf for ld in loads_in(st) if ld.buf in shared}

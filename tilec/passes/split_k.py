@@ -88,6 +88,13 @@ def decode_variants(target) -> tuple:
     return (knob,) if knob else ()
 
 
+def gemv_mma(target) -> bool:
+    """Whether GEMVs of 4-bit weights run on the target's matrix units (T.GemvMma): the target's
+    `gemv_mma`, unless `TILEC_GEMV_MMA=off` (to measure the scalar GEMV against it)."""
+    knob = _knob("TILEC_GEMV_MMA", "off (or unset)", 0)
+    return target.resources.gemv_mma and knob != ()
+
+
 def gemv_config(target) -> tuple:
     """The target's GEMV (M = 1) variant: (columns per block, threads, block goal, least K rows per
     split, blocks per SM, rows per step), or `TILEC_GEMV`'s (a target without one stays so)."""

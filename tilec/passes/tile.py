@@ -313,7 +313,7 @@ class GroupLowering:
         bidx = decompose(T.Var(bz), batch)
         if split is not None:  # z = batch index * count + split; the split walks its K tiles
             sk = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), nk, *split[:2],
-                              multiple=max(gemv, 1))
+                              multiple=gemv_chunk_rows(gemv))
             kc = self.names.fresh("kc")  # K tiles per split
             count, chunk = T.Binary("cdiv", dim_to_expr(nk), T.Var(kc), "i64"), T.Var(kc)
             lets = [T.Let(kc, dim_to_expr(sk.chunk))]
@@ -486,15 +486,21 @@ class GroupLowering:
         body = [
             *([T.Let(per, T.Binary("cdiv", span, iconst(slices), "i64"))] if unroll == 1 else []),
             Alloc(acc, "fragment", dt, (iconst(slices), iconst(bn))),
-            Fill(acc, T.Const(0, dt)),
-            *loops,
         ]
+        scalar = [Fill(acc, T.Const(0, dt)), *loops]
         if slices == 1:  # one slice (the CPU): its sums are the block's
-            return body, acc
+            return body + scalar, acc
+        scalar.append(For((i, j), (iconst(slices), iconst(bn)), "parallel",
+                          (Store(red, (vi, vj), T.Load(acc, (vi, vj), dt)),)))
+        body.append(Alloc(red, "shared", dt, (iconst(slices), iconst(bn))))
+        form = self.gemv_mma_form(a_id, b_id, mma_dt, row0, batch) if dt == "f32" else None
+        if form is None:
+            body += scalar
+        else:  # on the matrix units where the weights are whole words (else the scalar GEMV)
+            words = T.Compare("eq", T.Binary("mod", dim_to_expr(N), iconst(8), "i64"), iconst(0))
+            mma = T.GemvMma(*form[:3], red, *form[3:], (row0, first, trip, col0))
+            body.append(If(words, (mma,), tuple(scalar)))
         body += [
-            Alloc(red, "shared", dt, (iconst(slices), iconst(bn))),
-            For((i, j), (iconst(slices), iconst(bn)), "parallel",
-                (Store(red, (vi, vj), T.Load(acc, (vi, vj), dt)),)),
             Alloc(tot, "fragment", dt, (iconst(1), iconst(bn))),
             Fill(tot, T.Const(0, dt)),
             For((s,), (iconst(slices),), "range", (For((i, j), (iconst(1), iconst(bn)), "parallel", (
@@ -502,6 +508,34 @@ class GroupLowering:
                                               T.Load(red, (T.Var(s), vj), dt), dt)),)),)),
         ]
         return body, tot
+
+    def gemv_mma_form(self, a_id: int, b_id: int, mma_dt, row0, batch):
+        """(A, q, scales, zero, group) when the target runs this GEMV on its matrix units
+        (T.GemvMma): A @ dequant(q, s, zero=Z, group=G) with A's row and the 4-bit q and the
+        16-bit s (A's dtype, which the matrix units multiply) plain tensors in memory, Z a small
+        integer and G a multiple of 16; else None."""
+        if batch or not mma_dt or not split_k.gemv_mma(self.target):
+            return None
+        b_op = self.ops[b_id]
+        if b_op.kind != "dequant" or self.in_memory(b_id) or len(b_op.args) != 2:
+            return None
+        zero, group = b_op.attr("zero"), b_op.attr("group")
+        if group % 16 or float(zero) != int(zero) or not -64 <= zero <= 64:
+            return None
+        probe = T.Var(self.names.fresh("k"))
+        a = self.value(a_id, (row0, probe))
+        if isinstance(a, T.Cast) and getattr(a.x, "dtype", None) == mma_dt:
+            a = a.x
+        if not (isinstance(a, T.Load) and a.dtype == mma_dt and a.idx == (row0, probe)):
+            return None
+        (q, qt), (s, st) = self._stored(b_op.args[0]), self._stored(b_op.args[1])
+        if q is None or s is None or qt or st:
+            return None
+        q, s = self.bufs[q], self.bufs[s]
+        if q.type.dtype not in ("u4", "i4") or s.type.dtype != mma_dt or len(q.type.shape) != 2:
+            return None
+        self.used.update((b_op.args[0], b_op.args[1]))
+        return a.buf, q.name, s.name, int(zero), group
 
     def lower_elementwise(self) -> TileKernel:
         S = self.grp.domain
@@ -778,7 +812,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if cfg.split:
             bm, bn, bk = cfg.tile
             when = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), K.cdiv(bk),
-                                *cfg.split[:2], multiple=max(cfg.gemv_unroll, 1)).when
+                                *cfg.split[:2], multiple=gemv_chunk_rows(cfg.gemv_unroll)).when
             if when != Dim.const(0):
                 out.append((f"{name}_split", Dim.bin("and", small, when), cfg))
         out.append((name, small, replace(cfg, split=None)))
@@ -794,6 +828,12 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if when is None or when == Dim.const(1):
             break
     return kept
+
+
+def gemv_chunk_rows(unroll: int) -> int:
+    """What a split GEMV's rows per split are a multiple of: its rows per step (a step's rows
+    share their quantization group), and 16 (T.GemvMma's chunks); 1 for other GEMMs."""
+    return math.lcm(unroll, 16) if unroll else 1
 
 
 def _gemv_rows_per_step(g: Graph, mm, rows: int) -> int:

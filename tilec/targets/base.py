@@ -42,9 +42,13 @@ class Resources:
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never
     split_k: tuple = ()
     # (columns per block, threads, block goal, least K rows per split, blocks per SM, rows per
-    # step of 32-bit weights, twice as many for 16-bit ones): GEMMs with one row of A (M = 1, decode) also get a GEMV variant streaming B's rows
-    # from memory (passes/tile.py gemv_body), split over K like split_k; () = none
+    # step of 32-bit weights, twice as many for 16-bit ones): GEMMs with one row of A (M = 1,
+    # decode) also get a GEMV variant streaming B's rows from memory (passes/tile.py
+    # gemv_body), split over K like split_k; () = none
     gemv: tuple = ()
+    # GEMVs of 4-bit weights dequantized to the 16-bit dtype of the matrix units run on them
+    # (Tile IR `gemv_mma`; the target renders it), with the scalar GEMV as the fallback
+    gemv_mma: bool = False
     # 16-bit float dtypes the matrix units multiply (others take the scalar path)
     mma_dtypes: tuple = ()
     # compile-time sizes a run-time extent of an on-chip buffer may get (specialize pass): one

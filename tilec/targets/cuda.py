@@ -464,6 +464,21 @@ class CudaRenderer(CStyleRenderer):
         self.edge_version = False
         self.emit("}", depth)
 
+    def s_GemvMma(self, s: T.GemvMma, depth):
+        a, q, sc = self.globals[s.a], self.globals[s.q], self.globals[s.s]
+        dst = self.allocs[s.dst]
+        L = dst.layout
+        row, first, rows, col0 = (self.expr(x) for x in s.idx)
+        magic = 1024 if sc.dtype == "f16" else 128
+        bits = to_bits16(float(magic + s.zero + (8 if q.dtype == "i4" else 0)), sc.dtype)
+        self.emit(f"// {dst.name}: the warps' partial sums of A's row {row} times the dequantized "
+                  "weights, on the matrix units", depth)
+        self.emit(f"tilec::gemv_dequant4_mma<{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}, "
+                  f"{L.cols}, {L.rows}, {L.cols + L.pad}>({cname(a.name)} + ({row}) * "
+                  f"{pdim(a.shape[-1])}, {cname(q.name)}, "
+                  f"{cname(sc.name)}, {pdim(q.shape[-1])}, {first}, {rows}, {col0}, {s.group}, "
+                  f"0x{bits:04x}{bits:04x}u, {cname(dst.name)});", depth)
+
     def s_GemmLoad(self, s: T.GemmLoad, depth):
         g = s.gemm
         name = self.fragments(g)
@@ -1074,7 +1089,8 @@ def _parallel_loops(body, outer=()):
 
 
 # statements through which the threads of a block exchange values
-_COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.GemmLoad, T.Copy, T.Commit, T.Wait)
+_COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.GemmLoad, T.GemvMma, T.Copy, T.Commit,
+               T.Wait)
 
 
 # ---- whole-program rendering ----------------------------------------------------------------
@@ -1193,7 +1209,7 @@ CUDA = Target(
         # 16-bit weights; their loads in flight together); splits of at least 128 rows, 2 blocks
         # per SM (<= 128 registers; 4 blocks per SM spill; measured against 1-2 rows per step,
         # 2-4 blocks per SM and a version staging B through shared memory: docs/PERFORMANCE.md)
-        gemv=(256, 256, 512, 128, 2, 4)),
+        gemv=(256, 256, 512, 128, 2, 4), gemv_mma=True),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass
