@@ -1071,15 +1071,16 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
                     sc[gg][t][1] = __byte_perm(sw[t], 0u, 0x3232);
                 }
             }
-            for (int64_t r0 = gr; r0 < ge; r0 += 16) {
-                if (fast && r0 >= first && r0 + 16 <= end) {
+            int64_t r0 = gr;
+            if (fast && r0 >= first) {  // whole chunks: no tests, two in flight at a time
+                const int64_t whole = ge < end ? ge : end;
+#pragma unroll 2
+                for (; r0 + 16 <= whole; r0 += 16)
                     gemv4_mma_chunk<H, SIGNED, NG, false>(acc, sc, a, q, N, r0, first, end, col0 + p,
                                                           bias);
-                } else {
-                    gemv4_mma_chunk<H, SIGNED, NG, true>(acc, sc, a, q, N, r0, first, end, col0 + p,
-                                                         bias);
-                }
             }
+            for (; r0 < ge; r0 += 16)  // chunks cut by first or end, columns cut by N, unaligned
+                gemv4_mma_chunk<H, SIGNED, NG, true>(acc, sc, a, q, N, r0, first, end, col0 + p, bias);
             gr = ge;
         }
         if (lane % 4 == 0) {  // column 0 of C: lanes 0, 4, .., 28 hold rows g, g + 8 of each tile
