@@ -513,6 +513,10 @@ class CudaRenderer(CStyleRenderer):
         slowed a GEMM's K loop (docs/PERFORMANCE.md)."""
         moduli = sorted(self.stage_moduli(s)) if s.kind == "range" and len(s.vars) == 1 else []
         if not moduli:
+            if s.kind == "range" and _const(s.extents[0]) is None and self.accumulates(s.body):
+                # only sums of loads (a split GEMM's partial products): 4 iterations' loads in
+                # flight together instead of one load's latency per iteration
+                self.emit("#pragma unroll 4", depth)
             super().s_For(s, depth)
             return
         (k,) = s.vars
@@ -528,6 +532,22 @@ class CudaRenderer(CStyleRenderer):
         for m, name in names.items():
             self.emit(f"{name} = {name} + 1 == {m} ? 0 : {name} + 1;", depth + 1)
         self.emit("}", depth)
+
+    def accumulates(self, body) -> bool:
+        """Does `body` only add loaded values into fragment elements (acc[i] = acc[i] + X[..],
+        in parallel loops and branches, no other statements)?"""
+        for st in T.walk_stmts(body):
+            if isinstance(st, T.For) and st.kind == "parallel" or isinstance(st, T.If):
+                continue
+            if not isinstance(st, T.Store) or st.buf not in self.allocs or \
+                    self.allocs[st.buf].scope != "fragment":
+                return False
+            v = st.value
+            if not (isinstance(v, T.Binary) and v.fn == "add" and isinstance(v.a, T.Load) and
+                    v.a.buf == st.buf and v.a.idx == st.idx and
+                    isinstance(v.b.x if isinstance(v.b, T.Cast) else v.b, T.Load)):
+                return False
+        return True
 
     @staticmethod
     def stage_moduli(s: T.For) -> set:
