@@ -968,14 +968,15 @@ TILEC_DEV void gemm_simt_rs(const A* a_frag, const typename KB::storage* Bs, Acc
 // instructions per weight against 5 for the scalar GEMV. Needs N % 8 == 0 (whole words); `a`, `q`
 // and `s` may have any alignment (unaligned ones load element by element). Columns past N read no
 // memory and come out 0.
+// The words and activations of the chunk at row r0 (rows outside beg .. end - 1, columns past
+// N: zeros, read from nowhere; GUARD false: none are, and the words are aligned).
 template <class H, bool SIGNED, int NG, bool GUARD>
-TILEC_DEV void gemv4_mma_chunk(float (&acc)[NG][4][4], const uint32_t (&sc)[NG][4][2],
-                               const typename H::storage* a, const uint8_t* q, int64_t N,
-                               int64_t r0, int64_t beg, int64_t end, int64_t col0, uint32_t bias) {
-    typedef typename Pair16<H>::type P;
+TILEC_DEV void gemv4_mma_load(uint32_t (&w)[NG][4], uint32_t (&b)[2], const typename H::storage* a,
+                              const uint8_t* q, int64_t N, int64_t r0, int64_t beg, int64_t end,
+                              int64_t col0) {
     const int lane = (int)threadIdx.x % 32, g = lane >> 2, c = lane & 3;
     // B: activations r0 + 2c + {0, 1} and r0 + 2c + 8 + {0, 1} in column 0 (lanes g = 0)
-    uint32_t b[2] = {0u, 0u};
+    b[0] = b[1] = 0u;
     if (g == 0) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -990,24 +991,34 @@ TILEC_DEV void gemv4_mma_chunk(float (&acc)[NG][4][4], const uint32_t (&sc)[NG][
 #pragma unroll
     for (int gg = 0; gg < NG; ++gg) {
         const bool cols = !GUARD || col0 + gg * 64 + 8 * g < N;  // the lane's 8 columns: all or none
-        uint32_t w[4];  // rows r0 + 2c, + 1, + 8, + 9
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
+        for (int e = 0; e < 4; ++e) {  // rows r0 + 2c, + 1, + 8, + 9
             const int dr = (e & 1) + (e >> 1) * 8;
             const uint8_t* p = qrow + dr * half + gg * 32;
-            w[e] = 0u;
+            w[gg][e] = 0u;
             if (!GUARD) {
-                w[e] = *reinterpret_cast<const uint32_t*>(p);
+                w[gg][e] = *reinterpret_cast<const uint32_t*>(p);
             } else if (cols && r0 + 2 * c + dr >= beg && r0 + 2 * c + dr < end) {
-                w[e] = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-                       ((uint32_t)p[3] << 24);
+                w[gg][e] = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                           ((uint32_t)p[3] << 24);
             }
-            if (SIGNED) w[e] ^= 0x88888888u;  // q + 8 for two's complement nibbles
+            if (SIGNED) w[gg][e] ^= 0x88888888u;  // q + 8 for two's complement nibbles
         }
+    }
+}
+
+// acc += the chunk's weights (words w, dequantized with the scale pairs sc) times activations b.
+template <class H, int NG>
+TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][4], const uint32_t (&sc)[NG][4][2],
+                              const uint32_t (&w)[NG][4], const uint32_t (&b)[2], uint32_t bias) {
+    typedef typename Pair16<H>::type P;
+#pragma unroll
+    for (int gg = 0; gg < NG; ++gg)
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
             const int sel = t | (t << 4) | ((t + 4) << 8) | ((t + 4) << 12);
-            const uint32_t u[2] = {__byte_perm(w[0], w[1], sel), __byte_perm(w[2], w[3], sel)};
+            const uint32_t u[2] = {__byte_perm(w[gg][0], w[gg][1], sel),
+                                   __byte_perm(w[gg][2], w[gg][3], sel)};
             uint32_t A[4];  // rows g (column 8g + 2t) and g + 8 (8g + 2t + 1); k 2c.. and 2c + 8..
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -1021,7 +1032,6 @@ TILEC_DEV void gemv4_mma_chunk(float (&acc)[NG][4][4], const uint32_t (&sc)[NG][
             }
             Mma<H>::run(acc[gg][t], A, b);
         }
-    }
 }
 
 template <class H, bool SIGNED, int BN, int SLICES, int LD>
@@ -1072,15 +1082,28 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
                 }
             }
             int64_t r0 = gr;
-            if (fast && r0 >= first) {  // whole chunks: no tests, two in flight at a time
-                const int64_t whole = ge < end ? ge : end;
-#pragma unroll 2
-                for (; r0 + 16 <= whole; r0 += 16)
-                    gemv4_mma_chunk<H, SIGNED, NG, false>(acc, sc, a, q, N, r0, first, end, col0 + p,
-                                                          bias);
+            uint32_t w[NG][4], b[2];
+            const int64_t whole = ge < end ? ge : end;
+            if (fast && r0 >= first && r0 + 16 <= whole) {
+                // whole chunks, without tests: the next chunk's loads are issued before this
+                // chunk's math (two chunks in flight)
+                gemv4_mma_load<H, SIGNED, NG, false>(w, b, a, q, N, r0, first, end, col0 + p);
+                for (; r0 + 16 <= whole; r0 += 16) {
+                    uint32_t wc[NG][4], bc[2] = {b[0], b[1]};
+#pragma unroll
+                    for (int gg = 0; gg < NG; ++gg)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) wc[gg][e] = w[gg][e];
+                    if (r0 + 32 <= whole)
+                        gemv4_mma_load<H, SIGNED, NG, false>(w, b, a, q, N, r0 + 16, first, end,
+                                                             col0 + p);
+                    gemv4_mma_math<H, NG>(acc, sc, wc, bc, bias);
+                }
             }
-            for (; r0 < ge; r0 += 16)  // chunks cut by first or end, columns cut by N, unaligned
-                gemv4_mma_chunk<H, SIGNED, NG, true>(acc, sc, a, q, N, r0, first, end, col0 + p, bias);
+            for (; r0 < ge; r0 += 16) {  // chunks cut by first or end, columns cut by N, unaligned
+                gemv4_mma_load<H, SIGNED, NG, true>(w, b, a, q, N, r0, first, end, col0 + p);
+                gemv4_mma_math<H, NG>(acc, sc, w, b, bias);
+            }
             gr = ge;
         }
         if (lane % 4 == 0) {  // column 0 of C: lanes 0, 4, .., 28 hold rows g, g + 8 of each tile
