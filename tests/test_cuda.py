@@ -197,6 +197,22 @@ def test_decode_gemv_reads_whole_weight_words_without_tests(monkeypatch):
         assert "word4(" in guarded  # the ragged or unaligned blocks: tested per word
 
 
+def test_divisions_of_dimensions_are_computed_by_the_launcher():
+    """64-bit divisions of dimensions alone (a split's rows per chunk, its number of splits, the
+    grid) are kernel-level Lets of the lowered Tile IR (host_scalars) that the launcher computes
+    and passes in: the split-K sum kernel divides nothing, its launcher does."""
+    text = (SAMPLES / "w4a16.tile").read_text()
+    kernels = cuda_kernel_sources(text, "w.tile")
+    total = next(src for name, src in kernels.items() if name.endswith("_gemv_split_sum"))
+    # (the only divisions left: the block index into block coordinates)
+    assert "cdiv" not in total and total.count(" / ") == total.count("tilec_b / "), total[:600]
+    src = driver.render(*[compile_text(text, "w.tile", "cuda")[i] for i in (0, 2)], "cuda",
+                        {"arch": ("sm_90",)})
+    cu = next(v for k, v in src.items() if k.endswith(".cu"))
+    launcher = cu[cu.index("static int tilec_launch_w4a16_k0_gemv_split_sum"):]
+    assert "const int64_t kc = " in launcher.split("<<<")[0]
+
+
 def test_gemm_overlaps_the_end_of_its_k_loop_where_the_copies_lie_inside():
     """A GEMM's K loop ends with the wait for its next tiles and a barrier; the gemm runs its last
     k-step across them (the first fragments of the next tiles loading meanwhile), in the version

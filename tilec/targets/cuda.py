@@ -11,12 +11,14 @@ calls into `tilec_cuda.h`.
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows
 from ..passes import (
     barriers,
     hoist_invariants,
+    host_scalars,
     layout,
     lower_reductions,
     overlap_gemm,
@@ -537,7 +539,7 @@ class CudaRenderer(CStyleRenderer):
         """Does `body` only add loaded values into fragment elements (acc[i] = acc[i] + X[..],
         in parallel loops and branches, no other statements)?"""
         for st in T.walk_stmts(body):
-            if isinstance(st, T.For) and st.kind == "parallel" or isinstance(st, T.If):
+            if (isinstance(st, T.For) and st.kind == "parallel") or isinstance(st, T.If):
                 continue
             if not isinstance(st, T.Store) or st.buf not in self.allocs or \
                     self.allocs[st.buf].scope != "fragment":
@@ -1115,9 +1117,12 @@ _COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.GemmLoad, T.GemvMma, 
 
 # ---- whole-program rendering ----------------------------------------------------------------
 def render_kernel(k: T.TileKernel, symbols, target) -> dict:
+    # the Lets of dimensions alone (host_scalars pass) and the grid: computed by the launcher
+    host = host_scalars.host_lets(k)
+    body = tuple(st for st in k.body if not any(st is h for h in host))
     em = CudaRenderer(k, target)
-    if not em.version_whole(k.body, 1):
-        em.stmts(k.body, 1)
+    if not em.version_whole(body, 1):
+        em.stmts(body, 1)
     shared, frags, off = [], [], 0
     for a in em.allocs.values():
         if a.scope == "shared":
@@ -1140,17 +1145,21 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
         else:
             const = "const " if p.kind == "input" else ""
             params.append(f"{const}{ABI_TYPE[p.dtype]}* __restrict__ {cname(p.name)}")
-    used = used_names(k)  # a dimension the kernel does not read is an unnamed parameter
+    # a dimension or host value the kernel does not read is an unnamed parameter
+    used = used_names(replace(k, body=body, grid=()))
+    host_names = [cname(h.name) for h in host if h.name in used]  # (the kernel's; others feed them)
     kparams = params + [f"int64_t {cname(s)}" if s in used else f"int64_t /*{s}*/"
                         for s in symbols]
+    kparams += [f"int64_t {n}" for n in host_names] + [f"int64_t tilec_g{n}" for n in range(3)]
     params += [f"int64_t {cname(s)}" for s in symbols]  # the host launcher passes them all
     grid = [em.expr(g) for g in k.grid] + ["1"] * (3 - len(k.grid))
     # matrix kernels: registers matter more than a second block per SM (no spills)
     gemm = any(isinstance(s, T.Gemm) for s in T.walk_stmts(k.body))
     bounds = f"{k.threads}, {k.blocks_per_sm}" if gemm or k.blocks_per_sm > 1 else f"{k.threads}"
     return dict(name=k.name, comment=k.comment, params=params, kparams=kparams, bounds=bounds,
-                args=[
-        cname(p.name) for p in k.params] + [cname(s) for s in symbols], grid=grid,
+                args=[cname(p.name) for p in k.params] + [cname(s) for s in symbols] + host_names +
+                ["tilec_g0", "tilec_g1", "tilec_g2"], grid=grid,
+                host=[(cname(h.name), em.expr(h.value)) for h in host],
         block_vars=block_vars(k), threads=k.threads, smem=off, shared=shared, frags=frags,
         plans=list(em.copy_plans.values()), body=em.lines, tile_ir=T.print_kernel(k).splitlines())
 
@@ -1248,6 +1257,8 @@ CUDA = Target(
         ("barriers", barriers.run),
         # a K loop's last gemm runs its last k-step across the wait and barrier ending the loop
         ("overlap_gemm", overlap_gemm.run),
+        # 64-bit divisions of dimensions alone: named once, computed by the launcher
+        ("host_scalars", host_scalars.run),
     ),
     render_files=render,
     templates="cuda",

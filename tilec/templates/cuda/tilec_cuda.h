@@ -197,7 +197,7 @@ template <int N, typename T> TILEC_DEV T ipow(T x) {
 }
 
 // Python floor division / modulo: integer division by zero gives 0, MIN / -1 wraps (NumPy).
-template <typename T> TILEC_DEV T floordiv(T a, T b) {
+template <typename T> TILEC_HD T floordiv(T a, T b) {
     if constexpr (std::is_floating_point<T>::value) {
         T mod = fmod(a, b);
         T div = (a - mod) / b;
@@ -217,7 +217,7 @@ template <typename T> TILEC_DEV T floordiv(T a, T b) {
         return b == 0 ? (T)0 : (T)(a / b);
     }
 }
-template <typename T> TILEC_DEV T floormod(T a, T b) {
+template <typename T> TILEC_HD T floormod(T a, T b) {
     if constexpr (std::is_floating_point<T>::value) {
         T mod = fmod(a, b);
         if (mod != 0) {
