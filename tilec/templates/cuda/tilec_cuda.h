@@ -289,8 +289,10 @@ template <int V, class K> struct WholeWords {
 // Whole vectors at an address known to be aligned (vec_aligned, tested once for a whole loop
 // by the caller): one access, no test.
 template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p) {
+    typedef typename WholeWords<V, K>::W W;
+    // (a word no wider than one element: every valid pointer is aligned, known at compile time)
     return WholeWords<V, K>::value &&
-           (reinterpret_cast<uintptr_t>(p) % sizeof(typename WholeWords<V, K>::W)) == 0;
+           (sizeof(W) <= alignof(typename K::storage) || reinterpret_cast<uintptr_t>(p) % sizeof(W) == 0);
 }
 // ONCE: p is global memory that the kernel reads once (an elementwise kernel's input the shape
 // of its output): 16-byte words load evict-first (ld.global.cs), leaving L2 to what is reused
