@@ -92,11 +92,17 @@ def gemv_mma(target) -> bool:
     """Whether GEMVs of 4-bit weights run on the target's matrix units (T.GemvMma): the target's
     `gemv_mma`, unless `TILEC_GEMV_MMA=off` (to measure the scalar GEMV against it)."""
     knob = _knob("TILEC_GEMV_MMA", "off (or unset)", 0)
-    return target.resources.gemv_mma and knob != ()
+    return bool(target.resources.gemv_mma) and knob != ()
 
 
-def gemv_config(target) -> tuple:
+def gemv_config(target, on_mma: bool = False) -> tuple:
     """The target's GEMV (M = 1) variant: (columns per block, threads, block goal, least K rows per
-    split, blocks per SM, rows per step), or `TILEC_GEMV`'s (a target without one stays so)."""
+    split, blocks per SM, rows per step), or `TILEC_GEMV`'s (a target without one stays so).
+    `on_mma`: the GEMV of 4-bit weights that runs on the matrix units, whose block shape the
+    target's `gemv_mma` gives (the rows per step stay those of its scalar fallback)."""
     knob = _knob("TILEC_GEMV", "columns,threads,blocks,rows,blocks_per_sm,rows_per_step", 6)
-    return target.resources.gemv if knob is None or not target.resources.gemv else knob
+    if knob is not None and target.resources.gemv:
+        return knob
+    if on_mma and gemv_mma(target):
+        return target.resources.gemv_mma + target.resources.gemv[5:]
+    return target.resources.gemv

@@ -798,7 +798,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     split = split_k.config(target) or None
     decode = [(max_m, GemmVariant(tile_, threads, stages, split))
               for max_m, tile_, threads, stages in split_k.decode_variants(target)]
-    gemv = split_k.gemv_config(target)
+    gemv = split_k.gemv_config(target, _dequant4_to_16bit(g, mm))
     if gemv and not _transposed(g, mm.args[1]):  # (a transposed B: its rows are not contiguous)
         bn, threads, blocks, rows, per_sm, unroll = gemv
         unroll = _gemv_rows_per_step(g, mm, unroll)
@@ -828,6 +828,15 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if when is None or when == Dim.const(1):
             break
     return kept
+
+
+def _dequant4_to_16bit(g: Graph, mm) -> bool:
+    """Is B a dequantization of 4-bit weights with 16-bit scales (a GEMV the matrix units may
+    take: GroupLowering.gemv_mma_form decides, with A's dtype and where the operands live)?"""
+    ops = g.op_map()
+    b = ops[mm.args[1]]
+    return b.kind == "dequant" and ops[b.args[0]].type.dtype in ("u4", "i4") and \
+        ops[b.args[1]].type.dtype in ("f16", "bf16")
 
 
 def gemv_chunk_rows(unroll: int) -> int:

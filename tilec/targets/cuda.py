@@ -1238,7 +1238,11 @@ CUDA = Target(
         # 16-bit weights; their loads in flight together); splits of at least 128 rows, 2 blocks
         # per SM (<= 128 registers; 4 blocks per SM spill; measured against 1-2 rows per step,
         # 2-4 blocks per SM and a version staging B through shared memory: docs/PERFORMANCE.md)
-        gemv=(256, 256, 512, 128, 2, 4), gemv_mma=True),
+        gemv=(256, 256, 512, 128, 2, 4),
+        # M = 1 of 4-bit weights on the matrix units: 64 columns, 16 warps, 2 blocks per SM, split
+        # to 256 blocks (measured against 128-256 columns, 8-32 warps and 128-1024 blocks:
+        # docs/PERFORMANCE.md)
+        gemv_mma=(64, 512, 256, 128, 2)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass
