@@ -225,6 +225,17 @@ def test_gemv_mma_reads_back_and_checks_its_operands():
             driver.frontend(driver.Source("g.tile", GEMV_MMA.replace(old, new)))
 
 
+@pytest.mark.nvcc
+def test_hand_written_gemv_mma_builds_for_cuda():
+    """A hand-written gemv_mma builds for CUDA: the device function also takes a column count
+    that is no multiple of 8 (value by value; the tile pass guards its own uses)."""
+    from test_cuda import need_nvcc
+    need_nvcc()
+    _, out = build_text(GEMV_MMA, "g.tile", "cuda", {"arch": ("sm_80",)})
+    assert (out / "libg.so").exists()
+    assert "if (N % 8 != 0) {" in (out / "tilec_cuda.h").read_text()
+
+
 # ---- builds --------------------------------------------------------------------------------
 def chain(m_dump, prog, out, inputs: dict, dims: dict) -> dict:
     """Call the dump's kernels (the variants the launcher would pick) in launch order, each

@@ -1048,6 +1048,25 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
     const int64_t end = first + rows, c0 = first >> 4, chunks = rows > 0 ? ((end + 15) >> 4) - c0 : 0;
     const int64_t per = (chunks + SLICES - 1) / SLICES * 16;  // rows per warp, whole chunks
     const int64_t wb = c0 * 16 + warp * per, we = wb + per < end ? wb + per : end;
+    if (N % 8 != 0) {
+        // words would straddle rows: the same sums value by value (a hand-written gemv_mma; the
+        // tile pass only emits it under `if N % 8 == 0`)
+        const float base = H::load((uint16_t)(Pair16<H>::magic & 0xffffu)) + (SIGNED ? 8.0f : 0.0f);
+        const float z = H::load((uint16_t)bias) - base;  // bias = MAGIC + zero (+ 8 if signed)
+        for (int j = lane; j < BN; j += 32) {
+            const int64_t n = col0 + j;
+            float sum = 0.0f;
+            if (n < N) {
+                for (int64_t r = wb > first ? wb : first; r < we; ++r) {
+                    const int32_t v = SIGNED ? load_i4(q, r, n, N) : load_u4(q, r, n, N);
+                    const float w = H::load(H::store(((float)v - z) * H::load(s[(r / group) * N + n])));
+                    sum = fma_acc(H::load(a[r]), w, sum);
+                }
+            }
+            dst[warp * LD + j] = sum;
+        }
+        return;
+    }
     const bool aligned = (reinterpret_cast<uintptr_t>(q) & 3) == 0 &&
                          (reinterpret_cast<uintptr_t>(s) & 15) == 0;
     for (int p = 0; p < BN; p += PASS) {
