@@ -146,16 +146,21 @@ def test_split_variant_on_gpu(text, dims):
     check_text(text, dims, target="cuda", options={"arch": ("sm_90",)})
 
 
+def gemv_split_step(text: str, target: str):
+    """(the split GEMV kernel of `text`, the Store of its main step: the one reading most rows)."""
+    _, _, m = compile_text(text, "w.tile", target)
+    gemv = next(k for p in m.programs for k in p.kernels if k.name.endswith("_gemv_split"))
+    steps = [s for s in T.walk_stmts(gemv.body) if isinstance(s, T.Store) and s.buf.startswith("acc")]
+    return gemv, max(steps, key=lambda s: T.fmt(s.value).count("Wq["))
+
+
 def test_gemv_of_grouped_weights_scales_each_step_once():
     """A GEMV of f32 dequantized weights (q - zero) * scale, whose quantization group is a
     multiple of its rows per step: a step's rows share their group, so the step multiplies by
     the scale once and subtracts the zero once, (sum a q - zero * sum a) * scale, instead of per
     weight; its split chunks are multiples of the step. Checked against the reference."""
     text = (SAMPLES / "w4a16.tile").read_text().replace("f16", "f32")
-    _, _, m = compile_text(text, "w.tile", "cpu")
-    gemv = next(k for p in m.programs for k in p.kernels if k.name.endswith("_gemv_split"))
-    step = next(s for s in T.walk_stmts(gemv.body)
-                if isinstance(s, T.Store) and s.buf.startswith("acc") and "Wq[" in T.fmt(s.value))
+    gemv, step = gemv_split_step(text, "cpu")
     body = T.fmt(step.value)
     assert body.count("scales[") == 1 and body.count(" - 8.0 * (") == 1, body
     # split chunks: multiples of the step (4 rows here) and of 16 (the matrix-unit GEMV's chunks)
@@ -171,19 +176,14 @@ def test_gemv_step_reads_its_groups_scale_once_and_accumulates_by_fused_multiply
     the f32 sum by a fused multiply-add (Tile IR `fma`, rendered as tilec::fma_acc). Checked
     against the reference at K that is and is not a multiple of the step and of the group."""
     text = (SAMPLES / "w4a16.tile").read_text().replace("f16", "bf16")
-    _, _, m = compile_text(text, "w.tile", "cuda")
-    gemv = next(k for p in m.programs for k in p.kernels if k.name.endswith("_gemv_split"))
-    step = next(s for s in T.walk_stmts(gemv.body)
-                if isinstance(s, T.Store) and s.buf.startswith("acc") and T.fmt(s.value).count("Wq[") > 1)
+    _, step = gemv_split_step(text, "cuda")
     loads = {T.fmt(e) for e in T.walk_exprs(step.value) if isinstance(e, T.Load) and e.buf == "scales"}
     rows = T.fmt(step.value).count("Wq[")
     assert len(loads) == 1 and rows > 1, T.fmt(step.value)
-    assert isinstance(step.value, T.Fma) and sum(isinstance(e, T.Fma) for e in T.walk_exprs(step.value)) == rows
+    fmas = sum(isinstance(e, T.Fma) for e in T.walk_exprs(step.value))
+    assert isinstance(step.value, T.Fma) and fmas == rows
     # 16-bit weights: twice the rows per step of 32-bit ones (the same registers)
-    _, _, m32 = compile_text(text.replace("bf16", "f32"), "w.tile", "cuda")
-    gemv32 = next(k for p in m32.programs for k in p.kernels if k.name.endswith("_gemv_split"))
-    step32 = next(s for s in T.walk_stmts(gemv32.body)
-                  if isinstance(s, T.Store) and s.buf.startswith("acc") and T.fmt(s.value).count("Wq[") > 1)
+    _, step32 = gemv_split_step(text.replace("bf16", "f32"), "cuda")
     assert T.fmt(step32.value).count("Wq[") * 2 == rows
     for dims in (dict(M=1, N=300, K=1280 + 128), dict(M=1, N=70, K=128), dict(M=1, N=33, K=2048)):
         agree(text, "cuda", dims)

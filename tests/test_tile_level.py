@@ -199,7 +199,8 @@ kernel g(A: bf16[M, K], Wq: u4[K, N], s: bf16[K // 128, N]) -> P: f32[M, N]:
         gemv_mma(red, A, Wq, s, zero=8, group=128, row=by, first=8, rows=K - 8, col0=bx * 256)
         for i, j in parallel(1, 256):
             if bx * 256 + j < N:
-                P[by, bx * 256 + j] = red[0, j] + red[1, j] + red[2, j] + red[3, j] + red[4, j] + red[5, j] + red[6, j] + red[7, j]
+                P[by, bx * 256 + j] = (red[0, j] + red[1, j] + red[2, j] + red[3, j] +
+                                       red[4, j] + red[5, j] + red[6, j] + red[7, j])
 """
 
 
