@@ -583,13 +583,14 @@ def _decl(t: TensorDecl) -> str:
     return f"{t.name}: {t.dtype}[{', '.join(str(d) for d in t.shape)}]"
 
 
+def shape_dims(k: TileKernel) -> set:
+    """The dimension symbols kernel `k`'s tensors' shapes name."""
+    return {s for p in k.params for d in p.shape for s in d.symbols()}
+
+
 def free_dims(k: TileKernel) -> list:
     """The dimensions kernel `k` uses that none of its tensors' shapes names, in first use."""
-    bound, named = set(k.block_vars), set()
-    for p in k.params:
-        bound.add(p.name)
-        for d in p.shape:
-            named |= set(d.symbols())
+    bound, named = set(k.block_vars) | {p.name for p in k.params}, shape_dims(k)
     exprs = list(k.grid)
     for s in walk_stmts(k.body):
         if isinstance(s, For):

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
+from .rewrite import taken_names
 
 
 def _varying(e, fixed: set) -> bool:
@@ -34,15 +35,10 @@ def _worth(e) -> bool:
 
 
 def hoist(k: T.TileKernel) -> T.TileKernel:
-    fixed = {p.name for p in k.params if p.kind == "scalar"} | set(k.block_vars)
     # dimension symbols are the free variables of the parameters' shapes
-    for p in k.params:
-        for d in p.shape:
-            fixed |= set(d.symbols())
+    fixed = {p.name for p in k.params if p.kind == "scalar"} | set(k.block_vars) | T.shape_dims(k)
     lets, names = [], {}
-    taken = fixed | {p.name for p in k.params} | \
-        {s.name for s in T.walk_stmts(k.body) if isinstance(s, (T.Alloc, T.Let))} | \
-        {v for s in T.walk_stmts(k.body) if isinstance(s, T.For) for v in s.vars}
+    taken = taken_names(k)
 
     def top_down(e):
         """The largest invariant subexpressions of `e` replaced by hoisted names."""

@@ -5,10 +5,9 @@
 
 Every 64-bit division (`//`, `%`, `cdiv`) whose operands are dimensions, constants or names
 made this way becomes a kernel-level `Let`, before the top-level statement that first needs it
-(after the Lets it reads); a target whose launcher runs
-on the host (CUDA) computes those Lets there and passes them in, instead of every thread of every
-block dividing 64-bit integers (tens of instructions each, in dependent chains: a split-K sum
-kernel spent most of its 7.8 us on them).
+(after the Lets it reads); a target whose launcher runs on the host (CUDA) computes those Lets
+there and passes them in, instead of every thread of every block dividing 64-bit integers
+(tens of instructions each, in dependent chains).
 """
 
 from __future__ import annotations
@@ -16,18 +15,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from .rewrite import map_expr, map_exprs
+from .rewrite import map_expr, map_exprs, taken_names
 
 DIVISIONS = ("floordiv", "mod", "idiv", "imod", "cdiv")
-
-
-def dimensions(k: T.TileKernel) -> set:
-    """The dimension symbols of kernel k: the free variables of its parameters' shapes."""
-    out = set()
-    for p in k.params:
-        for d in p.shape:
-            out |= set(d.symbols())
-    return out
 
 
 def of_dims(e, names: set) -> bool:
@@ -43,7 +33,7 @@ def of_dims(e, names: set) -> bool:
 def host_lets(k: T.TileKernel) -> list:
     """The top-level Lets of k whose values are arithmetic of the dimensions and of the Lets
     before them of that kind: what a host launcher can compute."""
-    names, out = dimensions(k), []
+    names, out = T.shape_dims(k), []
     for st in k.body:
         if isinstance(st, T.Let) and of_dims(st.value, names):
             out.append(st)
@@ -52,10 +42,8 @@ def host_lets(k: T.TileKernel) -> list:
 
 
 def hoist(k: T.TileKernel) -> T.TileKernel:
-    known = dimensions(k) | {st.name for st in host_lets(k)}
-    taken = known | {p.name for p in k.params} | set(k.block_vars) | \
-        {s.name for s in T.walk_stmts(k.body) if isinstance(s, (T.Alloc, T.Let))} | \
-        {v for s in T.walk_stmts(k.body) if isinstance(s, T.For) for v in s.vars}
+    known = T.shape_dims(k) | {st.name for st in host_lets(k)}
+    taken = taken_names(k)
     lets, names = [], {}
 
     def name(e):
@@ -71,32 +59,13 @@ def hoist(k: T.TileKernel) -> T.TileKernel:
             names[e] = T.Var(f"host{n}", "i64")
             lets.append(T.Let(f"host{n}", e))
         return names[e]
-
-    def stmt(st):
-        if isinstance(st, T.Alloc):  # (static shapes after specialization; leave them be)
-            return st
-        if isinstance(st, (T.For, T.If)):
-            st = map_exprs(replace(st, body=(), **({"orelse": ()} if isinstance(st, T.If) else {})),
-                           name)
-            return st
-        return map_exprs(st, name)
-
-    def block(stmts):
-        out = []
-        for st in stmts:
-            new = stmt(st)
-            if isinstance(st, T.For):
-                new = replace(new, body=block(st.body))
-            elif isinstance(st, T.If):
-                new = replace(new, body=block(st.body), orelse=block(st.orelse))
-            out.append(new)
-        return tuple(out)
     grid = tuple(map_expr(g, name) for g in k.grid)
     body = list(lets)
     for st in k.body:  # each new Let just before the top-level statement that made it
         made = len(lets)
-        new = block((st,))
-        body += lets[made:] + list(new)
+        # (buffers are declared at the top level, with static shapes after specialization)
+        new = st if isinstance(st, T.Alloc) else map_exprs(st, name)
+        body += lets[made:] + [new]
     if not lets:
         return k
     return replace(k, body=tuple(body), grid=grid)

@@ -148,10 +148,15 @@ def used_names(k: T.TileKernel) -> set:
         map_expr(e, note)
     for st in k.body:
         map_exprs(st, note)
-    for p in k.params:
-        for d in p.shape:
-            out |= set(d.symbols())
-    return out
+    return out | T.shape_dims(k)
+
+
+def taken_names(k: T.TileKernel) -> set:
+    """The names a new kernel-level `Let` of kernel `k` must not take: its parameters, their
+    shapes' dimensions, its block variables, buffers, Lets and loop variables."""
+    return {p.name for p in k.params} | T.shape_dims(k) | set(k.block_vars) | \
+        {s.name for s in T.walk_stmts(k.body) if isinstance(s, (T.Alloc, T.Let))} | \
+        {v for s in T.walk_stmts(k.body) if isinstance(s, T.For) for v in s.vars}
 
 
 def unit_stride(idx, var: str) -> bool:
