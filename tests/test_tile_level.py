@@ -237,6 +237,17 @@ def test_hand_written_gemv_mma_builds_for_cuda():
     assert "if (N % 8 != 0) {" in (out / "tilec_cuda.h").read_text()
 
 
+def test_gemv_mma_with_a_zero_its_16_bit_pairs_cannot_hold_is_a_located_error():
+    """gemv_mma's CUDA form subtracts MAGIC + zero from 16-bit pairs; a zero for which that or a
+    q - zero is not exact in the scales' dtype is an error at the kernel, not wrong sums."""
+    from conftest import compile_text
+    text = GEMV_MMA.replace("zero=8", "zero=300")
+    src, _, m = compile_text(text, "g.tile", "cuda")
+    with pytest.raises(TilecError, match=r"gemv_mma\(\): zero=300 is not exact in bf16") as err:
+        driver.render(src, m, "cuda", {"arch": ("sm_80",)})
+    assert err.value.format("g.tile", text).startswith("g.tile:3:")  # the kernel's grid block
+
+
 # ---- builds --------------------------------------------------------------------------------
 def chain(m_dump, prog, out, inputs: dict, dims: dict) -> dict:
     """Call the dump's kernels (the variants the launcher would pick) in launch order, each

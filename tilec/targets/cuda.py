@@ -68,6 +68,21 @@ NATIVE16 = {"add": "__hadd_rn", "sub": "__hsub_rn", "mul": "__hmul_rn", "maximum
 NATIVE16_UNARY = {"neg": "__hneg", "abs": "__habs"}
 
 
+def dequant_bias(dt: str, zero, qdtype: str):
+    """The 16-bit bits of MAGIC + zero (+ 8 for signed nibbles, whose sign bit dequant4x8 and
+    gemv_dequant4_mma flip) that those subtract from (MAGIC | q) in dtype dt, two values per
+    instruction; None where that or a q - zero is not an exact 16-bit value (then the values
+    go one by one)."""
+    magic = 1024 if dt == "f16" else 128
+    bias = magic + zero + (8 if qdtype == "i4" else 0)
+    lo, hi = (-8, 7) if qdtype == "i4" else (0, 15)
+    exact = 2048 if dt == "f16" else 256  # integers a 16-bit float holds exactly
+    bits = to_bits16(float(bias), dt)
+    if from_bits16(bits, dt) != bias or max(abs(lo - zero), abs(hi - zero)) > exact:
+        return None
+    return bits
+
+
 def to_bits16(value: float, dtype: str) -> int:
     """The bits of `value` rounded to nearest even in a 16-bit float dtype."""
     if dtype == "f16":
@@ -471,8 +486,9 @@ class CudaRenderer(CStyleRenderer):
         dst = self.allocs[s.dst]
         L = dst.layout
         row, first, rows, col0 = (self.expr(x) for x in s.idx)
-        magic = 1024 if sc.dtype == "f16" else 128
-        bits = to_bits16(float(magic + s.zero + (8 if q.dtype == "i4" else 0)), sc.dtype)
+        bits = dequant_bias(sc.dtype, s.zero, q.dtype)
+        if bits is None:
+            raise T.Unsupported(f"gemv_mma(): zero={s.zero} is not exact in {sc.dtype} pairs")
         self.emit(f"// {dst.name}: the warps' partial sums of A's row {row} times the dequantized "
                   "weights, on the matrix units", depth)
         self.emit(f"tilec::gemv_dequant4_mma<{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}, "
@@ -864,16 +880,8 @@ class CudaRenderer(CStyleRenderer):
            hit[2] not in self.ctx.vec_loads or hit[2].dtype != dt:
             return None
         q, zero, sc = hit
-        magic = 1024 if dt == "f16" else 128
-        bias = magic + zero + (8 if q.dtype == "i4" else 0)
-        lo, hi = (-8, 7) if q.dtype == "i4" else (0, 15)
-        exact = 2048 if dt == "f16" else 256  # integers a 16-bit float holds exactly
-        bits = to_bits16(float(bias), dt)
-        # MAGIC + zero and every q - zero must be exact 16-bit values (the paired subtraction
-        # is then exact); else the values go one by one
-        if from_bits16(bits, dt) != bias or max(abs(lo - zero), abs(hi - zero)) > exact:
-            return None
-        return q, sc, f"{bits:04x}"
+        bits = dequant_bias(dt, zero, q.dtype)
+        return None if bits is None else (q, sc, f"{bits:04x}")
 
     def dequant_values(self, body, sources: dict) -> list:
         """The 16-bit dequantized values the group's statements compute inside larger
