@@ -422,7 +422,7 @@ class TileBuilder:
         missing = [k_ for k_ in ("zero", "group", "row", "first", "rows", "col0") if k_ not in kw]
         if missing:
             raise error(f"gemv_mma() needs {', '.join(k_ + '=' for k_ in missing)}", c.loc)
-        if kw["group"] < 16 or kw["group"] % 16:
+        if kw["group"] % 16:
             raise error("gemv_mma()'s group is a multiple of 16", c.loc)
         if dst.scope != "shared" or dst.dtype != "f32" or len(dst.shape) != 2:
             raise error(f"gemv_mma() writes a 2-D shared f32 buffer; '{dst.name}' is not one",

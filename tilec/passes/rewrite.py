@@ -180,15 +180,15 @@ def column_base(last, var: str):
 
 def written_by(st) -> list:
     """The buffers statement `st` itself writes (not its nested statements): a store's or
-    fill's, a copy's destination, a matrix product's accumulator, a reduction's result, an
-    all-reduce's buffer."""
+    fill's, a copy's destination, a matrix product's accumulator, a reduction's result (or a
+    matrix-unit GEMV's partial sums), an all-reduce's buffer."""
     if isinstance(st, (T.Store, T.Fill, T.Allreduce)):
         return [st.buf]
     if isinstance(st, T.Copy):
         return [st.dst.buf]
     if isinstance(st, T.Gemm):
         return [st.c]
-    if isinstance(st, T.Reduce):
+    if isinstance(st, (T.Reduce, T.GemvMma)):
         return [st.dst]
     return []
 
