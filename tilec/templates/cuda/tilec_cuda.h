@@ -395,23 +395,28 @@ template <> struct Pair16<BF16> {
     typedef __nv_bfloat162 type;
     static constexpr uint32_t magic = 0x43004300u;  // 128.0 in both halves
 };
+// The pair H((q_lo - zero) * s_lo), H((q_hi - zero) * s_hi) of the nibbles in bits 0-3 and
+// 16-19 of `nibbles` (other bits ignored) and the scales in the halves of `scales`: the mask and
+// MAGIC in one LOP3 (0xEA: (a & b) | c), then the exact subtraction of `bias` and the product.
+template <class H> TILEC_DEV uint32_t dequant_pair(uint32_t nibbles, uint32_t bias, uint32_t scales) {
+    typedef typename Pair16<H>::type P;
+    uint32_t x;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x)
+        : "r"(nibbles), "n"(0x000f000f), "r"(Pair16<H>::magic));
+    P v = __hsub2_rn(*reinterpret_cast<const P*>(&x), *reinterpret_cast<const P*>(&bias));
+    v = __hmul2_rn(v, *reinterpret_cast<const P*>(&scales));
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
 template <class H, bool SIGNED>
 TILEC_DEV void dequant4x8(uint16_t (&out)[8], uint32_t w, uint32_t bias, const uint16_t (&s)[8]) {
-    typedef typename Pair16<H>::type P;
     if (SIGNED) w ^= 0x88888888u;  // q + 8 for two's complement nibbles
     const uint32_t hi = w >> 4;
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-        // bytes [w.byte p, -, (w >> 4).byte p, -], then (.. & 0x000f000f) | MAGIC in one LOP3
-        // (0xEA: (a & b) | c): nibble 2p in the low half, 2p + 1 in the high half
-        uint32_t x;
-        asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x)
-            : "r"(__byte_perm(w, hi, p | (p << 4) | ((p + 4) << 8) | ((p + 4) << 12))),
-              "n"(0x000f000f), "r"(Pair16<H>::magic));
-        const uint32_t sc = (uint32_t)s[2 * p] | ((uint32_t)s[2 * p + 1] << 16);
-        P v = __hsub2_rn(*reinterpret_cast<const P*>(&x), *reinterpret_cast<const P*>(&bias));
-        v = __hmul2_rn(v, *reinterpret_cast<const P*>(&sc));
-        const uint32_t r = *reinterpret_cast<const uint32_t*>(&v);
+        // bytes [w.byte p, -, (w >> 4).byte p, -]: nibble 2p in the low half, 2p + 1 in the high
+        const uint32_t r = dequant_pair<H>(
+            __byte_perm(w, hi, p | (p << 4) | ((p + 4) << 8) | ((p + 4) << 12)), bias,
+            (uint32_t)s[2 * p] | ((uint32_t)s[2 * p + 1] << 16));
         out[2 * p] = (uint16_t)r;
         out[2 * p + 1] = (uint16_t)(r >> 16);
     }
@@ -1013,7 +1018,6 @@ TILEC_DEV void gemv4_mma_load(uint32_t (&w)[NG][4], uint32_t (&b)[2], const type
 template <class H, int NG>
 TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][4], const uint32_t (&sc)[NG][4][2],
                               const uint32_t (&w)[NG][4], const uint32_t (&b)[2], uint32_t bias) {
-    typedef typename Pair16<H>::type P;
 #pragma unroll
     for (int gg = 0; gg < NG; ++gg)
 #pragma unroll
@@ -1023,15 +1027,8 @@ TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][4], const uint32_t (&sc)[NG][4
                                    __byte_perm(w[gg][2], w[gg][3], sel)};
             uint32_t A[4];  // rows g (column 8g + 2t) and g + 8 (8g + 2t + 1); k 2c.. and 2c + 8..
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                uint32_t x;  // (.. & 0x000f000f) | MAGIC in one LOP3 (0xEA: (a & b) | c)
-                asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(x)
-                    : "r"(e & 1 ? u[e >> 1] >> 4 : u[e >> 1]), "n"(0x000f000f),
-                      "r"(Pair16<H>::magic));
-                P v = __hsub2_rn(*reinterpret_cast<const P*>(&x), *reinterpret_cast<const P*>(&bias));
-                v = __hmul2_rn(v, *reinterpret_cast<const P*>(&sc[gg][t][e & 1]));
-                A[e] = *reinterpret_cast<const uint32_t*>(&v);
-            }
+            for (int e = 0; e < 4; ++e)
+                A[e] = dequant_pair<H>(e & 1 ? u[e >> 1] >> 4 : u[e >> 1], bias, sc[gg][t][e & 1]);
             Mma<H>::run(acc[gg][t], A, b);
         }
 }
