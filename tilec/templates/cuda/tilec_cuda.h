@@ -964,17 +964,17 @@ TILEC_DEV void gemm_simt_rs(const A* a_frag, const typename KB::storage* Bs, Acc
 // dequant4x8 rounds it. The 16-row chunks (rows 16c .. 16c + 15) that hold rows first ..
 // first + rows - 1 go to the SLICES warps in contiguous runs of cdiv(chunks, SLICES), rows outside
 // that range masked (group is a multiple of 16, so a chunk lies in one group and a warp loads each
-// group's scales once). The product runs transposed,
-// C^T = W^T a^T, as m16n8k16 mma: A = 16 columns x 16 rows of dequantized weights, straight from
-// the loaded words into registers (no shared memory), B = the 16 activations in column 0 (lanes
-// 0-3; the other columns zero), C = 16 columns x 8 (column 0 is the result). Lane (g, c) loads the
-// words of rows 2c, 2c + 1, 2c + 8, 2c + 9 of the chunk for columns 8g .. 8g + 7 of each 64-column
-// group; tile t of a group is columns 8g + 2t (mma row g) and 8g + 2t + 1 (row g + 8): a byte
-// permute pairs byte t of two rows' words, and one LOP3 each puts the low and the high nibble of
-// both rows into an mma register (the pair of rows along k that the A layout wants). About 3
-// instructions per weight against 5 for the scalar GEMV. Needs N % 8 == 0 (whole words); `a`, `q`
-// and `s` may have any alignment (unaligned ones load element by element). Columns past N read no
-// memory and come out 0.
+// group's scales once). The product runs transposed, C^T = W^T a^T, as m16n8k16 mma: A = 16
+// columns x 16 rows of dequantized weights, straight from the loaded words into registers (no
+// shared memory), B = the 16 activations in column 0 (lanes 0-3; the other columns zero),
+// C = 16 columns x 8 (column 0 is the result). Lane (g, c) loads the words of rows 2c, 2c + 1,
+// 2c + 8, 2c + 9 of the chunk for columns 8g .. 8g + 7 of each 64-column group; tile t of a group
+// is columns 8g + 2t (mma row g) and 8g + 2t + 1 (row g + 8): a byte permute pairs byte t of two
+// rows' words, and one LOP3 each puts the low and the high nibble of both rows into an mma
+// register (the pair of rows along k that the A layout wants). About 3 instructions per weight
+// against 5 for the scalar GEMV. With N % 8 != 0 (words would straddle rows) the sums are
+// computed value by value; `a`, `q` and `s` may have any alignment (unaligned ones load element
+// by element). Columns past N read no memory and come out 0.
 // The words and activations of the chunk at row r0 (rows outside beg .. end - 1, columns past
 // N: zeros, read from nowhere; GUARD false: none are, and the words are aligned).
 template <class H, bool SIGNED, int NG, bool GUARD>
