@@ -517,7 +517,7 @@ class GroupLowering:
         if batch or not mma_dt or not split_k.gemv_mma(self.target):
             return None
         b_op = self.ops[b_id]
-        if b_op.kind != "dequant" or self.in_memory(b_id) or len(b_op.args) != 2:
+        if not dequant4_to_16bit(self.ops, b_id) or self.in_memory(b_id) or len(b_op.args) != 2:
             return None
         zero, group = b_op.attr("zero"), b_op.attr("group")
         if group % 16 or float(zero) != int(zero) or not -64 <= zero <= 64:
@@ -532,7 +532,7 @@ class GroupLowering:
         if q is None or s is None or qt or st:
             return None
         q, s = self.bufs[q], self.bufs[s]
-        if q.type.dtype not in ("u4", "i4") or s.type.dtype != mma_dt or len(q.type.shape) != 2:
+        if s.type.dtype != mma_dt or len(q.type.shape) != 2:
             return None
         self.used.update((b_op.args[0], b_op.args[1]))
         return a.buf, q.name, s.name, int(zero), group
@@ -798,7 +798,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     split = split_k.config(target) or None
     decode = [(max_m, GemmVariant(tile_, threads, stages, split))
               for max_m, tile_, threads, stages in split_k.decode_variants(target)]
-    gemv = split_k.gemv_config(target, _dequant4_to_16bit(g, mm))
+    gemv = split_k.gemv_config(target, dequant4_to_16bit(g.op_map(), mm.args[1]))
     if gemv and not _transposed(g, mm.args[1]):  # (a transposed B: its rows are not contiguous)
         bn, threads, blocks, rows, per_sm, unroll = gemv
         unroll = _gemv_rows_per_step(g, mm, unroll)
@@ -830,11 +830,11 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     return kept
 
 
-def _dequant4_to_16bit(g: Graph, mm) -> bool:
-    """Is B a dequantization of 4-bit weights with 16-bit scales (a GEMV the matrix units may
-    take: GroupLowering.gemv_mma_form decides, with A's dtype and where the operands live)?"""
-    ops = g.op_map()
-    b = ops[mm.args[1]]
+def dequant4_to_16bit(ops: dict, b_id: int) -> bool:
+    """Is op `b_id` a dequantization of 4-bit weights with 16-bit scales (the B of a GEMV the
+    matrix units may take: GroupLowering.gemv_mma_form decides, with A's dtype and where the
+    operands live)?"""
+    b = ops[b_id]
     return b.kind == "dequant" and ops[b.args[0]].type.dtype in ("u4", "i4") and \
         ops[b.args[1]].type.dtype in ("f16", "bf16")
 
