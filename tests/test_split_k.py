@@ -281,6 +281,7 @@ kernel w(A: f32[M, K], Wq: u4[K, N], s: f32[K // 4, N]) -> C: f32[M, N]:
     ("TILEC_GEMV", "1,2", "TILEC_GEMV='1,2': expected columns,threads,blocks,rows,blocks_per_sm"),
     ("TILEC_SPLIT_K", "512,x,2", "TILEC_SPLIT_K='512,x,2': expected blocks,min_tiles"),
     ("TILEC_DECODE_TILE", "16,16x64,256,4", "the tile is BMxBNxBK, not (16, 64)"),
+    ("TILEC_GEMV_MMA", "on", "TILEC_GEMV_MMA='on': expected off (or unset)"),
 ])
 def test_a_malformed_benchmark_knob_is_a_user_error(monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)
