@@ -344,6 +344,17 @@ def test_tile_sample_on_gpu(path):
 
 
 @pytest.mark.gpu
+def test_hand_written_gemv_mma_on_gpu():
+    """A hand-written gemv_mma with column counts that are and are not multiples of 8 (the
+    device function's value-by-value path), a block's columns cut at N, and a first chunk cut."""
+    need_gpu()
+    from test_tile_level import GEMV_MMA
+    for dims in (dict(M=1, K=384, N=264), dict(M=2, K=256, N=261), dict(M=1, K=1280, N=7)):
+        check_text(GEMV_MMA, dims, name="gemv_mma.tile", target="cuda",
+                   options={"arch": ("sm_90",)})
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
 def test_cuda_dump_matches_reference_on_gpu(path):
     """Each kernel of the CUDA tiling's dump, built and run on its own, matches the Tile IR
