@@ -390,10 +390,20 @@ template <class H> struct Pair16;
 template <> struct Pair16<F16> {
     typedef __half2 type;
     static constexpr uint32_t magic = 0x64006400u;  // 1024.0 in both halves
+    // the low (high) half of a pair in both halves (an operand selector of the 16-bit
+    // instruction that reads it, not an instruction)
+    static TILEC_DEV uint32_t lows(uint32_t x) { return bits(__low2half2(pair(x))); }
+    static TILEC_DEV uint32_t highs(uint32_t x) { return bits(__high2half2(pair(x))); }
+    static TILEC_DEV type pair(uint32_t x) { return *reinterpret_cast<const type*>(&x); }
+    static TILEC_DEV uint32_t bits(type x) { return *reinterpret_cast<const uint32_t*>(&x); }
 };
 template <> struct Pair16<BF16> {
     typedef __nv_bfloat162 type;
     static constexpr uint32_t magic = 0x43004300u;  // 128.0 in both halves
+    static TILEC_DEV uint32_t lows(uint32_t x) { return bits(__low2bfloat162(pair(x))); }
+    static TILEC_DEV uint32_t highs(uint32_t x) { return bits(__high2bfloat162(pair(x))); }
+    static TILEC_DEV type pair(uint32_t x) { return *reinterpret_cast<const type*>(&x); }
+    static TILEC_DEV uint32_t bits(type x) { return *reinterpret_cast<const uint32_t*>(&x); }
 };
 // The pair H((q_lo - zero) * s_lo), H((q_hi - zero) * s_hi) of the nibbles in bits 0-3 and
 // 16-19 of `nibbles` (other bits ignored) and the scales in the halves of `scales`: the mask and
@@ -975,63 +985,129 @@ TILEC_DEV void gemm_simt_rs(const A* a_frag, const typename KB::storage* Bs, Acc
 // against 5 for the scalar GEMV. With N % 8 != 0 (words would straddle rows) the sums are
 // computed value by value; `a`, `q` and `s` may have any alignment (unaligned ones load element
 // by element). Columns past N read no memory and come out 0.
-// The words and activations of the chunk at row r0 (rows outside beg .. end - 1, columns past
-// N: zeros, read from nowhere; GUARD false: none are, and the words are aligned).
-template <class H, bool SIGNED, int NG, bool GUARD>
-TILEC_DEV void gemv4_mma_load(uint32_t (&w)[NG][4], uint32_t (&b)[2], const typename H::storage* a,
-                              const uint8_t* q, int64_t N, int64_t r0, int64_t beg, int64_t end,
-                              int64_t col0) {
+// One 16-row chunk of the GEMV as a lane holds it: its weight words (rows 2c, 2c + 1, 2c + 8,
+// 2c + 9 of columns 8g .. 8g + 7 of each 64-column group), its activations (B column 0: lanes
+// g = 0) and the scales of its quantization group (columns 8g .. 8g + 7, 16 bits each).
+template <int NG> struct Gemv4Chunk {
+    uint32_t w[NG][4], b[2], s[NG][4];
+};
+
+// Load the chunk at row r0: rows outside beg .. end - 1 and columns past N are zeros, read from
+// nowhere; any alignment (element by element).
+template <class H, bool SIGNED, int NG>
+TILEC_DEV void gemv4_mma_load_guarded(Gemv4Chunk<NG>& ch, const typename H::storage* a,
+                                      const uint8_t* q, const typename H::storage* s, int64_t N,
+                                      int64_t group, int64_t r0, int64_t beg, int64_t end,
+                                      int64_t col0) {
     const int lane = (int)threadIdx.x % 32, g = lane >> 2, c = lane & 3;
     // B: activations r0 + 2c + {0, 1} and r0 + 2c + 8 + {0, 1} in column 0 (lanes g = 0)
-    b[0] = b[1] = 0u;
+    ch.b[0] = ch.b[1] = 0u;
     if (g == 0) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int64_t r = r0 + 2 * c + 8 * h;
-            const uint32_t lo = !GUARD || (r >= beg && r < end) ? (uint32_t)a[r] : 0u;
-            const uint32_t hi = !GUARD || (r + 1 >= beg && r + 1 < end) ? (uint32_t)a[r + 1] : 0u;
-            b[h] = lo | (hi << 16);
+            const uint32_t lo = r >= beg && r < end ? (uint32_t)a[r] : 0u;
+            const uint32_t hi = r + 1 >= beg && r + 1 < end ? (uint32_t)a[r + 1] : 0u;
+            ch.b[h] = lo | (hi << 16);
         }
     }
     const int64_t half = N >> 1;
     const uint8_t* qrow = q + (r0 + 2 * c) * half + ((col0 + 8 * g) >> 1);
+    const typename H::storage* srow = s + (r0 / group) * N + col0 + 8 * g;
 #pragma unroll
     for (int gg = 0; gg < NG; ++gg) {
-        const bool cols = !GUARD || col0 + gg * 64 + 8 * g < N;  // the lane's 8 columns: all or none
+        const bool cols = col0 + gg * 64 + 8 * g < N;  // the lane's 8 columns: all or none
 #pragma unroll
         for (int e = 0; e < 4; ++e) {  // rows r0 + 2c, + 1, + 8, + 9
             const int dr = (e & 1) + (e >> 1) * 8;
             const uint8_t* p = qrow + dr * half + gg * 32;
-            w[gg][e] = 0u;
-            if (!GUARD) {
-                w[gg][e] = *reinterpret_cast<const uint32_t*>(p);
-            } else if (cols && r0 + 2 * c + dr >= beg && r0 + 2 * c + dr < end) {
-                w[gg][e] = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
-                           ((uint32_t)p[3] << 24);
+            ch.w[gg][e] = 0u;
+            if (cols && r0 + 2 * c + dr >= beg && r0 + 2 * c + dr < end) {
+                ch.w[gg][e] = (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+                              ((uint32_t)p[3] << 24);
             }
-            if (SIGNED) w[gg][e] ^= 0x88888888u;  // q + 8 for two's complement nibbles
+            if (SIGNED) ch.w[gg][e] ^= 0x88888888u;  // q + 8 for two's complement nibbles
         }
+        const typename H::storage* sp = srow + gg * 64;
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+            ch.s[gg][t] = cols ? (uint32_t)sp[2 * t] | ((uint32_t)sp[2 * t + 1] << 16) : 0u;
     }
 }
 
-// acc += the chunk's weights (words w, dequantized with the scale pairs sc) times activations b.
+// A warp's whole chunks of whole, aligned columns, loaded in order: the lane's addresses of the
+// next chunk, advanced by one chunk at each load (no multiplications in the loop).
+template <class H, bool SIGNED, int NG> struct Gemv4Stream {
+    const uint8_t* q;               // the lane's word of row r + 2c
+    const typename H::storage* a;   // activation r + 2c
+    const typename H::storage* s;   // the lane's scales of row r's quantization group
+    int64_t half, N;                // bytes per row of words; scales per row
+    int left, per_group;            // chunks left in the group, and in a group
+    TILEC_DEV Gemv4Stream(const typename H::storage* a_, const uint8_t* q_,
+                          const typename H::storage* s_, int64_t N_, int64_t r0, int64_t col0,
+                          int64_t group)
+        : half(N_ >> 1), N(N_), left((int)((group - r0 % group) >> 4)), per_group((int)(group >> 4)) {
+        const int lane = (int)threadIdx.x % 32, g = lane >> 2, c = lane & 3;
+        q = q_ + (r0 + 2 * c) * half + ((col0 + 8 * g) >> 1);
+        a = a_ + r0 + 2 * c;
+        s = s_ + (r0 / group) * N + col0 + 8 * g;
+    }
+    TILEC_DEV void load(Gemv4Chunk<NG>& ch) {
+        const int g = ((int)threadIdx.x % 32) >> 2;
+        ch.b[0] = ch.b[1] = 0u;
+        if (g == 0) {  // B column 0: activations r + 2c + {0, 1}, r + 2c + 8 + {0, 1}
+            ch.b[0] = *reinterpret_cast<const uint32_t*>(a);
+            ch.b[1] = *reinterpret_cast<const uint32_t*>(a + 8);
+        }
+        if (left == 0) {  // the next quantization group (group is a multiple of 16 rows)
+            s += N;
+            left = per_group;
+        }
+        --left;
+        const typename H::storage* sp = s;
+#pragma unroll
+        for (int gg = 0; gg < NG; ++gg) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {  // rows r + 2c, + 1, + 8, + 9
+                const int dr = (e & 1) + (e >> 1) * 8;
+                ch.w[gg][e] = *reinterpret_cast<const uint32_t*>(q + dr * half + gg * 32);
+                if (SIGNED) ch.w[gg][e] ^= 0x88888888u;  // q + 8 for two's complement nibbles
+            }
+            const uint4 v = *reinterpret_cast<const uint4*>(sp + gg * 64);
+            ch.s[gg][0] = v.x; ch.s[gg][1] = v.y; ch.s[gg][2] = v.z; ch.s[gg][3] = v.w;
+        }
+        q += 16 * half;
+        a += 16;
+    }
+};
+
+// acc += the chunk's weights (dequantized with its scales) times its activations. Only column 0
+// of each mma's C is the GEMV's (lanes 4g: rows g and g + 8 of the tile, acc[..][0] and [2]);
+// the other columns (B's columns 1..7 are zero) are never read.
 template <class H, int NG>
-TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][4], const uint32_t (&sc)[NG][4][2],
-                              const uint32_t (&w)[NG][4], const uint32_t (&b)[2], uint32_t bias) {
+TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][4], const Gemv4Chunk<NG>& ch, uint32_t bias) {
 #pragma unroll
     for (int gg = 0; gg < NG; ++gg)
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
             const int sel = t | (t << 4) | ((t + 4) << 8) | ((t + 4) << 12);
-            const uint32_t u[2] = {__byte_perm(w[gg][0], w[gg][1], sel),
-                                   __byte_perm(w[gg][2], w[gg][3], sel)};
+            const uint32_t u[2] = {__byte_perm(ch.w[gg][0], ch.w[gg][1], sel),
+                                   __byte_perm(ch.w[gg][2], ch.w[gg][3], sel)};
+            // (s, s) of columns 8g + 2t and 8g + 2t + 1
+            const uint32_t sc[2] = {Pair16<H>::lows(ch.s[gg][t]), Pair16<H>::highs(ch.s[gg][t])};
             uint32_t A[4];  // rows g (column 8g + 2t) and g + 8 (8g + 2t + 1); k 2c.. and 2c + 8..
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                A[e] = dequant_pair<H>(e & 1 ? u[e >> 1] >> 4 : u[e >> 1], bias, sc[gg][t][e & 1]);
-            Mma<H>::run(acc[gg][t], A, b);
+                A[e] = dequant_pair<H>(e & 1 ? u[e >> 1] >> 4 : u[e >> 1], bias, sc[e & 1]);
+            Mma<H>::run(acc[gg][t], A, ch.b);
         }
 }
+
+// Chunks in flight per warp in the GEMV's loop over whole chunks (a tuning knob: 2 with 32 warps
+// per SM measured faster than 4-8 with 16, docs/PERFORMANCE.md)
+#ifndef TILEC_GEMV_DEPTH
+#define TILEC_GEMV_DEPTH 2
+#endif
 
 template <class H, bool SIGNED, int BN, int SLICES, int LD>
 TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
@@ -1039,7 +1115,7 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
                                  int64_t rows, int64_t col0, int64_t group, uint32_t bias,
                                  float* dst) {
     // passes of up to 128 columns (32 accumulator registers per lane)
-    constexpr int PASS = BN % 128 == 0 ? 128 : 64, NG = PASS / 64;
+    constexpr int PASS = BN % 128 == 0 ? 128 : 64, NG = PASS / 64, D = TILEC_GEMV_DEPTH;
     static_assert(BN % PASS == 0, "64-column groups");
     const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, g = lane >> 2;
     const int64_t end = first + rows, c0 = first >> 4, chunks = rows > 0 ? ((end + 15) >> 4) - c0 : 0;
@@ -1064,12 +1140,10 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
         }
         return;
     }
-    const bool aligned = (reinterpret_cast<uintptr_t>(q) & 3) == 0 &&
+    const bool aligned = (reinterpret_cast<uintptr_t>(a) & 3) == 0 &&
+                         (reinterpret_cast<uintptr_t>(q) & 3) == 0 &&
                          (reinterpret_cast<uintptr_t>(s) & 15) == 0;
     for (int p = 0; p < BN; p += PASS) {
-        // whole chunks of columns inside, with aligned words and scale vectors, take the
-        // unguarded path (a uniform test per chunk)
-        const bool fast = aligned && col0 + p + PASS <= N;
         float acc[NG][4][4];
 #pragma unroll
         for (int gg = 0; gg < NG; ++gg)
@@ -1077,52 +1151,37 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
             for (int t = 0; t < 4; ++t)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[gg][t][e] = 0.0f;
-        for (int64_t gr = wb; gr < we;) {  // one quantization group at a time
-            const int64_t ge = (gr / group + 1) * group < we ? (gr / group + 1) * group : we;
-            const typename H::storage* srow = s + (gr / group) * N;
-            uint32_t sc[NG][4][2];  // (s, s) of columns 8g + 2t and 8g + 2t + 1 of each group
-#pragma unroll
-            for (int gg = 0; gg < NG; ++gg) {
-                const int64_t n0 = col0 + p + gg * 64 + 8 * g;
-                uint32_t sw[4] = {0u, 0u, 0u, 0u};
-                if (fast) {
-                    const uint4 v = *reinterpret_cast<const uint4*>(srow + n0);
-                    sw[0] = v.x; sw[1] = v.y; sw[2] = v.z; sw[3] = v.w;
-                } else if (n0 < N) {
-#pragma unroll
-                    for (int t = 0; t < 4; ++t)
-                        sw[t] = (uint32_t)srow[n0 + 2 * t] | ((uint32_t)srow[n0 + 2 * t + 1] << 16);
-                }
-#pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    sc[gg][t][0] = __byte_perm(sw[t], 0u, 0x1010);
-                    sc[gg][t][1] = __byte_perm(sw[t], 0u, 0x3232);
-                }
+        // the warp's chunks wb, wb + 16, .. (the first may be cut by `first`, the last by `end`);
+        // whole ones of whole, aligned columns take the loop without tests (a uniform test)
+        const bool fast = aligned && col0 + p + PASS <= N;
+        const int64_t fb = fast ? (wb < first ? wb + 16 : wb) : we, fe = fast ? we & ~int64_t(15) : we;
+        for (int64_t r0 = wb; r0 < we; r0 += 16) {
+            if (r0 == fb && fe > fb) {  // the whole chunks: below
+                r0 = fe - 16;
+                continue;
             }
-            int64_t r0 = gr;
-            uint32_t w[NG][4], b[2];
-            const int64_t whole = ge < end ? ge : end;
-            if (fast && r0 >= first && r0 + 16 <= whole) {
-                // whole chunks, without tests: the next chunk's loads are issued before this
-                // chunk's math (two chunks in flight)
-                gemv4_mma_load<H, SIGNED, NG, false>(w, b, a, q, N, r0, first, end, col0 + p);
-                for (; r0 + 16 <= whole; r0 += 16) {
-                    uint32_t wc[NG][4], bc[2] = {b[0], b[1]};
+            // chunks cut by first or end, columns cut by N, unaligned: one at a time, guarded
+            Gemv4Chunk<NG> ch;
+            gemv4_mma_load_guarded<H, SIGNED, NG>(ch, a, q, s, N, group, r0, first, end, col0 + p);
+            gemv4_mma_math<H, NG>(acc, ch, bias);
+        }
+        if (fe > fb) {
+            // whole chunks: a ring of D chunks in flight, each loaded D chunks before its math
+            const int n = (int)((fe - fb) >> 4);
+            Gemv4Stream<H, SIGNED, NG> stream(a, q, s, N, fb, col0 + p, group);
+            Gemv4Chunk<NG> ring[D];
 #pragma unroll
-                    for (int gg = 0; gg < NG; ++gg)
+            for (int j = 0; j < D; ++j)
+                if (j < n) stream.load(ring[j]);
+            for (int i = 0; i < n; i += D) {
 #pragma unroll
-                        for (int e = 0; e < 4; ++e) wc[gg][e] = w[gg][e];
-                    if (r0 + 32 <= whole)
-                        gemv4_mma_load<H, SIGNED, NG, false>(w, b, a, q, N, r0 + 16, first, end,
-                                                             col0 + p);
-                    gemv4_mma_math<H, NG>(acc, sc, wc, bc, bias);
+                for (int j = 0; j < D; ++j) {
+                    if (i + j < n) {
+                        gemv4_mma_math<H, NG>(acc, ring[j], bias);
+                        if (i + j + D < n) stream.load(ring[j]);
+                    }
                 }
             }
-            for (; r0 < ge; r0 += 16) {  // chunks cut by first or end, columns cut by N, unaligned
-                gemv4_mma_load<H, SIGNED, NG, true>(w, b, a, q, N, r0, first, end, col0 + p);
-                gemv4_mma_math<H, NG>(acc, sc, w, b, bias);
-            }
-            gr = ge;
         }
         if (lane % 4 == 0) {  // column 0 of C: lanes 0, 4, .., 28 hold rows g, g + 8 of each tile
 #pragma unroll
