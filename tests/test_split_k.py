@@ -45,9 +45,11 @@ def variant_names(text: str, dims: dict) -> list:
 
 def test_launcher_takes_the_split_for_decode_sizes_only():
     text = (SAMPLES / "w4a16.tile").read_text()
-    assert variant_names(text, dict(M=1, N=8192, K=8192)) == ["w4a16_k0_gemv_split",
+    # M = 1: 64-column blocks, split below about 128 of them (one per SM)
+    assert variant_names(text, dict(M=1, N=4096, K=8192)) == ["w4a16_k0_gemv_split",
                                                                "w4a16_k0_gemv_split_sum"]
-    assert variant_names(text, dict(M=1, N=8192, K=128)) == ["w4a16_k0_gemv"]
+    assert variant_names(text, dict(M=1, N=8192, K=8192)) == ["w4a16_k0_gemv"]
+    assert variant_names(text, dict(M=1, N=4096, K=128)) == ["w4a16_k0_gemv"]
     assert variant_names(text, dict(M=16, N=4096, K=4096)) == ["w4a16_k0_m16_split",
                                                                 "w4a16_k0_m16_split_sum"]
     # short K: one block per tile already walks all of it; big grids fill the device alone
@@ -207,8 +209,8 @@ def test_gemv_of_4bit_weights_runs_on_the_matrix_units_where_words_are_whole(dt)
                          for k in gemvs for st in k.body if isinstance(st, T.If))
     assert all(any(isinstance(st, T.GemvMma) for st in T.walk_stmts(k.body)) for k in gemvs)
     src = "\n".join(cuda_kernel_sources(text, "w.tile").values())
-    # (the target's gemv_mma block shape: 256 columns, 8 warps)
-    assert f"tilec::gemv_dequant4_mma<tilec::{dt.upper()}, false, 256, 8, 256>" in src
+    # (the target's gemv_mma block shape: 64 columns, 32 warps)
+    assert f"tilec::gemv_dequant4_mma<tilec::{dt.upper()}, false, 64, 32, 64>" in src
     for dims in (dict(M=1, N=264, K=1280), dict(M=1, N=512, K=384), dict(M=1, N=8, K=128)):
         agree(text, "cuda", dims)
     agree(text.replace("u4[", "i4[").replace("zero=8", "zero=0"), "cuda", dict(M=1, N=136, K=256))

@@ -1247,11 +1247,11 @@ CUDA = Target(
         # per SM (<= 128 registers; 4 blocks per SM spill; measured against 1-2 rows per step,
         # 2-4 blocks per SM and a version staging B through shared memory: docs/PERFORMANCE.md)
         gemv=(256, 256, 512, 128, 2, 4),
-        # M = 1 of 4-bit weights on the matrix units: the scalar GEMV's shape, the one the GPU
-        # tests ran; 64 columns on 16 warps, 2 blocks per SM, split to 256 blocks measured
-        # 0.024 against 0.028 ms at N=K=8192 (docs/PERFORMANCE.md) and is next once its ragged
-        # sizes have run on a GPU
-        gemv_mma=(256, 256, 512, 128, 2)),
+        # M = 1 of 4-bit weights on the matrix units: 64 columns on 32 warps, about 128 blocks
+        # (one per SM; N=K=8192 is not split), 64 registers: 0.022 ms at N=K=8192 against
+        # 0.025 for 16 warps, 2 blocks per SM, 256 blocks, and 0.027-0.047 for ten others,
+        # deeper load pipelines among them (docs/PERFORMANCE.md)
+        gemv_mma=(64, 1024, 128, 128, 1)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass
