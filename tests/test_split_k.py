@@ -298,3 +298,54 @@ def test_knobs_turn_the_variants_off(monkeypatch):
     names = [k.name for k in compile_text((SAMPLES / "w4a16.tile").read_text(), "k.tile",
                                           "cuda")[2].programs[0].kernels]
     assert names == ["w4a16_k0_m16", "w4a16_k0"]
+
+
+W4A16_F32 = """
+kernel w(A: f32[M, K], Wq: u4[K, N], scales: f32[K // 128, N]) -> C: f32[M, N]:
+    assume K % 128 == 0
+    C = A @ dequant(Wq, scales, zero=8, group=128)
+"""
+
+
+@pytest.mark.parametrize("arch", ["x86-64-v3", "native"])
+def test_cpu_gemv_of_4bit_weights_with_f32_scales_runs_gemv_dequant4(arch):
+    """On the CPU a GEMV of 4-bit weights with f32 activations and scales runs tilec_cpu.h's
+    gemv_dequant4 (Tile IR `gemv_mma`, the scalar GEMV where N % 8 != 0), split and not, whole
+    and cut column blocks, signed and unsigned; the vector code of the build machine (AVX-512
+    tables with `native` where it has them, AVX2 with x86-64-v3) matches the reference."""
+    _, _, m = compile_text(W4A16_F32, "w.tile", "cpu")
+    gemvs = [k for p in m.programs for k in p.kernels if "_gemv" in k.name and "sum" not in k.name]
+    assert gemvs and all(any(isinstance(st, T.GemvMma) for st in T.walk_stmts(k.body))
+                         for k in gemvs)
+    opts = {"arch": (arch,)}
+    for dims in (dict(M=1, N=264, K=1280), dict(M=1, N=8, K=128), dict(M=1, N=8200, K=256),
+                 dict(M=1, N=301, K=640), dict(M=3, N=40, K=256)):
+        check_text(W4A16_F32, dims, name="w.tile", options=opts)
+    signed = W4A16_F32.replace("u4[", "i4[").replace("zero=8", "zero=1")
+    check_text(signed, dict(M=1, N=136, K=1024), name="w.tile", options=opts)
+    with_bf16 = W4A16_F32.replace("scales: f32", "scales: bf16")
+    _, _, m16 = compile_text(with_bf16, "w.tile", "cpu")  # (16-bit scales: the scalar GEMV)
+    assert not any(isinstance(st, T.GemvMma) for p in m16.programs for k in p.kernels
+                   for st in T.walk_stmts(k.body))
+
+
+CPU_GEMV_MMA = """
+kernel g(A: f32[M, K], Wq: u4[K, N], s: f32[K // 128, N]) -> P: f32[M, N]:
+    with grid(cdiv(N, 255), M, threads=1) as (bx, by):
+        red = shared(f32, [1, 256])
+        gemv_mma(red, A, Wq, s, zero=8, group=128, row=by, first=8, rows=K - 8, col0=bx * 255)
+        for i, j in parallel(1, 255):
+            if bx * 255 + j < N:
+                P[by, bx * 255 + j] = red[0, j]
+"""
+
+
+@pytest.mark.parametrize("arch", ["x86-64-v3", "native"])
+def test_hand_written_gemv_mma_on_the_cpu_at_odd_columns(arch):
+    """A hand-written gemv_mma on the CPU: blocks that start at odd columns (value by value),
+    an odd count of columns in a block, a first chunk cut; with 16-bit scales it is a located
+    error (the CPU routine takes f32)."""
+    for dims in (dict(M=1, K=384, N=261), dict(M=2, K=256, N=7), dict(M=1, K=1280, N=600)):
+        check_text(CPU_GEMV_MMA, dims, name="g.tile", options={"arch": (arch,)})
+    with pytest.raises(TilecError, match="gemv_mma\\(\\) on the CPU takes f32"):
+        build_text(CPU_GEMV_MMA.replace(": f32[", ": bf16["), "g.tile", "cpu")

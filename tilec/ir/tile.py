@@ -268,8 +268,10 @@ class GemmLoad:
 
 @dataclass(frozen=True, slots=True)
 class GemvMma:
-    """The partial sums of a GEMV of 4-bit weights on the matrix units (targets with `gemv_mma`;
-    tilec_cuda.h gemv_dequant4_mma): with idx = (row, first, rows, col0) and S x BN the shape of
+    """The partial sums of a GEMV of 4-bit weights by the target's GEMV routine (targets with
+    `gemv_mma`: tilec_cuda.h gemv_dequant4_mma on the matrix units, tilec_cpu.h gemv_dequant4
+    for f32, which scales each group's sum once): with idx = (row, first, rows, col0) and S x BN
+    the shape of
     shared `dst`, dst[w, j] = the sum over warp w's rows r of
     f32(a[row, r]) * f32(dt((f32(q[r, col0 + j]) - zero) * f32(s[r // group, col0 + j]))), dt the
     dtype of s, for col0 + j below q's column count (0 past it). The 16-row chunks (rows

@@ -429,8 +429,8 @@ class TileBuilder:
                         c.args[0].loc)
         shapes = [self.rank(x) for x in (a, q, s)]
         if shapes != [2, 2, 2] or q.type.dtype not in ("u4", "i4") or \
-                a.type.dtype not in ("f16", "bf16") or s.type.dtype != a.type.dtype:
-            raise error("gemv_mma() takes a 2-D f16 or bf16 A, 2-D u4 or i4 weights and 2-D "
+                a.type.dtype not in ("f16", "bf16", "f32") or s.type.dtype != a.type.dtype:
+            raise error("gemv_mma() takes a 2-D f16, bf16 or f32 A, 2-D u4 or i4 weights and 2-D "
                         "scales of A's dtype", c.loc)
         self.written.add(dst.name)
         return T.GemvMma(*names, dst.name, kw["zero"], kw["group"],

@@ -89,8 +89,9 @@ def decode_variants(target) -> tuple:
 
 
 def gemv_mma(target) -> bool:
-    """Whether GEMVs of 4-bit weights run on the target's matrix units (T.GemvMma): the target's
-    `gemv_mma`, unless `TILEC_GEMV_MMA=off` (to measure the scalar GEMV against it)."""
+    """Whether GEMVs of 4-bit weights run the target's GEMV routine (T.GemvMma: CUDA's on the
+    matrix units, the CPU's vector code): the target's `gemv_mma`, unless `TILEC_GEMV_MMA=off`
+    (to measure the scalar GEMV against it)."""
     knob = _knob("TILEC_GEMV_MMA", "off (or unset)", 0)
     return bool(target.resources.gemv_mma) and knob != ()
 

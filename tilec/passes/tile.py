@@ -488,12 +488,12 @@ class GroupLowering:
             Alloc(acc, "fragment", dt, (iconst(slices), iconst(bn))),
         ]
         scalar = [Fill(acc, T.Const(0, dt)), *loops]
-        if slices == 1:  # one slice (the CPU): its sums are the block's
+        form = self.gemv_mma_form(a_id, b_id, mma_dt, row0, batch) if dt == "f32" else None
+        if slices == 1 and form is None:  # one slice (the CPU): its sums are the block's
             return body + scalar, acc
         scalar.append(For((i, j), (iconst(slices), iconst(bn)), "parallel",
                           (Store(red, (vi, vj), T.Load(acc, (vi, vj), dt)),)))
         body.append(Alloc(red, "shared", dt, (iconst(slices), iconst(bn))))
-        form = self.gemv_mma_form(a_id, b_id, mma_dt, row0, batch) if dt == "f32" else None
         if form is None:
             body += scalar
         else:  # on the matrix units where the weights are whole words (else the scalar GEMV)
@@ -511,28 +511,31 @@ class GroupLowering:
 
     def gemv_mma_form(self, a_id: int, b_id: int, mma_dt, row0, batch):
         """(A, q, scales, zero, group) when the target runs this GEMV on its matrix units
-        (T.GemvMma): A @ dequant(q, s, zero=Z, group=G) with A's row and the 4-bit q and the
-        16-bit s (A's dtype, which the matrix units multiply) plain tensors in memory, Z a small
-        integer and G a multiple of 16; else None."""
-        if batch or not mma_dt or not split_k.gemv_mma(self.target):
+        (T.GemvMma): A @ dequant(q, s, zero=Z, group=G) with A's row and the 4-bit q and s (of
+        A's dtype, one the target's gemv_mma takes: on CUDA the 16-bit dtype the matrix units
+        multiply, on the CPU f32) plain tensors in memory, Z a small integer and G a multiple
+        of 16; else None."""
+        if batch or not split_k.gemv_mma(self.target):
             return None
         b_op = self.ops[b_id]
-        if not dequant4_to_16bit(self.ops, b_id) or self.in_memory(b_id) or len(b_op.args) != 2:
+        if not dequant4_for_gemv_mma(self.ops, b_id, self.target) or self.in_memory(b_id) or \
+                len(b_op.args) != 2:
             return None
         zero, group = b_op.attr("zero"), b_op.attr("group")
         if group % 16 or float(zero) != int(zero) or not -64 <= zero <= 64:
             return None
         probe = T.Var(self.names.fresh("k"))
         a = self.value(a_id, (row0, probe))
-        if isinstance(a, T.Cast) and getattr(a.x, "dtype", None) == mma_dt:
+        if mma_dt and isinstance(a, T.Cast) and getattr(a.x, "dtype", None) == mma_dt:
             a = a.x
-        if not (isinstance(a, T.Load) and a.dtype == mma_dt and a.idx == (row0, probe)):
+        if not (isinstance(a, T.Load) and a.dtype in gemv_mma_dtypes(self.target) and
+                a.idx == (row0, probe)) or (mma_dt and a.dtype != mma_dt):
             return None
         (q, qt), (s, st) = self._stored(b_op.args[0]), self._stored(b_op.args[1])
         if q is None or s is None or qt or st:
             return None
         q, s = self.bufs[q], self.bufs[s]
-        if s.type.dtype != mma_dt or len(q.type.shape) != 2:
+        if s.type.dtype != a.dtype or len(q.type.shape) != 2:
             return None
         self.used.update((b_op.args[0], b_op.args[1]))
         return a.buf, q.name, s.name, int(zero), group
@@ -798,7 +801,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     split = split_k.config(target) or None
     decode = [(max_m, GemmVariant(tile_, threads, stages, split))
               for max_m, tile_, threads, stages in split_k.decode_variants(target)]
-    gemv = split_k.gemv_config(target, dequant4_to_16bit(g.op_map(), mm.args[1]))
+    gemv = split_k.gemv_config(target, dequant4_for_gemv_mma(g.op_map(), mm.args[1], target))
     if gemv and not _transposed(g, mm.args[1]):  # (a transposed B: its rows are not contiguous)
         bn, threads, blocks, rows, per_sm, unroll = gemv
         unroll = _gemv_rows_per_step(g, mm, unroll)
@@ -830,13 +833,18 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     return kept
 
 
-def dequant4_to_16bit(ops: dict, b_id: int) -> bool:
-    """Is op `b_id` a dequantization of 4-bit weights with 16-bit scales (the B of a GEMV the
-    matrix units may take: GroupLowering.gemv_mma_form decides, with A's dtype and where the
-    operands live)?"""
+def gemv_mma_dtypes(target) -> tuple:
+    """The dtypes of A and the scales that the target's `gemv_mma` takes."""
+    return target.resources.gemv_mma_dtypes or target.resources.mma_dtypes
+
+
+def dequant4_for_gemv_mma(ops: dict, b_id: int, target) -> bool:
+    """Is op `b_id` a dequantization of 4-bit weights with scales of a dtype the target's
+    `gemv_mma` takes (the B of a GEMV it may take: GroupLowering.gemv_mma_form decides, with A's
+    dtype and where the operands live)?"""
     b = ops[b_id]
     return b.kind == "dequant" and ops[b.args[0]].type.dtype in ("u4", "i4") and \
-        ops[b.args[1]].type.dtype in ("f16", "bf16")
+        ops[b.args[1]].type.dtype in gemv_mma_dtypes(target)
 
 
 def gemv_chunk_rows(unroll: int) -> int:

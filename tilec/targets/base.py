@@ -46,10 +46,13 @@ class Resources:
     # decode) also get a GEMV variant streaming B's rows from memory (passes/tile.py
     # gemv_body), split over K like split_k; () = none
     gemv: tuple = ()
-    # GEMVs of 4-bit weights dequantized to the 16-bit dtype of the matrix units run on them
-    # (Tile IR `gemv_mma`; the target renders it), with the scalar GEMV as the fallback: their
+    # GEMVs of 4-bit weights dequantized to the 16-bit dtype of the matrix units (CUDA), or with
+    # f32 activations and scales (the CPU), run the target's GEMV routine (Tile IR `gemv_mma`;
+    # the target renders it), with the scalar GEMV as the fallback: their
     # (columns per block, threads, block goal, least K rows per split, blocks per SM); () = never
     gemv_mma: tuple = ()
+    # the dtypes of A and the scales that `gemv_mma` takes; () = mma_dtypes
+    gemv_mma_dtypes: tuple = ()
     # 16-bit float dtypes the matrix units multiply (others take the scalar path)
     mma_dtypes: tuple = ()
     # compile-time sizes a run-time extent of an on-chip buffer may get (specialize pass): one

@@ -150,6 +150,20 @@ class CpuRenderer(CStyleRenderer):
         super().stmts(ss, depth)
         self.body_id = outer
 
+    def s_GemvMma(self, s: T.GemvMma, depth):
+        a, q, sc = self.globals[s.a], self.globals[s.q], self.globals[s.s]
+        dst = self.allocs[s.dst]
+        if not (a.dtype == sc.dtype == dst.dtype == "f32") or dst.shape[0] != T.iconst(1):
+            raise T.Unsupported(f"gemv_mma() on the CPU takes f32 activations and scales and one "
+                                f"slice of f32 sums, not {a.dtype}, {sc.dtype}, {dst.dtype} "
+                                f"{T.fmt(dst.shape[0])}")
+        row, first, rows, col0 = (self.expr(x) for x in s.idx)
+        self.emit(f"// {s.dst}: A's row {row} times the dequantized weights (tilec_cpu.h)", depth)
+        self.emit(f"tilec::gemv_dequant4<{str(q.dtype == 'i4').lower()}, {self.expr(dst.shape[1])}>("
+                  f"{cname(a.name)} + ({row}) * {pdim(a.shape[-1])}, {cname(q.name)}, "
+                  f"{cname(sc.name)}, {pdim(q.shape[-1])}, {first}, {rows}, {col0}, {s.group}, "
+                  f"{float(s.zero)!r}f, {cname(s.dst)});", depth)
+
     def s_Gemm(self, s: T.Gemm, depth):
         a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]
         m, n = (self.expr(x) for x in c.shape)
@@ -505,7 +519,10 @@ CPU = Target(
         # prefetchers; 4 rows per SIMD loop: the sums are read and written once per 4 rows),
         # split over K into >= 16 blocks (>= 256 rows each) so every core streams; measured
         # against 512-4096 columns and 1 row per step in docs/PERFORMANCE.md
-        gemv=(8192, 1, 16, 256, 1, 4)),
+        gemv=(8192, 1, 16, 256, 1, 4),
+        # GEMVs of 4-bit weights with f32 activations and scales: tilec_cpu.h gemv_dequant4
+        # (the same blocks and splits)
+        gemv_mma=(8192, 1, 16, 256, 1), gemv_mma_dtypes=("f32",)),
     toolchain=Toolchain("CXX", "g++", "C++17 compiler"),
     lowering=(
         # no async copies on the CPU: pipelined K loops run as plain loops

@@ -485,6 +485,9 @@ class CudaRenderer(CStyleRenderer):
         a, q, sc = self.globals[s.a], self.globals[s.q], self.globals[s.s]
         dst = self.allocs[s.dst]
         L = dst.layout
+        if sc.dtype not in SIXTEEN:
+            raise T.Unsupported(f"gemv_mma() on CUDA takes f16 or bf16 activations and scales, "
+                                f"not {sc.dtype}")
         row, first, rows, col0 = (self.expr(x) for x in s.idx)
         bits = dequant_bias(sc.dtype, s.zero, q.dtype)
         if bits is None:

@@ -255,6 +255,119 @@ static inline double fma_acc(double a, double b, double c) { return __builtin_fm
 #else
 static inline double fma_acc(double a, double b, double c) { return a * b + c; }
 #endif
+
+// ---------------------------------------------------------------------------
+// GEMV of 4-bit weights with f32 activations and scales (Tile IR `gemv_mma` on the CPU, one
+// slice): dst[j] = sum over rows r in first .. first + rows - 1 of
+// a[r] * (q[r, col0 + j] - zero) * s[r / group, col0 + j], for j < BN and col0 + j < N (0 past N;
+// rows of q are whole bytes, value 2k in the low nibble of byte k). From an even col0 a byte
+// holds two columns: the sums run over bytes, the low nibbles' columns and the high nibbles'
+// in two arrays (no interleaving in the loop), each row's products a[r] * (v - zero) summed per
+// quantization group and then scaled once: with AVX-512 the products come from a 16-entry table
+// of the row (vpermps by the nibble, which also ignores the bits above it), else the nibbles
+// are converted and multiplied. An odd col0 goes value by value.
+template <bool SIGNED, int BN>
+static inline void gemv_dequant4(const float* __restrict a, const uint8_t* __restrict q,
+                                 const float* __restrict s, int64_t N, int64_t first, int64_t rows,
+                                 int64_t col0, int64_t group, float zero, float* __restrict dst) {
+    const int64_t n = col0 < N ? (N - col0 < BN ? N - col0 : BN) : 0;
+    const int64_t bytes_per_row = (N + 1) >> 1, end = first + rows;
+    for (int64_t j = 0; j < BN; ++j) dst[j] = 0.0f;
+    if (n <= 0 || rows <= 0) return;
+    if (col0 & 1) {
+        for (int64_t r = first; r < end; ++r)
+            for (int64_t j = 0; j < n; ++j) {
+                const int32_t v = SIGNED ? load_i4(q, r, col0 + j, N) : load_u4(q, r, col0 + j, N);
+                dst[j] += a[r] * (((float)v - zero) * s[(r / group) * N + col0 + j]);
+            }
+        return;
+    }
+    constexpr int64_t NB = (BN + 1) / 2;
+    const int64_t nb = (n + 1) >> 1, pairs = n >> 1;  // bytes read; bytes with both columns
+    alignas(64) float lo[NB], hi[NB], glo[NB], ghi[NB];  // sums of all rows; of this group's
+    for (int64_t t = 0; t < nb; ++t) lo[t] = hi[t] = 0.0f;
+    const uint8_t* qb = q + (col0 >> 1);
+    for (int64_t g0 = first; g0 < end;) {
+        const int64_t g1 = (g0 / group + 1) * group < end ? (g0 / group + 1) * group : end;
+        for (int64_t t = 0; t < nb; ++t) glo[t] = ghi[t] = 0.0f;
+#if defined(__AVX512F__)
+        // a table per row: entry v = a[r] * (v - zero), v the raw nibble
+        __m512 iz = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        if (SIGNED) iz = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+        iz = _mm512_sub_ps(iz, _mm512_set1_ps(zero));
+        const int64_t nv = nb & ~int64_t(15);
+        int64_t r = g0;
+        for (; r < g1; r += 4) {
+            const int k = g1 - r < 4 ? (int)(g1 - r) : 4;
+            __m512 L[4];
+            const uint8_t* p[4];
+            for (int u = 0; u < 4; ++u) {  // rows past the group: a zero table, row r again
+                L[u] = u < k ? _mm512_mul_ps(_mm512_set1_ps(a[r + u]), iz) : _mm512_setzero_ps();
+                p[u] = qb + (u < k ? r + u : r) * bytes_per_row;
+            }
+            for (int64_t t = 0; t < nv; t += 16) {
+                __m512 e = _mm512_load_ps(glo + t), o = _mm512_load_ps(ghi + t);
+                for (int u = 0; u < 4; ++u) {
+                    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(p[u] + t)));
+                    e = _mm512_add_ps(e, _mm512_permutexvar_ps(b, L[u]));
+                    o = _mm512_add_ps(o, _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), L[u]));
+                }
+                _mm512_store_ps(glo + t, e);
+                _mm512_store_ps(ghi + t, o);
+            }
+            for (int u = 0; u < k; ++u)  // the bytes past the last whole vector
+                for (int64_t t = nv; t < nb; ++t) {
+                    const int32_t b = p[u][t];
+                    const float vl = (float)(SIGNED ? ((b & 15) ^ 8) - 8 : b & 15);
+                    const float vh = (float)(SIGNED ? ((b >> 4) ^ 8) - 8 : b >> 4);
+                    glo[t] += a[r + u] * (vl - zero);
+                    ghi[t] += a[r + u] * (vh - zero);
+                }
+        }
+        const float za = 0.0f;  // (zero is in the tables)
+#else
+        // the sums of a[r] * v, four rows per pass over the columns; zero * sum(a[r]) at the end
+        float asum = 0.0f;
+        for (int64_t r = g0; r < g1; r += 4) {
+            const int k = g1 - r < 4 ? (int)(g1 - r) : 4;
+            float ar[4];
+            const uint8_t* __restrict p[4];
+            for (int u = 0; u < 4; ++u) {  // rows past the group: weight 0, row r again
+                ar[u] = u < k ? a[r + u] : 0.0f;
+                p[u] = qb + (u < k ? r + u : r) * bytes_per_row;
+                asum += ar[u];
+            }
+#pragma omp simd
+            for (int64_t t = 0; t < nb; ++t) {
+                float e = glo[t], o = ghi[t];
+                for (int u = 0; u < 4; ++u) {
+                    const int32_t b = p[u][t];
+                    e = fma_acc(ar[u], (float)(SIGNED ? ((b & 15) ^ 8) - 8 : b & 15), e);
+                    o = fma_acc(ar[u], (float)(SIGNED ? ((b >> 4) ^ 8) - 8 : b >> 4), o);
+                }
+                glo[t] = e;
+                ghi[t] = o;
+            }
+        }
+        const float za = zero * asum;
+#endif
+        const float* __restrict sr = s + (g0 / group) * N + col0;
+#pragma omp simd
+        for (int64_t t = 0; t < pairs; ++t) {
+            lo[t] = fma_acc(glo[t] - za, sr[2 * t], lo[t]);
+            hi[t] = fma_acc(ghi[t] - za, sr[2 * t + 1], hi[t]);
+        }
+        if (n & 1) lo[pairs] = fma_acc(glo[pairs] - za, sr[2 * pairs], lo[pairs]);
+        g0 = g1;
+    }
+#pragma omp simd
+    for (int64_t t = 0; t < pairs; ++t) {
+        dst[2 * t] = lo[t];
+        dst[2 * t + 1] = hi[t];
+    }
+    if (n & 1) dst[n - 1] = lo[pairs];
+}
+
 static inline float exp_f32(float x) {
     // |x| > 104 -> +-104 (exp over- or underflows there anyway), on the bits: magnitudes order
     // as integers, a NaN keeps its bits, and no branch gives the compiler a constant x to fold
