@@ -126,12 +126,12 @@ if [[ $what == *splitvariants* ]]; then
     # "DECODE_TILE|SPLIT_K|GEMV" (see docs/CUDA.md; an empty field keeps the default):
     # TILEC_DECODE_TILE = max M,BMxBNxBK,threads,stages; TILEC_SPLIT_K = blocks,least K tiles
     # per split,blocks per SM; TILEC_GEMV = columns,threads,blocks,least rows,blocks per SM;
-    # an optional fourth field: NVCCFLAGS, "+" for a space; a fifth: TILEC_GEMV_STAGES
+    # an optional fourth field: NVCCFLAGS, "+" for a space
     for cfg in ${TILEC_SPLITS:-"||" "||off"}; do
-        IFS='|' read -r tile split gemv flags stages <<< "$cfg"
+        IFS='|' read -r tile split gemv flags <<< "$cfg"
         flags=${flags//+/ }
-        echo "== TILEC_DECODE_TILE=$tile TILEC_SPLIT_K=$split TILEC_GEMV=$gemv NVCCFLAGS=${flags:--O3} TILEC_GEMV_STAGES=$stages" | tee -a "$OUT/splitvariants.log"
-        TILEC_DECODE_TILE=$tile TILEC_SPLIT_K=$split TILEC_GEMV=$gemv NVCCFLAGS=${flags:--O3} TILEC_GEMV_STAGES=$stages python3 bench/gpu.py \
+        echo "== TILEC_DECODE_TILE=$tile TILEC_SPLIT_K=$split TILEC_GEMV=$gemv NVCCFLAGS=${flags:--O3}" | tee -a "$OUT/splitvariants.log"
+        TILEC_DECODE_TILE=$tile TILEC_SPLIT_K=$split TILEC_GEMV=$gemv NVCCFLAGS=${flags:--O3} python3 bench/gpu.py \
             --arch sm_90 --cases w4a16 --kernel w4a16 --no-compile \
             --build-dir "/tmp/split_${cfg//[^A-Za-z0-9]/_}" 2>&1 | tee -a "$OUT/splitvariants.log" \
             | grep -E "^\| w4a16" | head -8

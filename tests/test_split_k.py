@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import ctypes
 
-import re
-
 import pytest
 from conftest import SAMPLES, build_text, check_text, compile_text
 from test_cuda import ON_CI, cuda_kernel_sources, need_gpu, need_nvcc
@@ -211,30 +209,14 @@ def test_gemv_of_4bit_weights_runs_on_the_matrix_units_where_words_are_whole(dt)
                          for k in gemvs for st in k.body if isinstance(st, T.If))
     assert all(any(isinstance(st, T.GemvMma) for st in T.walk_stmts(k.body)) for k in gemvs)
     src = "\n".join(cuda_kernel_sources(text, "w.tile").values())
-    # (the target's gemv_mma block shape: 64 columns, 32 warps, 4 stages a warp)
-    assert f"tilec::gemv_dequant4_mma<tilec::{dt.upper()}, false, 64, 32, 64, 4>" in src
+    # (the target's gemv_mma block shape: 64 columns, 32 warps)
+    assert f"tilec::gemv_dequant4_mma<tilec::{dt.upper()}, false, 64, 32, 64>" in src
     for dims in (dict(M=1, N=264, K=1280), dict(M=1, N=512, K=384), dict(M=1, N=8, K=128)):
         agree(text, "cuda", dims)
     agree(text.replace("u4[", "i4[").replace("zero=8", "zero=0"), "cuda", dict(M=1, N=136, K=256))
     _, _, m32 = compile_text(text.replace(dt, "f32"), "w.tile", "cuda")
     assert not any(isinstance(st, T.GemvMma) for p in m32.programs for k in p.kernels
                    for st in T.walk_stmts(k.body))
-
-
-@pytest.mark.parametrize("asked, stages", [(4, 4), (8, 6), (0, 0)])
-def test_gemv_of_4bit_weights_stages_only_what_fits_in_shared_memory(monkeypatch, asked, stages):
-    """The CUDA GEMV of 4-bit weights streams each warp's chunks through `stages` chunks of
-    shared memory placed after the kernel's buffers: as many as asked for (TILEC_GEMV_STAGES)
-    that fit in the block's 227 KB beside the 8 KB of partial sums (32 warps x 1056 bytes a
-    stage: 6 at most); 0 keeps the loads in flight in registers and declares no staging."""
-    monkeypatch.setenv("TILEC_GEMV_STAGES", str(asked))
-    src = "\n".join(cuda_kernel_sources((SAMPLES / "w4a16.tile").read_text(), "w.tile").values())
-    calls = re.findall(r"gemv_dequant4_mma<tilec::F16, false, 64, 32, 64, (\d+)>\(.*, (\w+)\);", src)
-    assert calls and all(int(n) == stages for n, _ in calls)
-    assert all(arg == ("tilec_stage" if stages else "nullptr") for _, arg in calls)
-    decl = re.findall(r"tilec_stage = reinterpret_cast<unsigned char\*>\(tilec_smem \+ (\d+)\);"
-                      r"  // (\d+) bytes", src)
-    assert [(int(o), int(b)) for o, b in decl] == ([(8192, stages * 32 * 1056)] * 2 if stages else [])
 
 
 @pytest.mark.parametrize("unroll", [2, 4])

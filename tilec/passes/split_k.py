@@ -96,13 +96,6 @@ def gemv_mma(target) -> bool:
     return bool(target.resources.gemv_mma) and knob != ()
 
 
-def gemv_stages(target) -> int:
-    """Chunks of weights each warp of the target's GEMV routine keeps in flight in shared memory
-    (the target's `gemv_mma_stages`), or `TILEC_GEMV_STAGES`'s count."""
-    knob = _knob("TILEC_GEMV_STAGES", "a count of stages", 1)
-    return target.resources.gemv_mma_stages if knob is None else (knob or (0,))[0]
-
-
 def gemv_config(target, on_mma: bool = False) -> tuple:
     """The target's GEMV (M = 1) variant: (columns per block, threads, block goal, least K rows per
     split, blocks per SM, rows per step), or `TILEC_GEMV`'s (a target without one stays so).

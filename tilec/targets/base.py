@@ -53,8 +53,6 @@ class Resources:
     gemv_mma: tuple = ()
     # the dtypes of A and the scales that `gemv_mma` takes; () = mma_dtypes
     gemv_mma_dtypes: tuple = ()
-    # chunks of weights each warp of a `gemv_mma` has in flight in shared memory (0: none)
-    gemv_mma_stages: int = 0
     # 16-bit float dtypes the matrix units multiply (others take the scalar path)
     mma_dtypes: tuple = ()
     # compile-time sizes a run-time extent of an on-chip buffer may get (specialize pass): one

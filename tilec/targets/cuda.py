@@ -17,7 +17,6 @@ from ..ir import tile as T
 from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows
 from ..passes import (
     barriers,
-    split_k,
     hoist_invariants,
     host_scalars,
     layout,
@@ -149,7 +148,6 @@ class CudaRenderer(CStyleRenderer):
         self.elementwise: bool | None = None  # (reads_once, computed once)
         self.edge_version = False  # in the other version: no overlapped gemm (its registers
         #                            and the copies' tests would not fit together: spills)
-        self.staging = 0  # bytes of shared memory device-library routines stage data in
 
     def binary(self, e: T.Binary) -> str:
         if e.fn == "imod" and self.rotating:
@@ -494,26 +492,13 @@ class CudaRenderer(CStyleRenderer):
         bits = dequant_bias(sc.dtype, s.zero, q.dtype)
         if bits is None:
             raise T.Unsupported(f"gemv_mma(): zero={s.zero} is not exact in {sc.dtype} pairs")
-        # each warp's stages of 16-row chunks (tilec_cuda.h Gemv4Stage: words and scales of 64
-        # or 128 columns and 16 activations), after the kernel's shared buffers: as many as asked
-        # for that fit beside them (0: the loads in flight stay in registers)
-        stage = (1024 * (2 if L.cols % 128 == 0 else 1) + 32) * L.rows
-        free = self.target.resources.tile_memory - sum(
-            shared_bytes(b) for b in self.allocs.values() if b.scope == "shared")
-        stages = max(0, min(split_k.gemv_stages(self.target), free // stage))
-        self.staging = max(self.staging, stages * stage)
-        targs = (f"{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}, {L.cols}, {L.rows}, "
-                 f"{L.cols + L.pad}, {stages}")
         self.emit(f"// {dst.name}: the warps' partial sums of A's row {row} times the dequantized "
-                  f"weights, on the matrix units; the weights stream through {stages} stages a warp",
-                  depth)
-        self.emit(f"static_assert(tilec::gemv4_ring_bytes<{L.cols}, {L.rows}, {stages}>() <= "
-                  f"{stages * stage}, \"the stages fit their shared memory\");", depth)
-        self.emit(f"tilec::gemv_dequant4_mma<{targs}>({cname(a.name)} + ({row}) * "
+                  "weights, on the matrix units", depth)
+        self.emit(f"tilec::gemv_dequant4_mma<{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}, "
+                  f"{L.cols}, {L.rows}, {L.cols + L.pad}>({cname(a.name)} + ({row}) * "
                   f"{pdim(a.shape[-1])}, {cname(q.name)}, "
                   f"{cname(sc.name)}, {pdim(q.shape[-1])}, {first}, {rows}, {col0}, {s.group}, "
-                  f"0x{bits:04x}{bits:04x}u, {cname(dst.name)}, "
-                  f"{'tilec_stage' if stages else 'nullptr'});", depth)
+                  f"0x{bits:04x}{bits:04x}u, {cname(dst.name)});", depth)
 
     def s_GemmLoad(self, s: T.GemmLoad, depth):
         g = s.gemm
@@ -1142,13 +1127,6 @@ _COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.GemmLoad, T.GemvMma, 
 
 
 # ---- whole-program rendering ----------------------------------------------------------------
-def shared_bytes(a: T.Alloc) -> int:
-    """Bytes a shared buffer takes in the kernel's shared memory (each starts 128-aligned)."""
-    n = a.layout.size() * (_const(a.shape[0]) if len(a.shape) == 3 else 1)
-    size = n * (BYTES[a.dtype] if a.dtype not in ("u4", "i4") else 1)
-    return (size + 127) // 128 * 128
-
-
 def render_kernel(k: T.TileKernel, symbols, target) -> dict:
     # the Lets of dimensions alone (host_scalars pass) and the grid: computed by the launcher
     host = host_scalars.host_lets(k)
@@ -1159,9 +1137,11 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
     shared, frags, off = [], [], 0
     for a in em.allocs.values():
         if a.scope == "shared":
+            n = a.layout.size() * (_const(a.shape[0]) if len(a.shape) == 3 else 1)
+            size = n * (BYTES[a.dtype] if a.dtype not in ("u4", "i4") else 1)
             shared.append(dict(name=cname(a.name), ctype=STORE[a.dtype], offset=off,
                                what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}"))
-            off += shared_bytes(a)
+            off += (size + 127) // 128 * 128
         elif a.dtype in SIXTEEN:  # two 16-bit values per register
             frags.append(dict(name=cname(a.name), ctype="uint32_t", slots=(a.layout.slots() + 1) // 2,
                               what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}, "
@@ -1169,10 +1149,6 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
         else:
             frags.append(dict(name=cname(a.name), ctype=STORE[a.dtype], slots=a.layout.slots(),
                               what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}"))
-    if em.staging:
-        shared.append(dict(name="tilec_stage", ctype="unsigned char", offset=off,
-                           what=f"{em.staging} bytes: data device-library routines stage"))
-        off += (em.staging + 127) // 128 * 128
     params = []
     for p in k.params:
         if p.kind == "scalar":
@@ -1278,9 +1254,7 @@ CUDA = Target(
         # (one per SM; N=K=8192 is not split), 64 registers: 0.022 ms at N=K=8192 against
         # 0.025 for 16 warps, 2 blocks per SM, 256 blocks, and 0.027-0.047 for ten others,
         # deeper load pipelines among them (docs/PERFORMANCE.md)
-        gemv_mma=(64, 1024, 128, 128, 1),
-        # ... streaming each warp's weights through 4 chunks of shared memory (133 KB a block)
-        gemv_mma_stages=4),
+        gemv_mma=(64, 1024, 128, 128, 1)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass

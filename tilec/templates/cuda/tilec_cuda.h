@@ -521,13 +521,6 @@ TILEC_DEV void cp_async16(void* dst, const void* src, int src_bytes) {
 TILEC_DEV void cp_async16_whole(uint32_t dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
 }
-// 4 and 16 bytes global -> shared through L1 (cp.async.ca; a 4-byte copy cannot bypass it)
-TILEC_DEV void cp_async4_ca(uint32_t dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(dst), "l"(src) : "memory");
-}
-TILEC_DEV void cp_async16_ca(uint32_t dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
-}
 TILEC_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> TILEC_DEV void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
@@ -998,13 +991,6 @@ TILEC_DEV void gemm_simt_rs(const A* a_frag, const typename KB::storage* Bs, Acc
 template <int NG> struct Gemv4Chunk {
     uint32_t w[NG][4], b[2], s[NG][4];
 };
-// The same chunk as a warp stages it in shared memory: word e of lane l at w[..][e][l] (copies
-// and reads free of bank conflicts), the lane's scales, and B's column 0 (lanes 0..3).
-template <int NG> struct Gemv4Stage {
-    uint32_t w[NG][4][32];
-    uint4 s[NG][32];
-    uint2 b[4];
-};
 
 // Load the chunk at row r0: rows outside beg .. end - 1 and columns past N are zeros, read from
 // nowhere; any alignment (element by element).
@@ -1093,55 +1079,7 @@ template <class H, bool SIGNED, int NG> struct Gemv4Stream {
         q += 16 * half;
         a += 16;
     }
-    // The same chunk copied into the warp's stage `st` by cp.async (one commit group per chunk,
-    // committed by the caller): the lane's own words, read back by read() after the wait.
-    TILEC_DEV void stage(Gemv4Stage<NG>& st) {
-        const int lane = (int)threadIdx.x % 32, g = lane >> 2;
-        if (g == 0) {
-            const uint32_t b = smem_addr(&st.b[lane]);
-            cp_async4_ca(b, a);
-            cp_async4_ca(b + 4, a + 8);
-        }
-        if (left == 0) {
-            s += N;
-            left = per_group;
-        }
-        --left;
-#pragma unroll
-        for (int gg = 0; gg < NG; ++gg) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int dr = (e & 1) + (e >> 1) * 8;
-                cp_async4_ca(smem_addr(&st.w[gg][e][lane]), q + dr * half + gg * 32);
-            }
-            cp_async16_ca(smem_addr(&st.s[gg][lane]), s + gg * 64);
-        }
-        q += 16 * half;
-        a += 16;
-    }
 };
-
-// The lane's chunk from its warp's stage, after the stage's copies completed.
-template <bool SIGNED, int NG>
-TILEC_DEV void gemv4_read(Gemv4Chunk<NG>& ch, const Gemv4Stage<NG>& st) {
-    const int lane = (int)threadIdx.x % 32;
-    ch.b[0] = ch.b[1] = 0u;
-    if (lane < 4) {
-        const uint2 b = st.b[lane];
-        ch.b[0] = b.x;
-        ch.b[1] = b.y;
-    }
-#pragma unroll
-    for (int gg = 0; gg < NG; ++gg) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            ch.w[gg][e] = st.w[gg][e][lane];
-            if (SIGNED) ch.w[gg][e] ^= 0x88888888u;
-        }
-        const uint4 v = st.s[gg][lane];
-        ch.s[gg][0] = v.x; ch.s[gg][1] = v.y; ch.s[gg][2] = v.z; ch.s[gg][3] = v.w;
-    }
-}
 
 // acc += the chunk's weights (dequantized with its scales) times its activations. Only column 0
 // of each mma's C is the GEMV's (lanes 4g: rows g and g + 8 of the tile, acc[..][0] and [2]);
@@ -1171,16 +1109,11 @@ TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][4], const Gemv4Chunk<NG>& ch, 
 #define TILEC_GEMV_DEPTH 2
 #endif
 
-// Bytes of shared memory gemv_dequant4_mma<.., BN, SLICES, .., STAGES> stages chunks in.
-template <int BN, int SLICES, int STAGES> TILEC_HD constexpr int gemv4_ring_bytes() {
-    return STAGES * SLICES * (int)sizeof(Gemv4Stage<BN % 128 == 0 ? 2 : 1>);
-}
-
-template <class H, bool SIGNED, int BN, int SLICES, int LD, int STAGES>
+template <class H, bool SIGNED, int BN, int SLICES, int LD>
 TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
                                  const typename H::storage* s, int64_t N, int64_t first,
                                  int64_t rows, int64_t col0, int64_t group, uint32_t bias,
-                                 float* dst, void* ring) {
+                                 float* dst) {
     // passes of up to 128 columns (32 accumulator registers per lane)
     constexpr int PASS = BN % 128 == 0 ? 128 : 64, NG = PASS / 64, D = TILEC_GEMV_DEPTH;
     static_assert(BN % PASS == 0, "64-column groups");
@@ -1232,27 +1165,7 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
             gemv4_mma_load_guarded<H, SIGNED, NG>(ch, a, q, s, N, group, r0, first, end, col0 + p);
             gemv4_mma_math<H, NG>(acc, ch, bias);
         }
-        if (fe > fb && STAGES > 0) {
-            // whole chunks through the warp's STAGES stages in shared memory, each copied
-            // STAGES chunks before its math: one commit group per chunk (empty past the last),
-            // so waiting for all but the newest STAGES - 1 groups completes the chunk's own
-            const int n = (int)((fe - fb) >> 4);
-            Gemv4Stream<H, SIGNED, NG> stream(a, q, s, N, fb, col0 + p, group);
-            Gemv4Stage<NG>* st = reinterpret_cast<Gemv4Stage<NG>*>(ring) + warp * (STAGES > 0 ? STAGES : 1);
-#pragma unroll
-            for (int j = 0; j < STAGES; ++j) {
-                if (j < n) stream.stage(st[j]);
-                cp_async_commit();
-            }
-            for (int i = 0, j = 0; i < n; ++i, j = j + 1 == STAGES ? 0 : j + 1) {
-                cp_async_wait<(STAGES > 0 ? STAGES - 1 : 0)>();
-                Gemv4Chunk<NG> ch;
-                gemv4_read<SIGNED, NG>(ch, st[j]);
-                gemv4_mma_math<H, NG>(acc, ch, bias);  // (reads ch: st[j] is free again)
-                if (i + STAGES < n) stream.stage(st[j]);
-                cp_async_commit();
-            }
-        } else if (fe > fb) {
+        if (fe > fb) {
             // whole chunks: a ring of D chunks in flight, each loaded D chunks before its math
             const int n = (int)((fe - fb) >> 4);
             Gemv4Stream<H, SIGNED, NG> stream(a, q, s, N, fb, col0 + p, group);
