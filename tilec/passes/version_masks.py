@@ -1,17 +1,21 @@
-"""Tiles that no mask touches run without the mask: a sequential loop whose body selects -inf by
-comparisons of tile positions (a key bound `k * 64 + j < S`, a causal `key > query`) gets two
-versions of its body, chosen per iteration by one uniform test:
+"""Tiles that no mask touches run without the mask: in a sequential loop, each statement whose
+parallel loops select -inf by comparisons of tile positions (a key bound `k * 64 + j < S`, a
+causal `key > query`) gets two versions, chosen per iteration by one uniform test:
 
     for k in range(n):                        for k in range(n):
+        ...                                       ...
         S[i, j] = where(k*64 + j < S, x, -inf)    if k * 64 + 63 < S:       # the whole tile
-                                                      S[i, j] = x
+        ...                                           S[i, j] = x
                                                   else:
                                                       S[i, j] = where(k*64 + j < S, x, -inf)
+                                                  ...
 
 The test is exact: it holds only when every comparison has the unmasked value at every (i, j)
 of the tile (comparisons are affine in the loop variables, the parallel loops' extents static),
 so both versions compute the same values. Only the last key tile (and the diagonal tiles of a
-causal mask) pay for the mask.
+causal mask) pay for the mask. Only the masked statements are versioned, not the whole body:
+one copy of the rest of the loop (an attention loop's copies and GEMMs) keeps its registers
+apart from the other's (two copies of a body that holds 200 accumulators spilled on CUDA).
 """
 
 from __future__ import annotations
@@ -91,11 +95,11 @@ def tile_test(cond: T.Compare, want: bool, ranges: dict):
     return T.Compare("ge", _expr(rest), T.iconst(0))  # min over the tile of d (- 1) >= 0
 
 
-def _masks(loop: T.For) -> list:
+def _masks(body) -> list:
     """(comparison, the value that leaves the score unmasked, tile ranges) of every affine
-    comparison that selects -inf in the parallel loops of `loop`'s body."""
+    comparison that selects -inf in the parallel loops of the statements `body`."""
     out = []
-    for st in T.walk_stmts(loop.body):
+    for st in T.walk_stmts(body):
         if not (isinstance(st, T.For) and st.kind == "parallel"):
             continue
         if not all(isinstance(x, T.Const) for x in st.extents):
@@ -113,10 +117,13 @@ def _masks(loop: T.For) -> list:
     return out
 
 
-def version(loop: T.For):
-    masks = _masks(loop)
+def version(st):
+    """The parallel loop `st` as `if TEST: st unmasked else: st`, or None when it holds no mask
+    a test can lift."""
+    if not (isinstance(st, T.For) and st.kind == "parallel"):
+        return None
     tests, values = [], {}
-    for cond, want, ranges in masks:
+    for cond, want, ranges in _masks((st,)):
         t = tile_test(cond, want, ranges)
         if t is None:
             continue
@@ -134,14 +141,18 @@ def version(loop: T.For):
         if e in values:
             return values[e]
         return None
-    fast = tuple(map_exprs(st, unmask) for st in loop.body)
-    return [replace(loop, body=(T.If(test, fast, loop.body),))]
+    return T.If(test, (map_exprs(st, unmask),), (st,))
+
+
+def version_body(loop: T.For):
+    body = tuple(version(st) or st for st in loop.body)
+    return None if body == loop.body else [replace(loop, body=body)]
 
 
 def run(prog: T.TileProgram, target, options) -> T.TileProgram:
     def visit(st):
         if isinstance(st, T.For) and st.kind == "range":
-            return version(st)
+            return version_body(st)
         return None
     return replace(prog, kernels=tuple(replace(k, body=map_stmts(k.body, visit))
                                        for k in prog.kernels))
