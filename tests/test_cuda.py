@@ -176,6 +176,23 @@ def test_threads_that_exchange_values_take_the_same_version():
     assert seen["collective"] >= 3 and seen["per-thread"] >= 1, seen
 
 
+def test_bounded_loops_count_in_32_bits():
+    """A sequential loop whose trip count the launcher computes (or a constant) counts in a
+    32-bit register; the launcher refuses a trip count past 2^31 (TILEC_ERR_UNSUPPORTED) instead
+    of letting the counter wrap. A loop bounded by a per-block value only (min with a launcher
+    value: causal attention) counts in 32 bits too."""
+    for name in ("attention", "causal_attention", "gemm_bias_relu"):
+        text = (SAMPLES / f"{name}.tile").read_text()
+        src = driver.render(*[compile_text(text, f"{name}.tile", "cuda")[i] for i in (0, 2)],
+                            "cuda", {"arch": ("sm_90",)})
+        cu = src[f"{name}.cu"]
+        loops = re.findall(r"for \((int64_t|int) (tilec_\w+_i|\w+) = 0; [^;]*; ", cu)
+        assert any(t == "int" and v == "tilec_k_i" for t, v in loops), (name, loops)
+        for bound in re.findall(r"tilec_k_i < \(int\)(?:tilec::imax\(\(int64_t\)0, )?"
+                                r"(?:tilec::imin\()?(\w+)", cu):
+            assert f"if ({bound} > 2147483647) return TILEC_ERR_UNSUPPORTED;" in cu, (name, bound)
+
+
 def test_decode_gemv_reads_whole_weight_words_without_tests(monkeypatch):
     """The W4A16 decode GEMVs on the scalar units (a K loop around the row work) get a whole
     version too: when the block's columns lie inside N, N is a multiple of 8 and the tensors are
@@ -380,6 +397,23 @@ def test_causal_skipping_on_gpu(shift):
     text = CAUSAL_SHIFTED.replace("SHIFT", str(shift)).replace("f32", "f16")
     for dims in (dict(L=200, S=200, D=64), dict(L=64, S=300, D=32), dict(L=1, S=1, D=1)):
         check_text(text, dims, target="cuda", options={"arch": ("sm_90",)})
+
+
+@pytest.mark.gpu
+def test_a_loop_of_2_31_tiles_is_unsupported_on_gpu():
+    """A key loop of 2^32 tiles (S = 2^37) would wrap its 32-bit counter: the launcher returns
+    TILEC_ERR_UNSUPPORTED before launching (the pointers are never read)."""
+    need_gpu()
+    import ctypes
+    _, out = build_text((SAMPLES / "attention.tile").read_text(), "attention.tile", "cuda",
+                        {"arch": ("sm_90",)})
+    f = ctypes.CDLL(str(out / "libattention.so")).attention
+    f.restype = ctypes.c_int
+    P, I64 = ctypes.c_void_p, ctypes.c_int64
+    q, o, k, v = 1 << 12, 1 << 13, 1 << 40, 1 << 41  # disjoint ranges, never dereferenced
+    # (B = H = L = 1: one block; D = 1: the D <= 64 variant, whose other limits all hold)
+    st = f(P(q), P(k), P(v), P(o), I64(1), I64(1), I64(1), I64(1), I64(1 << 37), P(None))
+    assert st == 9, st  # TILEC_ERR_UNSUPPORTED
 
 
 @pytest.mark.gpu

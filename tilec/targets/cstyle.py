@@ -346,11 +346,15 @@ class CStyleRenderer:
             self.parallel(s, depth)
             return
         for n, (v, ext) in enumerate(zip(s.vars, s.extents)):
-            self.emit(f"for ({self.INDEX_TYPE} {cname(v)} = 0; {cname(v)} < {self.expr(ext)}; "
-                      f"++{cname(v)}) {{", depth + n)
+            self.loop_head(v, ext, depth + n)
         self.stmts(s.body, depth + len(s.vars))
         for n in reversed(range(len(s.vars))):
             self.emit("}", depth + n)
+
+    def loop_head(self, var: str, extent, depth):
+        """`for (var = 0; var < extent; ++var) {` of a sequential loop (its body follows)."""
+        self.emit(f"for ({self.INDEX_TYPE} {cname(var)} = 0; {cname(var)} < {self.expr(extent)}; "
+                  f"++{cname(var)}) {{", depth)
 
     def parallel(self, s: T.For, depth):
         raise NotImplementedError

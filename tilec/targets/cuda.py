@@ -148,6 +148,10 @@ class CudaRenderer(CStyleRenderer):
         self.elementwise: bool | None = None  # (reads_once, computed once)
         self.edge_version = False  # in the other version: no overlapped gemm (its registers
         #                            and the copies' tests would not fit together: spills)
+        # names the launcher knows (dimensions, host-computed Lets), and those of them that
+        # bound a 32-bit loop counter (the launcher checks they fit)
+        self.launcher_values: set = set()
+        self.int32_bounds: set = set()
 
     def binary(self, e: T.Binary) -> str:
         if e.fn == "imod" and self.rotating:
@@ -544,8 +548,7 @@ class CudaRenderer(CStyleRenderer):
         names = {m: f"tilec_{cname(k)}_mod{m}" for m in moduli}
         for m, name in names.items():
             self.emit(f"int {name} = 0;  // {cname(k)} % {m}", depth)
-        self.emit(f"for ({self.INDEX_TYPE} {cname(k)} = 0; {cname(k)} < {self.expr(s.extents[0])}; "
-                  f"++{cname(k)}) {{", depth)
+        self.loop_head(k, s.extents[0], depth)
         saved = dict(self.rotating)
         self.rotating.update({(k, m): name for m, name in names.items()})
         self.stmts(s.body, depth + 1)
@@ -553,6 +556,39 @@ class CudaRenderer(CStyleRenderer):
         for m, name in names.items():
             self.emit(f"{name} = {name} + 1 == {m} ? 0 : {name} + 1;", depth + 1)
         self.emit("}", depth)
+
+    def loop_head(self, var: str, extent, depth):
+        """A sequential loop whose trip count the launcher bounds (a dimension or a value it
+        computes, checked to fit in 32 bits; a constant) counts in a 32-bit register; the loop
+        variable is its 64-bit value, so arithmetic on it stays 64-bit. A 64-bit counter holds
+        two registers through the loop, and in an attention kernel at 255 registers those two
+        decided whether ptxas spilled."""
+        bound = self.launcher_bound(extent)
+        if bound is None:
+            super().loop_head(var, extent, depth)
+            return
+        if bound:
+            self.int32_bounds.add(bound)
+        n = self.expr(extent)
+        if isinstance(extent, T.Const):
+            n = str(extent.value)
+        elif not isinstance(extent, T.Var):
+            n = f"tilec::imax((int64_t)0, {n})"  # a negative trip count runs no iteration
+        c = f"tilec_{cname(var)}_i"
+        self.emit(f"for (int {c} = 0; {c} < {n if bound == '' else f'(int){n}'}; ++{c}) {{", depth)
+        self.emit(f"const int64_t {cname(var)} = {c};", depth + 1)
+
+    def launcher_bound(self, e) -> str | None:
+        """The launcher value (a dimension or a host-computed Let) that bounds the integer
+        expression `e` from above, "" when `e` is a constant below 2^31, None if neither."""
+        if isinstance(e, T.Const) and isinstance(e.value, int) and 0 <= e.value < 2 ** 31:
+            return ""
+        if isinstance(e, T.Var) and e.name in self.launcher_values:
+            return e.name
+        if isinstance(e, T.Binary) and e.fn == "min":
+            a = self.launcher_bound(e.a)
+            return a if a is not None else self.launcher_bound(e.b)
+        return None
 
     def accumulates(self, body) -> bool:
         """Does `body` only add loaded values into fragment elements (acc[i] = acc[i] + X[..],
@@ -1132,6 +1168,7 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
     host = host_scalars.host_lets(k)
     body = tuple(st for st in k.body if not any(st is h for h in host))
     em = CudaRenderer(k, target)
+    em.launcher_values = T.shape_dims(k) | {h.name for h in host}
     if not em.version_whole(body, 1):
         em.stmts(body, 1)
     shared, frags, off = [], [], 0
@@ -1171,6 +1208,7 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
                 args=[cname(p.name) for p in k.params] + [cname(s) for s in symbols] + host_names +
                 ["tilec_g0", "tilec_g1", "tilec_g2"], grid=grid,
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
+                int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
         block_vars=block_vars(k), threads=k.threads, smem=off, shared=shared, frags=frags,
         plans=list(em.copy_plans.values()), body=em.lines, tile_ir=T.print_kernel(k).splitlines())
 
