@@ -24,6 +24,7 @@ from test_random_programs import REGRESSIONS
 from tilec import driver
 from tilec.diagnostics import TilecError
 from tilec.ir import tile as T
+from tilec.passes.rewrite import used_names
 
 SAMPLE_FILES = sorted(SAMPLES.glob("*.tile"))
 TILE_SAMPLES = sorted((SAMPLES / "tile").glob("*.tile"))
@@ -176,6 +177,26 @@ def test_threads_that_exchange_values_take_the_same_version():
     assert seen["collective"] >= 3 and seen["per-thread"] >= 1, seen
 
 
+def test_attention_has_exact_head_dim_variants():
+    """Attention at D = 64 and D = 128 (nearly every model) runs a variant where D is a constant
+    (strides and bounds are immediates), tried before the run-time D <= 64 / D <= 128 ones. The
+    exact ones and D <= 64 run 4 warps of 32 query rows; D <= 128 needs the registers of 8 warps
+    (its run-time bounds and strides), and so does a causal mask."""
+    for name, threads in (("attention", {"D64exact": 128, "D64": 128, "D128exact": 128,
+                                         "D128": 256}),
+                          ("causal_attention", {"D64exact": 256, "D64": 256, "D128exact": 256,
+                                                "D128": 256})):
+        _, _, m = compile_text((SAMPLES / f"{name}.tile").read_text(), f"{name}.tile", "cuda")
+        ks = m.programs[0].kernels
+        assert [k.name.split("_k0_")[1] for k in ks] == list(threads), [k.name for k in ks]
+        assert [str(k.when) for k in ks] == ["D == 64", "D <= 64", "D == 128", "D <= 128"]
+        assert {k.name.split("_k0_")[1]: k.threads for k in ks} == threads, name
+        for k in ks:
+            uses_d = "D" in used_names(k) or any("D" in d.symbols() for p in k.params
+                                                 for d in p.shape)
+            assert uses_d == ("exact" not in k.name), k.name
+
+
 def test_bounded_loops_count_in_32_bits():
     """A sequential loop whose trip count the launcher computes (or a constant) counts in a
     32-bit register; the launcher refuses a trip count past 2^31 (TILEC_ERR_UNSUPPORTED) instead
@@ -318,16 +339,20 @@ def test_cuda_dump_builds(path):
 
 # ---- on a GPU -------------------------------------------------------------------------------------
 GPU_SIZES = {
-    # tile multiples of the CUDA defaults (GEMM 128 x 128 x 32, attention 128 x 64, rows 256..)
+    # tile multiples of the CUDA defaults (GEMM 128 x 128 x 64, attention 128 x 32 and causal
+    # 128 x 64, rows 256..)
     "gemm_bias_relu": [dict(M=256, N=256, K=256), dict(M=17, N=1000, K=40), dict(M=1, N=1, K=1)],
     "gemm_gelu_softmax": [dict(M=128, N=256, K=64), dict(M=33, N=17, K=100)],
     "batched_matmul": [dict(B=2, M=128, N=128, K=64), dict(B=3, M=17, N=31, K=9),
                        dict(B=3, M=7, N=100, K=1500)],  # the last: split over K
     "w4a16": [dict(M=128, N=256, K=256), dict(M=1, N=1000, K=384), dict(M=16, N=64, K=128),
               dict(M=100, N=17, K=128), dict(M=1, N=1000, K=2048), dict(M=3, N=130, K=1280)],
+    # head dims exactly 64 and 128 (their exact variants), and below (the run-time ones)
     "attention": [dict(B=1, H=2, L=128, S=128, D=64), dict(B=2, H=1, L=17, S=1000, D=32),
-                  dict(B=1, H=1, L=1, S=1, D=1), dict(B=1, H=3, L=200, S=70, D=128)],
-    "causal_attention": [dict(B=2, H=1, L=256, D=64), dict(B=1, H=2, L=1000, D=100)],
+                  dict(B=1, H=1, L=1, S=1, D=1), dict(B=1, H=3, L=200, S=70, D=128),
+                  dict(B=1, H=1, L=130, S=200, D=100)],
+    "causal_attention": [dict(B=2, H=1, L=256, D=64), dict(B=1, H=2, L=1000, D=100),
+                         dict(B=1, H=1, L=300, D=128)],
     "elementwise_chain": [dict(R=16, C=4096), dict(R=17, C=1000), dict(R=1, C=1)],
     "softmax": [dict(R=64, C=1024), dict(R=17, C=1000), dict(R=3, C=20000), dict(R=1, C=1)],
     "rmsnorm": [dict(R=64, C=1024), dict(R=5, C=17), dict(R=2, C=17000)],

@@ -48,13 +48,17 @@ def _feeds_gemm(k: T.TileKernel, ext) -> bool:
 
 
 def _threads(k: T.TileKernel, caps: dict, target) -> int:
-    """Threads of a row kernel's capacity variant: the target's choice for its longest row
-    buffer, unless a schedule fixed them (or a buffer feeds a GEMM)."""
-    table = target.resources.row_threads_by_capacity
-    if not k.auto_threads or not table or any(_feeds_gemm(k, e) for e in caps):
+    """Threads of a capacity variant, unless a schedule fixed them: a row kernel's by its
+    longest row buffer; a kernel whose buffers feed a GEMM at least the target's count for the
+    largest capacity (registers held by the run-time bounds and strides of that extent)."""
+    r = target.resources
+    gemm = any(_feeds_gemm(k, e) for e in caps)
+    table = r.matrix_threads_by_capacity if gemm else r.row_threads_by_capacity
+    if not k.auto_threads or not table:
         return k.threads
     cap = max(caps.values())
-    return next((t for top, t in table if cap <= top), k.threads)
+    t = next((t for top, t in table if cap <= top), k.threads)
+    return max(t, k.threads) if gemm else t
 
 
 def _with_capacity(k: T.TileKernel, caps: dict, target) -> T.TileKernel:
@@ -141,6 +145,30 @@ def rematerialize(k: T.TileKernel, doomed: list, name: str = "_stream"):
     return replace(k, name=f"{k.name}{name}", body=body)
 
 
+def _fix_dim(d: Dim, name: str, value: int) -> Dim:
+    if d.op == "sym":
+        return Dim.const(value) if d.args[0] == name else d
+    if d.op == "const":
+        return d
+    args = [_fix_dim(a, name, value) for a in d.args]
+    return Dim.bin(d.op, *args) if len(args) == 2 else Dim(d.op, tuple(args))
+
+
+def exact(v: T.TileKernel, name: str, value: int) -> T.TileKernel:
+    """Variant `v` for dimension `name` equal to `value` (the capacity it is built for): the
+    dimension is a constant everywhere in the kernel, so strides and bounds of it become
+    immediates and the tests of a row cut short disappear. A head dimension is nearly always
+    exactly 64 or 128; the attention kernel at D = 128 held ~10 registers of 64-bit stride and
+    bound arithmetic that spilled (sm_90)."""
+    fix = {name: T.iconst(value)}
+    body = tuple(map_exprs(st, lambda e: subst(e, fix) if isinstance(e, T.Var) else None)
+                 for st in v.body)
+    params = tuple(replace(p, shape=tuple(_fix_dim(d, name, value) for d in p.shape))
+                   for p in v.params)
+    return replace(v, name=f"{v.name}exact", body=body, params=params,
+                   grid=tuple(subst(g, fix) for g in v.grid), when=Dim.bin("eq", Dim.sym(name), value))
+
+
 def specialize(k: T.TileKernel, target) -> list:
     exts = _dynamic_extents(k)
     if not exts:
@@ -150,6 +178,10 @@ def specialize(k: T.TileKernel, target) -> list:
     out, derived = [], _derived(k, exts)
     for caps in itertools.product(*choices):
         v = _with_capacity(k, dict(zip(exts, caps)), target)
+        if len(exts) == 1 and isinstance(exts[0], T.Var) and _feeds_gemm(k, exts[0]):
+            # first: the launcher tries it first; the kernel's own threads (the table's choice
+            # is for a run-time extent)
+            out.append(exact(replace(v, threads=k.threads), exts[0].name, caps[0]))
         doomed = [a for a in T.walk_stmts(v.body) if isinstance(a, T.Alloc) and a.name in derived]
         out.append((rematerialize(v, doomed, "") if doomed else None) or v)
     stream = rematerialize(k, _row_buffers(k, exts))

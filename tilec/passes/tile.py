@@ -629,6 +629,22 @@ class GroupLowering:
                            body, f"row reduction over axes {tuple(axes)}",
                            auto_threads=not self.sched.threads)
 
+    def query_masked(self, score) -> bool:
+        """Do the attention scores `score` (an op of the group) compare positions along the
+        query axis (`index(S, -2)`: a causal mask)?"""
+        seen, todo = set(), [score]
+        while todo:
+            o = todo.pop()
+            if o in seen:
+                continue
+            seen.add(o)
+            op = self.ops[o]
+            if op.kind == "index" and op.attr("axis") % op.type.rank == op.type.rank - 2:
+                return True
+            if o in self.members:
+                todo += list(op.args)
+        return False
+
     def lower_attention(self) -> TileKernel:
         role = dict(self.grp.roles)
         qk, pv = self.ops[role["qk"]], self.ops[role["pv"]]
@@ -638,7 +654,10 @@ class GroupLowering:
         batch, L, Dv = shape[:-2], shape[-2], shape[-1]
         S, Dk = qk.type.shape[-1], self.ops[q_id].type.shape[-1]
         res = self.target.resources
-        bm, bn = self.sched.tile_size("M", res.attn_tile[0]), self.sched.tile_size("N", res.attn_tile[1])
+        (tm, tn), threads = res.attn_tile, res.attn_threads
+        if res.attn_query_masked and self.query_masked(role["x"]):
+            (tm, tn), threads = res.attn_query_masked
+        bm, bn = self.sched.tile_size("M", tm), self.sched.tile_size("N", tn)
         stages = self.sched.stages or res.attn_stages
         bx, bz = self.names.fresh("bx"), self.names.fresh("bz")
         bidx = decompose(T.Var(bz), batch)
@@ -714,8 +733,9 @@ class GroupLowering:
         if batch:
             grid.append(dim_to_expr(numel(batch)))
             bvars.append(bz)
-        return self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
-                           "attention with online softmax (the L x S scores never leave the block)")
+        return self.kernel(grid, bvars, self.sched.threads or threads, body,
+                           "attention with online softmax (the L x S scores never leave the block)",
+                           auto_threads=not self.sched.threads)
 
 
 def _offset(e, base, var: str):

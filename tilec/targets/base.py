@@ -63,6 +63,13 @@ class Resources:
     # row kernel whose schedule leaves `threads` open (longer rows: more threads, so that each
     # holds a few vectors; measured in docs/PERFORMANCE.md); past the last: row_threads
     row_threads_by_capacity: tuple = ()
+    # ((largest capacity, threads), ...): the least threads of a variant for a run-time extent of
+    # GEMM operands (attention's head dim) that is not exactly its capacity; an exact one keeps
+    # the kernel's threads
+    matrix_threads_by_capacity: tuple = ()
+    # ((M, N), threads) of attention whose scores depend on the query position (a causal mask);
+    # () = attn_tile and attn_threads
+    attn_query_masked: tuple = ()
     gemm_swizzle: int = 0  # default block rasterization panel of GEMM kernels (0: none)
     row_tile: bool = True  # a schedule's `tile M=` sets the rows per block of row kernels
     # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)

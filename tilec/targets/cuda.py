@@ -1271,7 +1271,15 @@ CUDA = Target(
     resources=Resources(
         warp=32, max_threads=1024, tile_memory=227 * 1024, mma=(16, 8, 16),
         gemm_tile=(128, 128, 64), gemm_stages=3, gemm_threads=128, row_block=1, row_threads=256,
-        ew_tile=(1, 4096), ew_threads=256, attn_tile=(128, 64), attn_threads=256, attn_stages=2,
+        ew_tile=(1, 4096), ew_threads=256, attn_stages=2,
+        # attention: 128 queries x 32 keys per step on 4 warps of 32 rows: each warp reads every
+        # K and V fragment for two 16-row tiles (half the shared-memory reads per mma of 8 warps
+        # of 16 rows: 0.87x SDPA flash against 0.72x, docs/PERFORMANCE.md); at D = 128 that
+        # takes all 255 registers, so a head dim that is not exactly 64 or 128 (run-time bounds
+        # and strides) runs its D <= 128 variant on 8 warps of 16 rows instead, and so does a
+        # causal mask (its comparisons of key and query positions: ptxas spilled 4-8 bytes)
+        attn_tile=(128, 32), attn_threads=128, matrix_threads_by_capacity=((64, 128), (128, 256)),
+        attn_query_masked=((128, 64), 256),
         dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN,
         matrix_capacities=(64, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
         row_threads_by_capacity=((256, 128),),
