@@ -32,7 +32,6 @@ from ..ir.tile import (
     ilt,
     imod,
     imul,
-    isub,
     land,
 )
 from ..ir.types import DTYPES, PACKED, Dim, is_float, itemsize_bits, numel
@@ -656,18 +655,13 @@ class GroupLowering:
         S, Dk = qk.type.shape[-1], self.ops[q_id].type.shape[-1]
         res = self.target.resources
         (tm, tn), threads = res.attn_tile, res.attn_threads
-        causal = self.query_masked(role["x"])
-        if causal and res.attn_query_masked:
+        if res.attn_query_masked and self.query_masked(role["x"]):
             (tm, tn), threads = res.attn_query_masked
         bm, bn = self.sched.tile_size("M", tm), self.sched.tile_size("N", tn)
         stages = self.sched.stages or res.attn_stages
         bx, bz = self.names.fresh("bx"), self.names.fresh("bz")
         bidx = decompose(T.Var(bz), batch)
-        # a causal mask bounds each block's key loop by its queries' positions: the blocks of
-        # the last queries have the most work, so they start first (the grid's tail is then
-        # short blocks, not a few long ones running alone)
-        qblock = isub(isub(dim_to_expr(L.cdiv(bm)), iconst(1)), T.Var(bx)) if causal else T.Var(bx)
-        row0 = imul(qblock, iconst(bm))
+        row0 = imul(T.Var(bx), iconst(bm))
         Qs, Ks, Vs = (self.names.fresh(n) for n in ("Q_s", "K_s", "V_s"))
         Sc, Pt, O = (self.names.fresh(n) for n in ("S", "P", "O"))
         mx, mc, l, al, rs, ms = (self.names.fresh(n) for n in ("m", "m_new", "l", "alpha", "rowsum",
