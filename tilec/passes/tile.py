@@ -629,22 +629,6 @@ class GroupLowering:
                            body, f"row reduction over axes {tuple(axes)}",
                            auto_threads=not self.sched.threads)
 
-    def query_masked(self, score) -> bool:
-        """Do the attention scores `score` (an op of the group) compare positions along the
-        query axis (`index(S, -2)`: a causal mask)?"""
-        seen, todo = set(), [score]
-        while todo:
-            o = todo.pop()
-            if o in seen:
-                continue
-            seen.add(o)
-            op = self.ops[o]
-            if op.kind == "index" and op.attr("axis") % op.type.rank == op.type.rank - 2:
-                return True
-            if o in self.members:
-                todo += list(op.args)
-        return False
-
     def lower_attention(self) -> TileKernel:
         role = dict(self.grp.roles)
         qk, pv = self.ops[role["qk"]], self.ops[role["pv"]]
@@ -655,8 +639,6 @@ class GroupLowering:
         S, Dk = qk.type.shape[-1], self.ops[q_id].type.shape[-1]
         res = self.target.resources
         (tm, tn), threads = res.attn_tile, res.attn_threads
-        if res.attn_query_masked and self.query_masked(role["x"]):
-            (tm, tn), threads = res.attn_query_masked
         bm, bn = self.sched.tile_size("M", tm), self.sched.tile_size("N", tn)
         stages = self.sched.stages or res.attn_stages
         bx, bz = self.names.fresh("bx"), self.names.fresh("bz")

@@ -13,7 +13,8 @@ causal `key > query`) gets two versions, chosen per iteration by one uniform tes
 The test is exact: it holds only when every comparison has the unmasked value at every (i, j)
 of the tile (comparisons are affine in the loop variables, the parallel loops' extents static),
 so both versions compute the same values. Only the last key tile (and the diagonal tiles of a
-causal mask) pay for the mask. Only the masked statements are versioned, not the whole body:
+causal mask) pay for the mask. A target may leave masks that relate two tile positions (causal: key > query) unversioned
+(Resources.version_diagonal_masks). Only the masked statements are versioned, not the whole body:
 one copy of the rest of the loop (an attention loop's copies and GEMMs) keeps its registers
 apart from the other's (two copies of a body that holds 200 accumulators spilled on CUDA).
 """
@@ -117,13 +118,22 @@ def _masks(body) -> list:
     return out
 
 
-def version(st):
+def _diagonal(cond, ranges) -> bool:
+    """Does the comparison relate two positions of the tile (a causal key > query)?"""
+    names = {x.name for x in T.walk_exprs(cond) if isinstance(x, T.Var)}
+    return len(names & set(ranges)) > 1
+
+
+def version(st, diagonal: bool = True):
     """The parallel loop `st` as `if TEST: st unmasked else: st`, or None when it holds no mask
-    a test can lift."""
+    a test can lift (or, `diagonal` False, a mask relating two tile positions)."""
     if not (isinstance(st, T.For) and st.kind == "parallel"):
         return None
+    masks = _masks((st,))
+    if not diagonal and any(_diagonal(cond, ranges) for cond, _, ranges in masks):
+        return None
     tests, values = [], {}
-    for cond, want, ranges in _masks((st,)):
+    for cond, want, ranges in masks:
         t = tile_test(cond, want, ranges)
         if t is None:
             continue
@@ -144,15 +154,17 @@ def version(st):
     return T.If(test, (map_exprs(st, unmask),), (st,))
 
 
-def version_body(loop: T.For):
-    body = tuple(version(st) or st for st in loop.body)
+def version_body(loop: T.For, diagonal: bool = True):
+    body = tuple(version(st, diagonal) or st for st in loop.body)
     return None if body == loop.body else [replace(loop, body=body)]
 
 
 def run(prog: T.TileProgram, target, options) -> T.TileProgram:
+    diagonal = target.resources.version_diagonal_masks
+
     def visit(st):
         if isinstance(st, T.For) and st.kind == "range":
-            return version_body(st)
+            return version_body(st, diagonal)
         return None
     return replace(prog, kernels=tuple(replace(k, body=map_stmts(k.body, visit))
                                        for k in prog.kernels))

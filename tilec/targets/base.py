@@ -67,9 +67,9 @@ class Resources:
     # GEMM operands (attention's head dim) that is not exactly its capacity; an exact one keeps
     # the kernel's threads
     matrix_threads_by_capacity: tuple = ()
-    # ((M, N), threads) of attention whose scores depend on the query position (a causal mask);
-    # () = attn_tile and attn_threads
-    attn_query_masked: tuple = ()
+    # a statement whose mask relates two tile positions (a causal key > query) gets a mask-free
+    # version for the tiles the mask does not touch (version_masks); False: it keeps the mask
+    version_diagonal_masks: bool = True
     gemm_swizzle: int = 0  # default block rasterization panel of GEMM kernels (0: none)
     row_tile: bool = True  # a schedule's `tile M=` sets the rows per block of row kernels
     # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)

@@ -527,7 +527,7 @@ CPU = Target(
     lowering=(
         # no async copies on the CPU: pipelined K loops run as plain loops
         ("pipeline", pipeline.run),
-        # key tiles no mask touches run an unmasked copy of the loop body (uniform test per tile)
+        # key tiles no mask touches skip the masking statement's selects (uniform test per tile)
         ("version_masks", version_masks.run),
         # `if base + i < n` guards -> clamped trip counts, so inner loops vectorize unmasked
         ("hoist_guards", hoist_guards.run),
