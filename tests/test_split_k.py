@@ -311,15 +311,18 @@ kernel w(A: f32[M, K], Wq: u4[K, N], scales: f32[K // 128, N]) -> C: f32[M, N]:
 def test_cpu_gemv_of_4bit_weights_with_f32_scales_runs_gemv_dequant4(arch):
     """On the CPU a GEMV of 4-bit weights with f32 activations and scales runs tilec_cpu.h's
     gemv_dequant4 (Tile IR `gemv_mma`, the scalar GEMV where N % 8 != 0), split and not, whole
-    and cut column blocks, signed and unsigned; the vector code of the build machine (AVX-512
-    tables with `native` where it has them, AVX2 with x86-64-v3) matches the reference."""
+    and cut column blocks, signed and unsigned, for up to 16 rows of A (one block per row; 17
+    rows take the GEMM tile); the vector code of the build machine (AVX-512 tables with `native`
+    where it has them, AVX2 with x86-64-v3) matches the reference."""
     _, _, m = compile_text(W4A16_F32, "w.tile", "cpu")
     gemvs = [k for p in m.programs for k in p.kernels if "_gemv" in k.name and "sum" not in k.name]
     assert gemvs and all(any(isinstance(st, T.GemvMma) for st in T.walk_stmts(k.body))
                          for k in gemvs)
+    assert {str(k.when).split(" & ")[0].strip("()") for k in gemvs} == {"M <= 16"}
     opts = {"arch": (arch,)}
     for dims in (dict(M=1, N=264, K=1280), dict(M=1, N=8, K=128), dict(M=1, N=8200, K=256),
-                 dict(M=1, N=301, K=640), dict(M=3, N=40, K=256)):
+                 dict(M=1, N=301, K=640), dict(M=3, N=40, K=256), dict(M=16, N=264, K=1280),
+                 dict(M=5, N=8200, K=512), dict(M=17, N=72, K=256)):
         check_text(W4A16_F32, dims, name="w.tile", options=opts)
     signed = W4A16_F32.replace("u4[", "i4[").replace("zero=8", "zero=1")
     check_text(signed, dict(M=1, N=136, K=1024), name="w.tile", options=opts)

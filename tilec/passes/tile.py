@@ -803,11 +803,16 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     split = split_k.config(target) or None
     decode = [(max_m, GemmVariant(tile_, threads, stages, split))
               for max_m, tile_, threads, stages in split_k.decode_variants(target)]
-    gemv = split_k.gemv_config(target, dequant4_for_gemv_mma(g.op_map(), mm.args[1], target))
+    on_mma = dequant4_for_gemv_mma(g.op_map(), mm.args[1], target)
+    gemv = split_k.gemv_config(target, on_mma)
     if gemv and not _transposed(g, mm.args[1]):  # (a transposed B: its rows are not contiguous)
         bn, threads, blocks, rows, per_sm, unroll = gemv
         unroll = _gemv_rows_per_step(g, mm, unroll)
-        decode.insert(0, (1, GemmVariant((1, bn, 1), threads, 1, (blocks, rows, per_sm), unroll)))
+        # one block per row of A: B is read once per row (4-bit weights: from cache, when the
+        # target says that beats its smallest tile up to some M)
+        max_m = target.resources.gemv_mma_max_m if on_mma and split_k.gemv_mma(target) else 1
+        decode.insert(0, (max_m, GemmVariant((1, bn, 1), threads, 1, (blocks, rows, per_sm),
+                                             unroll)))
     out = []
     for max_m, cfg in decode:
         if M.op == "const" and M.args[0] > max_m:

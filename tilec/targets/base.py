@@ -53,6 +53,9 @@ class Resources:
     gemv_mma: tuple = ()
     # the dtypes of A and the scales that `gemv_mma` takes; () = mma_dtypes
     gemv_mma_dtypes: tuple = ()
+    # the largest M whose GEMM of 4-bit weights runs that GEMV, one block per row of A (each row
+    # reads the weights again); other GEMVs take M = 1
+    gemv_mma_max_m: int = 1
     # 16-bit float dtypes the matrix units multiply (others take the scalar path)
     mma_dtypes: tuple = ()
     # compile-time sizes a run-time extent of an on-chip buffer may get (specialize pass): one
