@@ -569,13 +569,14 @@ class CudaRenderer(CStyleRenderer):
             return
         if bound:
             self.int32_bounds.add(bound)
-        n = self.expr(extent)
         if isinstance(extent, T.Const):
             n = str(extent.value)
-        elif not isinstance(extent, T.Var):
-            n = f"tilec::imax((int64_t)0, {n})"  # a negative trip count runs no iteration
+        elif isinstance(extent, T.Var):
+            n = f"(int){self.expr(extent)}"
+        else:  # (a negative trip count runs no iteration)
+            n = f"(int)tilec::imax((int64_t)0, {self.expr(extent)})"
         c = f"tilec_{cname(var)}_i"
-        self.emit(f"for (int {c} = 0; {c} < {n if bound == '' else f'(int){n}'}; ++{c}) {{", depth)
+        self.emit(f"for (int {c} = 0; {c} < {n}; ++{c}) {{", depth)
         self.emit(f"const int64_t {cname(var)} = {c};", depth + 1)
 
     def launcher_bound(self, e) -> str | None:
