@@ -604,8 +604,11 @@ static inline void gemm_tile(int64_t m, int64_t n, int64_t k,
             // Large strides are packed because each micro-panel would touch
             // kc distinct pages/sets.  A ragged last panel is always packed.
             // With a few rows (GEMV, decode sizes) packing B would cost more than using it once:
-            // it is read in place whatever its stride.
-            const bool b_direct = !TB && (ldb * (int64_t)sizeof(T) <= 8192 || m <= 4);
+            // it is read in place whatever its stride. A stride that is a multiple of 4 KiB maps
+            // every row of a micro-panel to one L1 set (N = 1024 or 2048 f32): packed too, 12-18%
+            // faster at 1024^3 and 2048^3 (Zen 4, docs/PERFORMANCE.md).
+            const int64_t ldb_bytes = ldb * (int64_t)sizeof(T);
+            const bool b_direct = !TB && ((ldb_bytes <= 8192 && ldb_bytes % 4096 != 0) || m <= 4);
             const int64_t n_direct = b_direct ? nc / NR * NR : 0;
             if (n_direct < nc)
                 detail::pack_b<TB>(kc, nc - n_direct, TB ? Bs + n_direct * ldb : Bs + n_direct, ldb, bp);
