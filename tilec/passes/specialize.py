@@ -161,12 +161,13 @@ def exact(v: T.TileKernel, name: str, value: int) -> T.TileKernel:
     exactly 64 or 128; the attention kernel at D = 128 held ~10 registers of 64-bit stride and
     bound arithmetic that spilled (sm_90)."""
     fix = {name: T.iconst(value)}
-    body = tuple(map_exprs(st, lambda e: subst(e, fix) if isinstance(e, T.Var) else None)
+    body = tuple(map_exprs(st, lambda e: fix.get(e.name) if isinstance(e, T.Var) else None)
                  for st in v.body)
     params = tuple(replace(p, shape=tuple(_fix_dim(d, name, value) for d in p.shape))
                    for p in v.params)
     return replace(v, name=f"{v.name}exact", body=body, params=params,
-                   grid=tuple(subst(g, fix) for g in v.grid), when=Dim.bin("eq", Dim.sym(name), value))
+                   grid=tuple(subst(g, fix) for g in v.grid),
+                   when=Dim.bin("eq", Dim.sym(name), value))
 
 
 def specialize(k: T.TileKernel, target) -> list:

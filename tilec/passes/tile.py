@@ -638,8 +638,7 @@ class GroupLowering:
         batch, L, Dv = shape[:-2], shape[-2], shape[-1]
         S, Dk = qk.type.shape[-1], self.ops[q_id].type.shape[-1]
         res = self.target.resources
-        (tm, tn), threads = res.attn_tile, res.attn_threads
-        bm, bn = self.sched.tile_size("M", tm), self.sched.tile_size("N", tn)
+        bm, bn = self.sched.tile_size("M", res.attn_tile[0]), self.sched.tile_size("N", res.attn_tile[1])
         stages = self.sched.stages or res.attn_stages
         bx, bz = self.names.fresh("bx"), self.names.fresh("bz")
         bidx = decompose(T.Var(bz), batch)
@@ -715,7 +714,7 @@ class GroupLowering:
         if batch:
             grid.append(dim_to_expr(numel(batch)))
             bvars.append(bz)
-        return self.kernel(grid, bvars, self.sched.threads or threads, body,
+        return self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
                            "attention with online softmax (the L x S scores never leave the block)",
                            auto_threads=not self.sched.threads)
 

@@ -14,10 +14,11 @@ The test is exact: it holds only when every comparison has the unmasked value at
 of the tile (comparisons are affine in the loop variables, the parallel loops' extents static),
 so both versions compute the same values. Only the last key tile (and the diagonal tiles of a
 causal mask) pay for the mask. A target may leave masks that relate two tile positions
-(causal: key > query) unversioned (Resources.version_diagonal_masks). Only the masked statements
-are versioned, not the whole body:
-one copy of the rest of the loop (an attention loop's copies and GEMMs) keeps its registers
-apart from the other's (two copies of a body that holds 200 accumulators spilled on CUDA).
+(causal: key > query) unversioned (Resources.version_diagonal_masks).
+
+Only the masked statements are versioned, not the whole body: one copy of the rest of the loop
+(an attention loop's copies and GEMMs) keeps its registers apart from the other's (two copies
+of a body that holds 200 accumulators spilled on CUDA).
 """
 
 from __future__ import annotations
