@@ -221,8 +221,10 @@ def test_bounded_loops_count_in_32_bits():
         cu = src[f"{name}.cu"]
         loops = re.findall(r"for \((int64_t|int) (tilec_\w+_i|\w+) = 0; [^;]*; ", cu)
         assert any(t == "int" and v == "tilec_k_i" for t, v in loops), (name, loops)
-        for bound in re.findall(r"tilec_k_i < \(int\)(?:tilec::imax\(\(int64_t\)0, )?"
-                                r"(?:tilec::imin\()?(\w+)", cu):
+        bounds = re.findall(r"tilec_k_i < \(int\)(?:tilec::imax\(\(int64_t\)0, )?"
+                            r"(?:tilec::imin\()?(\w+)", cu)
+        assert bounds, name
+        for bound in bounds:
             assert f"if ({bound} > 2147483647) return TILEC_ERR_UNSUPPORTED;" in cu, (name, bound)
 
 
