@@ -178,16 +178,18 @@ def test_threads_that_exchange_values_take_the_same_version():
 
 
 def test_attention_has_exact_head_dim_variants():
-    """Attention at D = 64 and D = 128 (nearly every model) runs a variant where D is a constant
-    (strides and bounds are immediates), tried before the run-time D <= 64 / D <= 128 ones. The
-    exact ones and D <= 64 run 4 warps of 32 query rows; D <= 128 needs the registers of 8 warps
-    (its run-time bounds and strides)."""
-    threads = {"D64exact": 128, "D64": 128, "D128exact": 128, "D128": 256}
+    """Attention at D = 64, 96 and 128 (nearly every model) runs a variant where D is a constant
+    (strides and bounds are immediates), tried before the run-time D <= 64 / 96 / 128 ones. The
+    exact ones, D <= 64 and D <= 96 run 4 warps of 32 query rows; D <= 128 needs the registers of
+    8 warps (its run-time bounds and strides)."""
+    threads = {"D64exact": 128, "D64": 128, "D96exact": 128, "D96": 128, "D128exact": 128,
+               "D128": 256}
     for name in ("attention", "causal_attention"):
         _, _, m = compile_text((SAMPLES / f"{name}.tile").read_text(), f"{name}.tile", "cuda")
         ks = m.programs[0].kernels
         assert [k.name.split("_k0_")[1] for k in ks] == list(threads), [k.name for k in ks]
-        assert [str(k.when) for k in ks] == ["D == 64", "D <= 64", "D == 128", "D <= 128"]
+        assert [str(k.when) for k in ks] == [f"D {op} {c}" for c in (64, 96, 128)
+                                             for op in ("==", "<=")]
         assert {k.name.split("_k0_")[1]: k.threads for k in ks} == threads, name
         for k in ks:
             uses_d = "D" in used_names(k) or any("D" in d.symbols() for p in k.params
@@ -361,12 +363,13 @@ GPU_SIZES = {
                        dict(B=3, M=7, N=100, K=1500)],  # the last: split over K
     "w4a16": [dict(M=128, N=256, K=256), dict(M=1, N=1000, K=384), dict(M=16, N=64, K=128),
               dict(M=100, N=17, K=128), dict(M=1, N=1000, K=2048), dict(M=3, N=130, K=1280)],
-    # head dims exactly 64 and 128 (their exact variants), and below (the run-time ones)
+    # head dims exactly 64, 96 and 128 (their exact variants), and between (the run-time ones)
     "attention": [dict(B=1, H=2, L=128, S=128, D=64), dict(B=2, H=1, L=17, S=1000, D=32),
                   dict(B=1, H=1, L=1, S=1, D=1), dict(B=1, H=3, L=200, S=70, D=128),
-                  dict(B=1, H=1, L=130, S=200, D=100)],
+                  dict(B=1, H=1, L=130, S=200, D=100), dict(B=1, H=2, L=70, S=130, D=96),
+                  dict(B=2, H=1, L=33, S=65, D=80)],
     "causal_attention": [dict(B=2, H=1, L=256, D=64), dict(B=1, H=2, L=1000, D=100),
-                         dict(B=1, H=1, L=300, D=128)],
+                         dict(B=1, H=1, L=300, D=128), dict(B=1, H=1, L=200, D=96)],
     "elementwise_chain": [dict(R=16, C=4096), dict(R=17, C=1000), dict(R=1, C=1)],
     "softmax": [dict(R=64, C=1024), dict(R=17, C=1000), dict(R=3, C=20000), dict(R=1, C=1)],
     "rmsnorm": [dict(R=64, C=1024), dict(R=5, C=17), dict(R=2, C=17000)],

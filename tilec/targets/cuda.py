@@ -1275,15 +1275,16 @@ CUDA = Target(
         ew_tile=(1, 4096), ew_threads=256, attn_stages=2,
         # attention: 128 queries x 32 keys per step on 4 warps of 32 rows: each warp reads every
         # K and V fragment for two 16-row tiles (half the shared-memory reads per mma of 8 warps
-        # of 16 rows: 0.87x SDPA flash against 0.72x, docs/PERFORMANCE.md); at D = 128 that
-        # takes all 255 registers, so a head dim that is not exactly 64 or 128 (run-time bounds
-        # and strides) runs its D <= 128 variant on 8 warps of 16 rows instead, and a causal
+        # of 16 rows: 0.87x SDPA flash against 0.72x, docs/PERFORMANCE.md); head dims 64, 96
+        # and 128 (exact variants, and run-time ones up to each); at D = 128 that takes all 255
+        # registers, so a head dim between 96 and 128 (run-time bounds and strides) runs its
+        # D <= 128 variant on 8 warps of 16 rows instead, and a causal
         # mask is applied on every key tile (its mask-free second version spilled 8 bytes;
         # without it: no spills, 0.805x SDPA flash against 0.76x on 8 warps with the versions)
-        attn_tile=(128, 32), attn_threads=128, matrix_threads_by_capacity=((64, 128), (128, 256)),
+        attn_tile=(128, 32), attn_threads=128, matrix_threads_by_capacity=((96, 128), (128, 256)),
         version_diagonal_masks=False,
         dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN,
-        matrix_capacities=(64, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
+        matrix_capacities=(64, 96, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
         row_threads_by_capacity=((256, 128),),
         gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32), row_tile=False,
         # M <= 16 (decode): 16-row tiles, 8 warps splitting N, deep K tiles (16 x 128 x 128 was
