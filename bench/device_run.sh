@@ -60,12 +60,16 @@ if [[ $what == *profile* ]]; then
     # ncu (clocks left alone) on one launch of representative kernels, via `tilec run`
     cases=${TILEC_PROFILE:-"gemm_f16:M=4096,N=4096,K=4096 attention:B=1,H=16,L=4096,S=4096,D=128 softmax_f16:R=16384,C=8192 chain_f16:R=16384,C=8192 w4a16:M=1,N=8192,K=8192"}
     for case in $cases; do
-        kernel=${case%%:*}; dims=${case#*:}; file=bench/gpu.tile
+        # "kernel:dims" (bench/gpu.tile) or "file.tile@kernel:dims"
+        file=bench/gpu.tile
+        [[ $case == *@* ]] && { file=${case%%@*}; case=${case#*@}; }
+        kernel=${case%%:*}; dims=${case#*:}
         ncu --clock-control none -k "regex:${kernel}_k" -c 1 --section SpeedOfLight \
             --section WarpStateStats --section Occupancy --section LaunchStats \
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
             --section SourceCounters --section SchedulerStats --section InstructionStats \
-            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+            --section MemoryWorkloadAnalysis_Tables \
+            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,lts__t_bytes.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,lts__t_sector_hit_rate.pct" \
             python3 -m tilec.cli run "$file" --kernel "$kernel" --target cuda --arch sm_90 \
             --dims "$dims" --seed 1 > "$OUT/ncu_$kernel.txt" 2>&1
         grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Warp Cycles|Issued Ipc|ok|MISMATCH" \
@@ -137,7 +141,19 @@ if [[ $what == *splitvariants* ]]; then
             | grep -E "^\| w4a16" | head -8
     done
 fi
-if [[ $what == all || $what == *bench* ]]; then
+if [[ $what == *knobbench* ]]; then
+    # bench/gpu.py cases (TILEC_KNOB_CASES, default gemm) under benchmark knobs, peers in the
+    # same run: one line of TILEC_KNOBS ("VAR=value ...", e.g. TILEC_GEMM_TILE=128x256x64,256,3,8)
+    # per run
+    while read -r vars; do
+        [[ -z $vars ]] && continue
+        echo "== $vars" | tee -a "$OUT/knobbench.log"
+        env $vars python3 bench/gpu.py --arch sm_90 --cases "${TILEC_KNOB_CASES:-gemm}" --no-compile \
+            --build-dir "/tmp/knob_${vars//[^A-Za-z0-9]/_}" 2>&1 | tee -a "$OUT/knobbench.log" \
+            | grep -E "^\| [a-z]|FAIL|MISMATCH|rror|run took|tilec build"
+    done <<< "${TILEC_KNOBS:-}"
+fi
+if [[ $what == all || ,$what, == *,bench,* ]]; then
     python3 bench/gpu.py --arch sm_90 --json "$OUT/bench.json" "${bench_args[@]}" 2>&1 | tee "$OUT/bench.log" | tail -60
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi

@@ -284,6 +284,7 @@ kernel w(A: f32[M, K], Wq: u4[K, N], s: f32[K // 4, N]) -> C: f32[M, N]:
     ("TILEC_SPLIT_K", "512,x,2", "TILEC_SPLIT_K='512,x,2': expected blocks,min_tiles"),
     ("TILEC_DECODE_TILE", "16,16x64,256,4", "the tile is BMxBNxBK, not (16, 64)"),
     ("TILEC_GEMV_MMA", "on", "TILEC_GEMV_MMA='on': expected off (or unset)"),
+    ("TILEC_GEMM_TILE", "128x128,128,3,8", "expected BMxBNxBK,threads,stages,swizzle"),
 ])
 def test_a_malformed_benchmark_knob_is_a_user_error(monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)
@@ -298,6 +299,32 @@ def test_knobs_turn_the_variants_off(monkeypatch):
     names = [k.name for k in compile_text((SAMPLES / "w4a16.tile").read_text(), "k.tile",
                                           "cuda")[2].programs[0].kernels]
     assert names == ["w4a16_k0_m16", "w4a16_k0"]
+
+
+def test_the_gemm_tile_knob_sets_the_default_tile_and_a_schedule_keeps_its_own(monkeypatch):
+    """TILEC_GEMM_TILE replaces the tensor-core GEMM's default tile, threads, stages and
+    rasterization panel (the decode variants keep theirs); a kernel with a schedule keeps it."""
+    text = """
+kernel plain(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:
+    C = A @ B
+
+kernel tuned(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:
+    C = A @ B
+
+schedule tuned:
+    target cuda:
+        tile M=64, N=64, K=32
+"""
+    monkeypatch.setenv("TILEC_GEMM_TILE", "128x256x32,256,4,16")
+    progs = {p.name: p for p in compile_text(text, "k.tile", "cuda")[2].programs}
+
+    def main(name):
+        k = progs[name].kernels[-1]
+        shared = {a.name: tuple(d.value for d in a.shape) for a in T.walk_stmts(k.body)
+                  if isinstance(a, T.Alloc) and a.scope == "shared"}
+        return k.threads, k.swizzle, sorted(shared.values())
+    assert main("plain") == (256, 16, [(4, 32, 256), (4, 128, 32)])
+    assert main("tuned")[1:] == (8, [(3, 32, 64), (3, 64, 32)])
 
 
 W4A16_F32 = """

@@ -88,6 +88,21 @@ def decode_variants(target) -> tuple:
     return (knob,) if knob else ()
 
 
+def gemm_tile(target):
+    """`TILEC_GEMM_TILE` ("BMxBNxBK,threads,stages,swizzle", e.g. "128x256x64,256,3,8"): the
+    default block tile, threads, pipeline depth and rasterization panel of tensor-core GEMMs in
+    place of the target's, for measuring other choices on a device; None when unset. Schedules
+    that set any of them keep their own."""
+    def field(x: str):
+        return tuple(int(v) for v in x.split("x")) if "x" in x else int(x)
+    knob = _knob("TILEC_GEMM_TILE", "BMxBNxBK,threads,stages,swizzle", 4, field)
+    if not knob or not target.resources.mma:
+        return None
+    if not (isinstance(knob[0], tuple) and len(knob[0]) == 3) or isinstance(knob[1], tuple):
+        raise error(f"TILEC_GEMM_TILE: expected BMxBNxBK,threads,stages,swizzle, not {knob!r}")
+    return knob
+
+
 def gemv_mma(target) -> bool:
     """Whether GEMVs of 4-bit weights run the target's GEMV routine (T.GemvMma: CUDA's on the
     matrix units, the CPU's vector code): the target's `gemv_mma`, unless `TILEC_GEMV_MMA=off`
