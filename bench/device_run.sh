@@ -108,7 +108,7 @@ if [[ $what == *flagruns* ]]; then
 fi
 if [[ $what == *rowvariants* ]]; then
     # row kernels with 128 / 256 / 512 threads per row, timed by `tilec run` (CUDA events, checked)
-    for dims in R=16384,C=8192 R=4096,C=16384 R=32768,C=1024 R=16384,C=4096; do
+    for dims in ${TILEC_ROW_DIMS:-R=16384,C=8192 R=4096,C=16384 R=32768,C=1024 R=16384,C=4096}; do
         python3 -m tilec.cli run bench/row_variants.tile --target cuda --arch sm_90 --dims $dims \
             --seed 1 2>&1 | tee -a "$OUT/rowvariants.log" | grep -E "ms|MISMATCH|error"
     done
