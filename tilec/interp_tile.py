@@ -221,9 +221,10 @@ class KernelRun:
             return
         (v,), (e,) = s.vars, s.extents
         n = self.ev(e, ctx)
+        first = 0 if s.start is None else int(self.scalar(self.ev(s.start, ctx), "a loop start"))
         saved = ctx.names.get(v)
         outer = ctx.mask
-        for i in range(int(np.max(n)) if np.size(n) else 0):
+        for i in range(first, int(np.max(n)) if np.size(n) else 0):
             ctx.names[v] = np.int64(i)
             if np.ndim(n):  # a trip count that differs between parallel iterations
                 ctx.mask = _and(outer, np.asarray(n) > i)

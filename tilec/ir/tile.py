@@ -325,6 +325,8 @@ class For:
     # pipelined loops (pipeline pass): when this holds, every tile copy in the body reads a
     # window wholly inside its tensor, in every iteration (None: not known)
     inside: object = None
+    # range loops: the variable's first value (None: 0); it runs while below the extent
+    start: object = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,6 +563,8 @@ def print_stmts(stmts, indent: int) -> list:
             out.append(f"{pad}{s.buf}[{', '.join(fmt(i) for i in s.idx)}] = {fmt(s.value)}")
         elif isinstance(s, For):
             ext = ", ".join(fmt(x) for x in s.extents)
+            if s.start is not None:
+                ext = f"{fmt(s.start)}, {ext}"
             if s.kind == "pipelined":
                 ext += f", stages={s.stages}"
             if s.by:
@@ -597,7 +601,7 @@ def free_dims(k: TileKernel) -> list:
     for s in walk_stmts(k.body):
         if isinstance(s, For):
             bound |= set(s.vars)
-            exprs += list(s.extents)
+            exprs += list(s.extents) + ([s.start] if s.start is not None else [])
         elif isinstance(s, Let):
             bound.add(s.name)
             exprs.append(s.value)

@@ -59,7 +59,8 @@ def map_exprs(st, fn):
             new = tuple(map_exprs(x, fn) for x in v)
             if any(a is not b for a, b in zip(new, v)):
                 changes[f.name] = new
-        elif f.name in ("value", "cond", "a_stage", "b_stage", "next_stage", "inside") and v is not None \
+        elif f.name in ("value", "cond", "a_stage", "b_stage", "next_stage", "inside", "start") and \
+                v is not None \
                 and not isinstance(v, (str, bool)):
             new = map_expr(v, fn)
             if new is not v:

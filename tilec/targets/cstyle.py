@@ -346,15 +346,16 @@ class CStyleRenderer:
             self.parallel(s, depth)
             return
         for n, (v, ext) in enumerate(zip(s.vars, s.extents)):
-            self.loop_head(v, ext, depth + n)
+            self.loop_head(v, ext, depth + n, s.start if n == 0 else None)
         self.stmts(s.body, depth + len(s.vars))
         for n in reversed(range(len(s.vars))):
             self.emit("}", depth + n)
 
-    def loop_head(self, var: str, extent, depth):
-        """`for (var = 0; var < extent; ++var) {` of a sequential loop (its body follows)."""
-        self.emit(f"for ({self.INDEX_TYPE} {cname(var)} = 0; {cname(var)} < {self.expr(extent)}; "
-                  f"++{cname(var)}) {{", depth)
+    def loop_head(self, var: str, extent, depth, start=None):
+        """`for (var = start; var < extent; ++var) {` of a sequential loop (its body follows)."""
+        first = "0" if start is None else self.expr(start)
+        self.emit(f"for ({self.INDEX_TYPE} {cname(var)} = {first}; {cname(var)} < "
+                  f"{self.expr(extent)}; ++{cname(var)}) {{", depth)
 
     def parallel(self, s: T.For, depth):
         raise NotImplementedError

@@ -546,9 +546,10 @@ class CudaRenderer(CStyleRenderer):
             return
         (k,) = s.vars
         names = {m: f"tilec_{cname(k)}_mod{m}" for m in moduli}
+        first = "0" if s.start is None else f"(int)(({self.expr(s.start)}) % {{}})"
         for m, name in names.items():
-            self.emit(f"int {name} = 0;  // {cname(k)} % {m}", depth)
-        self.loop_head(k, s.extents[0], depth)
+            self.emit(f"int {name} = {first.format(m)};  // {cname(k)} % {m}", depth)
+        self.loop_head(k, s.extents[0], depth, s.start)
         saved = dict(self.rotating)
         self.rotating.update({(k, m): name for m, name in names.items()})
         self.stmts(s.body, depth + 1)
@@ -557,15 +558,16 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"{name} = {name} + 1 == {m} ? 0 : {name} + 1;", depth + 1)
         self.emit("}", depth)
 
-    def loop_head(self, var: str, extent, depth):
+    def loop_head(self, var: str, extent, depth, start=None):
         """A sequential loop whose trip count the launcher bounds (a dimension or a value it
         computes, checked to fit in 32 bits; a constant) counts in a 32-bit register; the loop
         variable is its 64-bit value, so arithmetic on it stays 64-bit. A 64-bit counter holds
         two registers through the loop, and in an attention kernel at 255 registers those two
-        decided whether ptxas spilled."""
+        decided whether ptxas spilled. (A start is at most the bound where the loop runs: it is
+        a non-negative value below the extent, e.g. a split point clamped to it.)"""
         bound = self.launcher_bound(extent)
         if bound is None:
-            super().loop_head(var, extent, depth)
+            super().loop_head(var, extent, depth, start)
             return
         if bound:
             self.int32_bounds.add(bound)
@@ -576,7 +578,8 @@ class CudaRenderer(CStyleRenderer):
         else:  # (a negative trip count runs no iteration)
             n = f"(int)tilec::imax((int64_t)0, {self.expr(extent)})"
         c = f"tilec_{cname(var)}_i"
-        self.emit(f"for (int {c} = 0; {c} < {n}; ++{c}) {{", depth)
+        first = "0" if start is None else f"(int){self.expr(start)}"
+        self.emit(f"for (int {c} = {first}; {c} < {n}; ++{c}) {{", depth)
         self.emit(f"const int64_t {cname(var)} = {c};", depth + 1)
 
     def launcher_bound(self, e) -> str | None:
@@ -589,6 +592,9 @@ class CudaRenderer(CStyleRenderer):
         if isinstance(e, T.Binary) and e.fn == "min":
             a = self.launcher_bound(e.a)
             return a if a is not None else self.launcher_bound(e.b)
+        if isinstance(e, T.Binary) and e.fn == "max":  # (a split loop's bound clamped at 0)
+            a, b = self.launcher_bound(e.a), self.launcher_bound(e.b)
+            return b if a == "" else a if b == "" else None
         return None
 
     def accumulates(self, body) -> bool:
