@@ -21,7 +21,8 @@ import pytest
 from conftest import SAMPLES, build_text, check_text, compile_text
 from test_random_programs import REGRESSIONS
 
-from tilec import driver
+from tilec import driver, interp
+from tilec.interp_tile import pick_slots, run_program
 from tilec.diagnostics import TilecError
 from tilec.ir import tile as T
 from tilec.passes.rewrite import used_names
@@ -197,18 +198,60 @@ def test_attention_has_exact_head_dim_variants():
             assert uses_d == ("exact" not in k.name), k.name
 
 
-def test_cuda_applies_a_causal_mask_on_every_key_tile():
-    """On CUDA the statement that applies a causal mask has no mask-free version (its registers:
-    ptxas spilled with two versions in the 4-warp layout); the key bound alone still gets one
-    (non-causal attention), and the CPU versions both."""
-    def versioned(name, target):
-        _, _, m = compile_text((SAMPLES / f"{name}.tile").read_text(), f"{name}.tile", target)
-        k = m.programs[0].kernels[0]
-        loop = next(s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and
-                    s.kind == "range" and any(isinstance(x, T.Gemm) for x in T.walk_stmts(s.body)))
+def key_loops(name: str, target: str) -> list:
+    """The key loops (range loops holding a gemm) of the first kernel of sample `name`."""
+    _, _, m = compile_text((SAMPLES / f"{name}.tile").read_text(), f"{name}.tile", target)
+    k = m.programs[0].kernels[0]
+    return [s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "range" and
+            any(isinstance(x, T.Gemm) for x in T.walk_stmts(s.body))]
+
+
+def test_cuda_splits_the_key_loop_of_a_causal_mask():
+    """On CUDA a causal mask splits the key loop where the diagonal tiles start: the first loop
+    runs every statement without the mask, the second (a fresh variable, starting where the
+    first ends) with it; per-tile versions of the masking statement spilled there in the 4-warp
+    layout. The key bound alone keeps per-tile versions (non-causal attention, whose split loop
+    spilled), and the CPU versions both per tile."""
+    def versioned(loop):
         return any(isinstance(s, T.If) and ">= 0" in T.fmt(s.cond) for s in loop.body)
-    assert versioned("attention", "cuda") and versioned("causal_attention", "cpu")
-    assert not versioned("causal_attention", "cuda")
+
+    def selects(loop):
+        return sum(isinstance(e, T.Select) for st in T.walk_stmts(loop.body)
+                   if isinstance(st, T.Store) for e in T.walk_exprs(st.value))
+    (plain,) = key_loops("attention", "cuda")
+    assert versioned(plain)
+    (cpu,) = key_loops("causal_attention", "cpu")
+    assert versioned(cpu)
+    free, masked = key_loops("causal_attention", "cuda")
+    assert not versioned(free) and not versioned(masked)
+    assert free.start is None and masked.start == free.extents[0]
+    assert masked.vars != free.vars
+    assert selects(free) < selects(masked)  # the causal and key-bound selects: second loop only
+
+
+@pytest.mark.parametrize("shift", [0, 5, -70])
+def test_split_key_loops_compute_what_the_reference_does(shift):
+    """The split key loops of causal (and shifted causal) masks, run by the Tile IR interpreter
+    (CUDA's tiles and version_masks policy, its copies as plain loops), match the reference at
+    sizes whose diagonal falls inside a key tile and beside it, and where queries see no key."""
+    from test_fusion import CAUSAL_SHIFTED
+
+    from tilec.passes import pipeline, version_masks
+    from tilec.targets.cpu import CPU
+    from tilec.targets.cuda import CUDA
+    text = CAUSAL_SHIFTED.replace("SHIFT", str(shift))
+    m0 = driver.frontend(driver.Source("c.tile", text))
+    (g,), (prog,) = m0.graphs, driver.stage_module(m0, "tiled", "cuda").programs
+    prog = version_masks.run(pipeline.run(prog, CPU, {}), CUDA, {})
+    assert any(isinstance(s, T.For) and s.start is not None
+               for k in prog.kernels for s in T.walk_stmts(k.body))
+    for dims in (dict(L=200, S=200, D=64), dict(L=64, S=300, D=32), dict(L=130, S=70, D=16),
+                 dict(L=1, S=1, D=1)):
+        inputs = interp.random_inputs(g, dims, 1, False)
+        ref = interp.run_graph(g, inputs, dims)
+        got = run_program([k for parts in pick_slots(prog, dims) for k in parts], inputs, dims,
+                          ["O"])
+        assert interp.rel_error(got["O"], ref["O"]) <= interp.tolerance("f32"), dims
 
 
 def test_bounded_loops_count_in_32_bits():
@@ -221,10 +264,11 @@ def test_bounded_loops_count_in_32_bits():
         src = driver.render(*[compile_text(text, f"{name}.tile", "cuda")[i] for i in (0, 2)],
                             "cuda", {"arch": ("sm_90",)})
         cu = src[f"{name}.cu"]
-        loops = re.findall(r"for \((int64_t|int) (tilec_\w+_i|\w+) = 0; [^;]*; ", cu)
+        loops = re.findall(r"for \((int64_t|int) (tilec_\w+_i|\w+) = [^;]*; [^;]*; ", cu)
         assert any(t == "int" and v == "tilec_k_i" for t, v in loops), (name, loops)
-        bounds = re.findall(r"tilec_k_i < \(int\)(?:tilec::imax\(\(int64_t\)0, )?"
-                            r"(?:tilec::imin\()?(\w+)", cu)
+        assert not any(t != "int" and re.fullmatch(r"tilec_k\d*_i", v) for t, v in loops)
+        bounds = re.findall(r"tilec_k\d*_i < \(int\)(?:tilec::imax\((?:\(int64_t\))?0, )*"
+                            r"(?:tilec::imin\()*(\w+)", cu)
         assert bounds, name
         for bound in bounds:
             assert f"if ({bound} > 2147483647) return TILEC_ERR_UNSUPPORTED;" in cu, (name, bound)

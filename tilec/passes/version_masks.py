@@ -1,6 +1,10 @@
-"""Tiles that no mask touches run without the mask: in a sequential loop, each statement whose
+"""Tiles that no mask touches run without the mask. In a sequential loop, a statement whose
 parallel loops select -inf by comparisons of tile positions (a key bound `k * 64 + j < S`, a
-causal `key > query`) gets two versions, chosen per iteration by one uniform test:
+causal `key > query`) runs unmasked on the tiles where one uniform test holds, in one of two
+ways (Resources.diagonal_masks chooses for masks that relate two tile positions; masks of one
+position always take the first):
+
+Per statement: the masked statement gets two versions, chosen per iteration by its test:
 
     for k in range(n):                        for k in range(n):
         ...                                       ...
@@ -10,15 +14,25 @@ causal `key > query`) gets two versions, chosen per iteration by one uniform tes
                                                       S[i, j] = where(k*64 + j < S, x, -inf)
                                                   ...
 
-The test is exact: it holds only when every comparison has the unmasked value at every (i, j)
-of the tile (comparisons are affine in the loop variables, the parallel loops' extents static),
-so both versions compute the same values. Only the last key tile (and the diagonal tiles of a
-causal mask) pay for the mask. A target may leave masks that relate two tile positions
-(causal: key > query) unversioned (Resources.version_diagonal_masks).
+Split: where every test is monotone in the loop variable (the tiles free of the masks form one
+run of iterations, a prefix for key bounds and causal masks), the loop is split there, each
+piece holding one version of the body (a piece after the first gets a fresh loop variable):
 
-Only the masked statements are versioned, not the whole body: one copy of the rest of the loop
-(an attention loop's copies and GEMMs) keeps its registers apart from the other's (two copies
-of a body that holds 200 accumulators spilled on CUDA).
+    for k in range(n):                        for k in range(free):       # free = clamp(..., 0, n)
+        ...                                       ...
+        S[i, j] = where(k > q, -inf, x)           S[i, j] = x
+        ...                                   for k1 in range(free, n):
+                                                  S[i, j] = where(k1 > q, -inf, x)
+
+The tests are exact: one holds only when every comparison has the unmasked value at every
+(i, j) of the tile (comparisons are affine in the loop variables, the parallel loops' extents
+static), so both versions compute the same values. Only the last key tile (and the diagonal
+tiles of a causal mask) pay for the mask.
+
+Only the masked statements are versioned, never the whole body inside one loop (two copies of
+a body holding 200 accumulators spilled on CUDA). On CUDA, attention at D = 128 on 4 warps
+spilled 8 bytes with the causal statement's two versions and none with the split loop, while a
+key bound's split loop spilled 12 bytes where its two versions fit: hence the two ways.
 """
 
 from __future__ import annotations
@@ -27,7 +41,7 @@ import math
 from dataclasses import replace
 
 from ..ir import tile as T
-from .rewrite import map_exprs, map_stmts
+from .rewrite import defined_names, map_exprs, map_stmts, taken_names
 
 
 def affine(e) -> dict | None:
@@ -126,26 +140,23 @@ def _diagonal(cond, ranges) -> bool:
     return len(names & set(ranges)) > 1
 
 
-def version(st, diagonal: bool = True):
-    """The parallel loop `st` as `if TEST: st unmasked else: st`, or None when it holds no mask
-    a test can lift (or, `diagonal` False, a mask relating two tile positions)."""
+def lift(st):
+    """(tests, diagonal, unmasked) for the parallel loop `st`: the uniform tests (`expr >= 0`)
+    under which its masks leave every score of the tile alone, whether a mask relates two tile
+    positions, and `st` without those masks; None when it holds no mask a test can lift."""
     if not (isinstance(st, T.For) and st.kind == "parallel"):
         return None
     masks = _masks((st,))
-    if not diagonal and any(_diagonal(cond, ranges) for cond, _, ranges in masks):
-        return None
-    tests, values = [], {}
+    tests, values, diagonal = [], {}, False
     for cond, want, ranges in masks:
         t = tile_test(cond, want, ranges)
         if t is None:
             continue
         tests.append(t)
         values[cond] = T.Const(want, "bool")
+        diagonal |= _diagonal(cond, ranges)
     if not tests:
         return None
-    test = tests[0]
-    for t in tests[1:]:
-        test = T.land(test, t)
 
     def unmask(e):
         if isinstance(e, T.Select) and isinstance(e.cond, T.Const) and e.cond.dtype == "bool":
@@ -153,7 +164,20 @@ def version(st, diagonal: bool = True):
         if e in values:
             return values[e]
         return None
-    return T.If(test, (map_exprs(st, unmask),), (st,))
+    return tests, diagonal, map_exprs(st, unmask)
+
+
+def version(st, diagonal: bool = True):
+    """The parallel loop `st` as `if TEST: st unmasked else: st`, or None when it holds no mask
+    a test can lift (or, `diagonal` False, a mask relating two tile positions)."""
+    lifted = lift(st)
+    if lifted is None or (lifted[1] and not diagonal):
+        return None
+    tests, _, unmasked = lifted
+    test = tests[0]
+    for t in tests[1:]:
+        test = T.land(test, t)
+    return T.If(test, (unmasked,), (st,))
 
 
 def version_body(loop: T.For, diagonal: bool = True):
@@ -161,13 +185,91 @@ def version_body(loop: T.For, diagonal: bool = True):
     return None if body == loop.body else [replace(loop, body=body)]
 
 
-def run(prog: T.TileProgram, target, options) -> T.TileProgram:
-    diagonal = target.resources.version_diagonal_masks
+def free_range(tests: list, k: str, defined: set):
+    """(lo, hi): the iterations k in [lo, hi) where every test holds, as expressions (None: no
+    bound on that side), or None when a test is not monotone in k (or reads a name the loop
+    body defines). A test c*k + r >= 0 holds for k <= floor(r / -c) if c < 0 (a prefix), for
+    k >= ceil(-r / c) if c > 0 (a suffix)."""
+    lo = hi = None
+    for t in tests:
+        terms = affine(t.a)
+        if terms is None or not isinstance(t.b, T.Const) or t.b.value != 0 or t.fn != "ge":
+            return None
+        c = terms.pop(k, 0)
+        if c == 0 or any(v in defined for v in terms if v is not None):
+            return None
+        r = _expr(terms)
+        if c < 0:  # k < floor(r / -c) + 1
+            end = T.iadd(T.Binary("floordiv", r, T.iconst(-c), "i64"), T.iconst(1))
+            hi = end if hi is None else T.Binary("min", hi, end, "i64")
+        else:  # k >= -floor(r / c)
+            first = T.isub(T.iconst(0), T.Binary("floordiv", r, T.iconst(c), "i64"))
+            lo = first if lo is None else T.Binary("max", lo, first, "i64")
+    return lo, hi
 
-    def visit(st):
-        if isinstance(st, T.For) and st.kind == "range":
-            return version_body(st, diagonal)
+
+def split_loop(loop: T.For, fresh=None):
+    """The range loop `loop` as loops over the iterations before, inside and after the run of
+    iterations where no mask of its statements touches the tile (the middle one with those
+    statements unmasked); None when it has no liftable mask or a test is not monotone. Each
+    piece after the first gets its own loop variable, `fresh(name)` (targets declare per-loop
+    state, such as a stage counter, by the variable's name)."""
+    if loop.kind != "range" or len(loop.vars) != 1:
         return None
-    return replace(prog, kernels=tuple(replace(k, body=map_stmts(k.body, visit))
-                                       for k in prog.kernels))
+    (k,) = loop.vars
+    lifted = {i: lift(st) for i, st in enumerate(loop.body)}
+    lifted = {i: x for i, x in lifted.items() if x is not None}
+    if not lifted:
+        return None
+    rng = free_range([t for tests, _, _ in lifted.values() for t in tests], k,
+                     defined_names(loop.body))
+    if rng is None:
+        return None
+    start, n = loop.start if loop.start is not None else T.iconst(0), loop.extents[0]
+
+    def clamp(e):  # into [start, n]: the pieces' bounds never cross
+        return T.Binary("max", start, T.Binary("min", n, e, "i64"), "i64")
+    lo, hi = (None if e is None else clamp(e) for e in rng)
+    if hi is not None and lo is not None:
+        hi = T.Binary("max", lo, hi, "i64")
+    free = replace(loop, body=tuple(lifted[i][2] if i in lifted else st
+                                    for i, st in enumerate(loop.body)),
+                   start=lo if lo is not None else loop.start,
+                   extents=(hi,) if hi is not None else loop.extents)
+    out = [] if lo is None else [replace(loop, extents=(lo,))]
+    out.append(free)
+    if hi is not None:
+        out.append(replace(loop, start=hi))
+    return [out[0]] + [renamed(piece, fresh(k)) if fresh else piece for piece in out[1:]]
+
+
+def renamed(loop: T.For, var: str) -> T.For:
+    """`loop` with its variable called `var` (in its body; its bounds are outside it)."""
+    (k,) = loop.vars
+    body = tuple(map_exprs(st, lambda e: T.Var(var) if isinstance(e, T.Var) and e.name == k
+                           else None) for st in loop.body)
+    return replace(loop, vars=(var,), body=body)
+
+
+def run(prog: T.TileProgram, target, options) -> T.TileProgram:
+    split = target.resources.diagonal_masks == "split"
+
+    def one(k: T.TileKernel) -> T.TileKernel:
+        taken = taken_names(k)
+
+        def fresh(base: str) -> str:
+            n = 1
+            while f"{base}{n}" in taken:
+                n += 1
+            taken.add(f"{base}{n}")
+            return f"{base}{n}"
+
+        def visit(st):
+            if not (isinstance(st, T.For) and st.kind == "range"):
+                return None
+            if split and any(x is not None and x[1] for x in map(lift, st.body)):
+                return split_loop(st, fresh) or version_body(st, False)
+            return version_body(st, not split)
+        return replace(k, body=map_stmts(k.body, visit))
+    return replace(prog, kernels=tuple(one(k) for k in prog.kernels))
 

@@ -70,9 +70,11 @@ class Resources:
     # GEMM operands (attention's head dim) that is not exactly its capacity; an exact one keeps
     # the kernel's threads
     matrix_threads_by_capacity: tuple = ()
-    # a statement whose mask relates two tile positions (a causal key > query) gets a mask-free
-    # version for the tiles the mask does not touch (version_masks); False: it keeps the mask
-    version_diagonal_masks: bool = True
+    # how the tiles a mask relating two tile positions (a causal key > query) does not touch
+    # skip it (version_masks): "statement", a mask-free version of the masking statement chosen
+    # per tile; "split", the loop split where the masks start (one version of the body per
+    # loop); masks of one position (a key bound) always take the per-statement versions
+    diagonal_masks: str = "statement"
     gemm_swizzle: int = 0  # default block rasterization panel of GEMM kernels (0: none)
     row_tile: bool = True  # a schedule's `tile M=` sets the rows per block of row kernels
     # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)

@@ -1288,7 +1288,7 @@ CUDA = Target(
         # mask is applied on every key tile (its mask-free second version spilled 8 bytes;
         # without it: no spills, 0.805x SDPA flash against 0.76x on 8 warps with the versions)
         attn_tile=(128, 32), attn_threads=128, matrix_threads_by_capacity=((96, 128), (128, 256)),
-        version_diagonal_masks=False,
+        diagonal_masks="split",
         dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN,
         matrix_capacities=(64, 96, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
         row_threads_by_capacity=((256, 128),),
