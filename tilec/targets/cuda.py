@@ -1284,9 +1284,10 @@ CUDA = Target(
         # of 16 rows: 0.87x SDPA flash against 0.72x, docs/PERFORMANCE.md); head dims 64, 96
         # and 128 (exact variants, and run-time ones up to each); at D = 128 that takes all 255
         # registers, so a head dim between 96 and 128 (run-time bounds and strides) runs its
-        # D <= 128 variant on 8 warps of 16 rows instead, and a causal
-        # mask is applied on every key tile (its mask-free second version spilled 8 bytes;
-        # without it: no spills, 0.805x SDPA flash against 0.76x on 8 warps with the versions)
+        # D <= 128 variant on 8 warps of 16 rows instead; a causal mask splits the key loop
+        # where the diagonal tiles start (per-tile versions of the masking statement spilled 8
+        # bytes; the split loops none: 0.86x SDPA flash against 0.80x with the mask on every
+        # tile), a key bound alone keeps per-tile versions (its split loop spilled 12 bytes)
         attn_tile=(128, 32), attn_threads=128, matrix_threads_by_capacity=((96, 128), (128, 256)),
         diagonal_masks="split",
         dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN,
