@@ -777,13 +777,23 @@ template <int NI, bool TB, class LB> struct BFrags {
     }
 };
 
-// One k-step of a warp's mma tiles: acc += a * b for its MI x NI tiles of 16 x 8.
+// One k-step of a warp's mma tiles: acc += a * b for its MI x NI tiles of 16 x 8. With
+// TILEC_MMA_SERPENTINE the odd rows of tiles run their columns backwards, so the B fragment of
+// a row's last mma is the next row's first (operand reuse at the turn: 124 of 128 HMMA of the
+// 128x128x64 K loop reuse an operand register, against 112; the same sums in the same order
+// per accumulator). A benchmark knob, off until measured on a device.
+#ifndef TILEC_MMA_SERPENTINE
+#define TILEC_MMA_SERPENTINE 0
+#endif
 template <int MI, int NI, class K>
 TILEC_DEV void mma_step(float* acc, const uint32_t (&a)[MI][4], const uint32_t (&b)[NI][2]) {
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < NI; ++ni) Mma<K>::run(acc + (mi * NI + ni) * 4, a[mi], b[ni]);
+        for (int n = 0; n < NI; ++n) {
+            const int ni = TILEC_MMA_SERPENTINE && (mi & 1) ? NI - 1 - n : n;
+            Mma<K>::run(acc + (mi * NI + ni) * 4, a[mi], b[ni]);
+        }
 }
 
 // acc += A(BM x BK) * B(BK x BN) from shared tiles (A [BM][BK] or, TA, [BK][BM]; B [BK][BN] or,
