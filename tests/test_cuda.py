@@ -229,22 +229,36 @@ def test_cuda_splits_the_key_loop_of_a_causal_mask():
     assert selects(free) < selects(masked)  # the causal and key-bound selects: second loop only
 
 
-@pytest.mark.parametrize("shift", [0, 5, -70])
+BAND = """
+kernel band(Q: f32[L, D], K: f32[S, D], V: f32[S, D]) -> O: f32[L, D]:
+    T = Q @ K.T
+    T = where(index(T, -1) > index(T, -2), -inf, T)
+    T = where(index(T, -1) < index(T, -2) - 100, -inf, T)
+    O = softmax(T, axis=-1) @ V
+"""
+
+
+@pytest.mark.parametrize("shift", [0, 5, -70, "band"])
 def test_split_key_loops_compute_what_the_reference_does(shift):
     """The split key loops of causal (and shifted causal) masks, run by the Tile IR interpreter
     (CUDA's tiles and version_masks policy, its copies as plain loops), match the reference at
-    sizes whose diagonal falls inside a key tile and beside it, and where queries see no key."""
+    sizes whose diagonal falls inside a key tile and beside it, and where queries see no key;
+    a band (keys at most 100 behind the query too) splits into three loops, masked before and
+    after the free one."""
     from test_fusion import CAUSAL_SHIFTED
 
     from tilec.passes import pipeline, version_masks
     from tilec.targets.cpu import CPU
     from tilec.targets.cuda import CUDA
-    text = CAUSAL_SHIFTED.replace("SHIFT", str(shift))
+    text = BAND if shift == "band" else CAUSAL_SHIFTED.replace("SHIFT", str(shift))
     m0 = driver.frontend(driver.Source("c.tile", text))
     (g,), (prog,) = m0.graphs, driver.stage_module(m0, "tiled", "cuda").programs
     prog = version_masks.run(pipeline.run(prog, CPU, {}), CUDA, {})
-    assert any(isinstance(s, T.For) and s.start is not None
-               for k in prog.kernels for s in T.walk_stmts(k.body))
+    pieces = [s for k in prog.kernels for s in T.walk_stmts(k.body)
+              if isinstance(s, T.For) and s.kind == "range" and
+              any(isinstance(x, T.Gemm) for x in T.walk_stmts(s.body))]
+    assert len(pieces) == (3 if shift == "band" else 2)
+    assert all(b.start == a.extents[0] for a, b in zip(pieces, pieces[1:]))
     for dims in (dict(L=200, S=200, D=64), dict(L=64, S=300, D=32), dict(L=130, S=70, D=16),
                  dict(L=1, S=1, D=1)):
         inputs = interp.random_inputs(g, dims, 1, False)
