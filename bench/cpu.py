@@ -421,7 +421,7 @@ def main() -> int:
                      copy_GBps_same_rounds=copy_here,
                      tilec_frac_of_copy=nbytes / t_tc / 1e9 / copy_here,
                      tilec_frac_of_run_ceiling=nbytes / t_tc / 1e9 / copy_bw)
-        if copy_goal is not None:  # also a share of this run's copy ceiling
+        if copy_goal is not None:  # also a share of the copy timed in the same rounds
             r.update(copy_goal=copy_goal, met=r["met"] and r["tilec_frac_of_copy"] >= copy_goal)
         rate = (f"{r['tilec_GFLOPs']:.0f} vs {r['numpy_GFLOPs']:.0f} GFLOP/s" if flops else
                 f"{r['tilec_GBps']:.1f} vs {r['numpy_GBps']:.1f} GB/s, copy in the same rounds "

@@ -11,6 +11,7 @@ are and are not tile multiples (1, 17, 100, 1000, ...) and match the reference i
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import re
 import shutil
@@ -22,8 +23,8 @@ from conftest import SAMPLES, build_text, check_text, compile_text
 from test_random_programs import REGRESSIONS
 
 from tilec import driver, interp
-from tilec.interp_tile import pick_slots, run_program
 from tilec.diagnostics import TilecError
+from tilec.interp_tile import pick_slots, run_program
 from tilec.ir import tile as T
 from tilec.passes.rewrite import used_names
 
@@ -258,7 +259,7 @@ def test_split_key_loops_compute_what_the_reference_does(shift):
               if isinstance(s, T.For) and s.kind == "range" and
               any(isinstance(x, T.Gemm) for x in T.walk_stmts(s.body))]
     assert len(pieces) == (3 if shift == "band" else 2)
-    assert all(b.start == a.extents[0] for a, b in zip(pieces, pieces[1:]))
+    assert all(b.start == a.extents[0] for a, b in itertools.pairwise(pieces))
     for dims in (dict(L=200, S=200, D=64), dict(L=64, S=300, D=32), dict(L=130, S=70, D=16),
                  dict(L=1, S=1, D=1)):
         inputs = interp.random_inputs(g, dims, 1, False)

@@ -98,7 +98,8 @@ def gemm_tile(target):
     knob = _knob("TILEC_GEMM_TILE", "BMxBNxBK,threads,stages,swizzle", 4, field)
     if not knob or not target.resources.mma:
         return None
-    if not (isinstance(knob[0], tuple) and len(knob[0]) == 3) or isinstance(knob[1], tuple):
+    if not (isinstance(knob[0], tuple) and len(knob[0]) == 3) or \
+            any(isinstance(x, tuple) for x in knob[1:]):
         raise error(f"TILEC_GEMM_TILE: expected BMxBNxBK,threads,stages,swizzle, not {knob!r}")
     return knob
 

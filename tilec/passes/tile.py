@@ -296,10 +296,11 @@ class GroupLowering:
         K = self.ops[a_id].type.shape[-1]
         mma_dt = self.mma_dtype(a_id, b_id)
         bm, bn, bk, stages, threads = self.target.gemm_config(self.sched, scalar=mma_dt is None)
-        knob = split_k.gemm_tile(self.target) if mma_dt is not None and self.gemm_config is None \
+        sc = self.sched  # (a schedule that sets any of the knob's fields keeps its own)
+        knob = split_k.gemm_tile(self.target) if mma_dt is not None and \
+            self.gemm_config is None and not (sc.tile or sc.threads or sc.stages or sc.swizzle) \
             else None
-        sc = self.sched
-        if knob and not (sc.tile or sc.threads or sc.stages or sc.swizzle):
+        if knob:
             (bm, bn, bk), threads, stages, _ = knob
         split, gemv = None, 0
         if self.gemm_config is not None:
@@ -355,8 +356,7 @@ class GroupLowering:
         r, c = iadd(row0, T.Var(i)), iadd(col0, T.Var(j))
         guard = land(ilt(r, dim_to_expr(M)), ilt(c, dim_to_expr(N)))
         swizzle = 0 if gemv else self.sched.swizzle or \
-            (knob[3] if knob and not (sc.tile or sc.threads or sc.stages) else
-             self.target.resources.gemm_swizzle)
+            (knob[3] if knob else self.target.resources.gemm_swizzle)
         if self.target.resources.async_copy:
             body = list(fit_stages(tuple(body), self.target.resources.tile_memory //
                                    (split[2] if split else 1)))

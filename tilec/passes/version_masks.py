@@ -208,19 +208,20 @@ def free_range(tests: list, k: str, defined: set):
     return lo, hi
 
 
-def split_loop(loop: T.For, fresh=None):
+def lifted_body(loop: T.For) -> dict:
+    """{index: lift(statement)} for the statements of `loop`'s body whose masks a test lifts."""
+    return {i: x for i, x in enumerate(map(lift, loop.body)) if x is not None}
+
+
+def split_loop(loop: T.For, lifted: dict, fresh):
     """The range loop `loop` as loops over the iterations before, inside and after the run of
-    iterations where no mask of its statements touches the tile (the middle one with those
-    statements unmasked); None when it has no liftable mask or a test is not monotone. Each
+    iterations where no mask of its statements (`lifted`, from lifted_body) touches the tile
+    (the middle one with those statements unmasked); None when a test is not monotone. Each
     piece after the first gets its own loop variable, `fresh(name)` (targets declare per-loop
     state, such as a stage counter, by the variable's name)."""
-    if loop.kind != "range" or len(loop.vars) != 1:
+    if len(loop.vars) != 1:
         return None
     (k,) = loop.vars
-    lifted = {i: lift(st) for i, st in enumerate(loop.body)}
-    lifted = {i: x for i, x in lifted.items() if x is not None}
-    if not lifted:
-        return None
     rng = free_range([t for tests, _, _ in lifted.values() for t in tests], k,
                      defined_names(loop.body))
     if rng is None:
@@ -240,7 +241,7 @@ def split_loop(loop: T.For, fresh=None):
     out.append(free)
     if hi is not None:
         out.append(replace(loop, start=hi))
-    return [out[0]] + [renamed(piece, fresh(k)) if fresh else piece for piece in out[1:]]
+    return [out[0]] + [renamed(piece, fresh(k)) for piece in out[1:]]
 
 
 def renamed(loop: T.For, var: str) -> T.For:
@@ -267,8 +268,9 @@ def run(prog: T.TileProgram, target, options) -> T.TileProgram:
         def visit(st):
             if not (isinstance(st, T.For) and st.kind == "range"):
                 return None
-            if split and any(x is not None and x[1] for x in map(lift, st.body)):
-                return split_loop(st, fresh) or version_body(st, False)
+            lifted = lifted_body(st) if split else {}
+            if any(diagonal for _, diagonal, _ in lifted.values()):
+                return split_loop(st, lifted, fresh) or version_body(st, False)
             return version_body(st, not split)
         return replace(k, body=map_stmts(k.body, visit))
     return replace(prog, kernels=tuple(one(k) for k in prog.kernels))

@@ -546,9 +546,10 @@ class CudaRenderer(CStyleRenderer):
             return
         (k,) = s.vars
         names = {m: f"tilec_{cname(k)}_mod{m}" for m in moduli}
-        first = "0" if s.start is None else f"(int)(({self.expr(s.start)}) % {{}})"
+        start = None if s.start is None else self.expr(s.start)
         for m, name in names.items():
-            self.emit(f"int {name} = {first.format(m)};  // {cname(k)} % {m}", depth)
+            first = "0" if start is None else f"(int)(({start}) % {m})"
+            self.emit(f"int {name} = {first};  // {cname(k)} % {m}", depth)
         self.loop_head(k, s.extents[0], depth, s.start)
         saved = dict(self.rotating)
         self.rotating.update({(k, m): name for m, name in names.items()})
