@@ -230,6 +230,26 @@ def test_cuda_splits_the_key_loop_of_a_causal_mask():
     assert selects(free) < selects(masked)  # the causal and key-bound selects: second loop only
 
 
+@pytest.mark.parametrize("program,message", [
+    ("kernel g(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:\n    C = A @ B\n",
+     "96 threads (3 warps of 32) cannot tile the 128x128 accumulator in 16x8 mma tiles"),
+    ("kernel a(Q: f16[L, D], K: f16[S, D], V: f16[S, D]) -> O: f16[L, D]:\n"
+     "    O = softmax(Q @ K.T, axis=-1) @ V\n",
+     "96 threads (3 warps of 32) cannot give each of its warps a multiple of 16 of the 128 "
+     "query rows"),
+])
+def test_threads_that_no_warp_grid_fits_are_a_located_error(program, message):
+    """A schedule's threads whose warps cannot split the matrix-unit accumulator are an error at
+    `threads` (they were an internal error in the layout pass); the CPU builds the same file."""
+    name = program.split("(")[0].split()[1]
+    text = program + f"\nschedule {name}:\n    target cuda:\n        threads 96\n"
+    with pytest.raises(TilecError) as e:
+        compile_text(text, "w.tile", "cuda")
+    assert message in str(e.value)
+    assert (e.value.loc.line, e.value.loc.col) == (len(program.splitlines()) + 4, 17)
+    compile_text(text, "w.tile", "cpu")
+
+
 BAND = """
 kernel band(Q: f32[L, D], K: f32[S, D], V: f32[S, D]) -> O: f32[L, D]:
     T = Q @ K.T

@@ -285,6 +285,13 @@ kernel w(A: f32[M, K], Wq: u4[K, N], s: f32[K // 4, N]) -> C: f32[M, N]:
     ("TILEC_DECODE_TILE", "16,16x64,256,4", "the tile is BMxBNxBK, not (16, 64)"),
     ("TILEC_GEMV_MMA", "on", "TILEC_GEMV_MMA='on': expected off (or unset)"),
     ("TILEC_GEMM_TILE", "128x128,128,3,8", "expected BMxBNxBK,threads,stages,swizzle"),
+    ("TILEC_GEMM_TILE", "128x128x64,128,0,8", "stages at least 1"),
+    ("TILEC_GEMM_TILE", "128x128x64,100,3,8",
+     "TILEC_GEMM_TILE: threads 100 is not a multiple of the cuda warp size (32)"),
+    ("TILEC_GEMM_TILE", "128x128x60,128,3,8", "TILEC_GEMM_TILE: tile K=60 is not a multiple"),
+    ("TILEC_GEMM_TILE", "512x512x64,128,3,8", "TILEC_GEMM_TILE: schedule needs 384 KiB"),
+    ("TILEC_GEMM_TILE", "128x128x64,96,3,8",
+     "TILEC_GEMM_TILE: 96 threads (3 warps of 32) cannot tile the 128x128 accumulator"),
 ])
 def test_a_malformed_benchmark_knob_is_a_user_error(monkeypatch, name, value, message):
     monkeypatch.setenv(name, value)

@@ -17,6 +17,15 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def warp_grids(rows: int, cols: int, warps: int, rows_in_warp: bool = False) -> list:
+    """The (warps_m, warps_n) grids of `warps` warps that tile a rows x cols accumulator in
+    16 x 8 mma tiles (rows_in_warp: whole rows per warp, warps_n = 1)."""
+    if rows_in_warp:
+        return [(warps, 1)] if warps and rows % (16 * warps) == 0 else []
+    return [(wm, warps // wm) for wm in range(1, warps + 1)
+            if warps % wm == 0 and rows % (16 * wm) == 0 and cols % (8 * (warps // wm)) == 0]
+
+
 @dataclass(frozen=True)
 class MmaLayout:
     """The accumulator of warp-tiled mma.sync m16n8: warps_m x warps_n warps each own a

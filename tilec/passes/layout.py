@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from ..ir.layout import MmaLayout, SharedLayout, VecLayout, VecRows
+from ..ir.layout import MmaLayout, SharedLayout, VecLayout, VecRows, warp_grids
 from ..ir.types import DTYPES
 from .rewrite import loads_in, map_stmts, stores_in
 
@@ -31,24 +31,15 @@ def _const(e) -> int | None:
 
 
 def mma_layout(rows: int, cols: int, warps: int, rows_in_warp: bool) -> MmaLayout:
-    if rows_in_warp:
-        if rows % (16 * warps):
-            raise AssertionError(f"a {rows}-row tile cannot give each of {warps} warps whole rows")
-        return MmaLayout(rows, cols, warps, 1)
-    best = None
-    for wm in range(1, warps + 1):
-        if warps % wm:
-            continue
-        wn = warps // wm
-        if rows % (16 * wm) or cols % (8 * wn):
-            continue
-        even = (cols // wn) % 16 == 0  # pairs of n-tiles load with one ldmatrix.x4
-        key = (not even, rows // wm + cols // wn, -wm)
-        if best is None or key < best[0]:
-            best = (key, MmaLayout(rows, cols, wm, wn))
-    if best is None:
+    """The best warp grid (the tile pass has checked that one exists: warp_grids)."""
+    grids = warp_grids(rows, cols, warps, rows_in_warp)
+    if not grids:
         raise AssertionError(f"no warp grid of {warps} warps tiles a {rows}x{cols} accumulator")
-    return best[1]
+
+    def key(g):  # pairs of n-tiles load with one ldmatrix.x4; then the shortest warp tiles
+        wm, wn = g
+        return ((cols // wn) % 16 != 0, rows // wm + cols // wn, -wm)
+    return MmaLayout(rows, cols, *min(grids, key=key))
 
 
 def _columns_per_access(dtypes) -> int:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..diagnostics import error
+from ..diagnostics import TilecError, error
+from ..ir.graph import Schedule
 from ..ir.types import Dim
 
 
@@ -99,8 +100,15 @@ def gemm_tile(target):
     if not knob or not target.resources.mma:
         return None
     if not (isinstance(knob[0], tuple) and len(knob[0]) == 3) or \
-            any(isinstance(x, tuple) for x in knob[1:]):
-        raise error(f"TILEC_GEMM_TILE: expected BMxBNxBK,threads,stages,swizzle, not {knob!r}")
+            any(isinstance(x, tuple) for x in knob[1:]) or knob[2] < 1 or knob[3] < 0:
+        raise error(f"TILEC_GEMM_TILE: expected BMxBNxBK,threads,stages,swizzle (stages at least "
+                    f"1, swizzle at least 0), not {knob!r}")
+    (bm, bn, bk), threads, stages, swizzle = knob
+    try:  # the limits a schedule of these values would meet
+        target.validate(Schedule(target.name, tile=(("M", bm), ("N", bn), ("K", bk)),
+                                 threads=threads, stages=stages, swizzle=swizzle))
+    except TilecError as e:
+        raise error(f"TILEC_GEMM_TILE: {e.message}", None, e.note) from None
     return knob
 
 

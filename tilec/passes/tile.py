@@ -12,6 +12,7 @@ from ..diagnostics import TilecError, error
 from ..ir import tile as T
 from ..ir.fused import Group, Plan
 from ..ir.graph import Graph, Module
+from ..ir.layout import warp_grids
 from ..ir.tile import (
     Alloc,
     Copy,
@@ -288,6 +289,21 @@ class GroupLowering:
         return TileKernel("", tuple(params), tuple(grid), tuple(bvars), threads, tuple(body),
                           comment, swizzle, auto_threads=auto_threads)
 
+    def check_warps(self, rows: int, cols: int, threads: int, rows_in_warp: bool, knob=False):
+        """On targets that lay accumulators out over warps (their `layout` step), `threads` must
+        give a grid of warps that tiles the rows x cols accumulator in 16 x 8 mma tiles (whole
+        rows per warp for attention): a located error, not a failure in the layout pass."""
+        r = self.target.resources
+        if not any(name == "layout" for name, _ in self.target.lowering) or \
+                warp_grids(rows, cols, threads // r.warp, rows_in_warp):
+            return
+        shape = (f"give each of its warps a multiple of 16 of the {rows} query rows"
+                 if rows_in_warp else f"tile the {rows}x{cols} accumulator in 16x8 mma tiles")
+        where = "TILEC_GEMM_TILE" if knob else "schedule"
+        raise error(f"{where}: {threads} threads ({threads // r.warp} warps of {r.warp}) cannot "
+                    f"{shape}", None if knob else self.sched.loc_of("threads"),
+                    "choose threads and tile sizes that divide evenly, e.g. 4 warps for 128x128")
+
     def lower_gemm(self) -> list:
         mm = self.ops[self.grp.members[0]]
         a_id, b_id = mm.args
@@ -302,6 +318,8 @@ class GroupLowering:
             else None
         if knob:
             (bm, bn, bk), threads, stages, _ = knob
+        if self.gemm_config is None:
+            self.check_warps(bm, bn, threads, False, bool(knob))
         split, gemv = None, 0
         if self.gemm_config is not None:
             cfg = self.gemm_config
@@ -647,6 +665,8 @@ class GroupLowering:
         res = self.target.resources
         bm, bn = self.sched.tile_size("M", res.attn_tile[0]), self.sched.tile_size("N", res.attn_tile[1])
         stages = self.sched.stages or res.attn_stages
+        if self.sched.threads:
+            self.check_warps(bm, bn, self.sched.threads, True)
         bx, bz = self.names.fresh("bx"), self.names.fresh("bz")
         bidx = decompose(T.Var(bz), batch)
         row0 = imul(T.Var(bx), iconst(bm))
