@@ -2,7 +2,7 @@
 # One call on the GPU machine (the device tool): install tilec from this checkout, run the GPU
 # tests, compute-sanitizer on representative kernels, and bench/gpu.py; logs go to $OUT.
 #   usage (from the repository root, with .whl holding the lark and interegular wheels):
-#     bash bench/device_run.sh [tests] [sanitize] [bench] [ceiling] [profile] [variants] ... [bench args...]
+#     bash bench/device_run.sh [tests] [sanitize] [bench] [ceiling] [profile] [variants] [probes] ... [bench args...]
 set -u
 OUT=${OUT:-/tmp/tilec-out}
 mkdir -p "$OUT"
@@ -140,6 +140,10 @@ if [[ $what == *splitvariants* ]]; then
             --build-dir "/tmp/split_${cfg//[^A-Za-z0-9]/_}" 2>&1 | tee -a "$OUT/splitvariants.log" \
             | grep -E "^\| w4a16" | head -8
     done
+fi
+if [[ $what == *probes* ]]; then
+    # hand-written probes against the generated kernels and torch (bench/probes.py)
+    python3 bench/probes.py --out "$OUT/probes" ${TILEC_PROBES:+--only $TILEC_PROBES} 2>&1 | tee "$OUT/probes.log"
 fi
 if [[ $what == *knobbench* ]]; then
     # bench/gpu.py cases (TILEC_KNOB_CASES, default gemm) under benchmark knobs, peers in the

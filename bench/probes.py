@@ -1,0 +1,196 @@
+#!/usr/bin/env python3
+"""Hand-written probes (bench/probes.cu) against tilec's generated kernels and torch, on the GPU, in one
+process: what limits the W4A16 GEMV's reads, and RMSNorm against torch.compile. Prints tables; every
+RMSNorm probe is checked against torch before it is timed.
+
+    python3 bench/probes.py [--out DIR]     (on the device: bench/device_run.sh probes)
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import pathlib
+import statistics
+import subprocess
+import sys
+
+import torch
+
+HERE = pathlib.Path(__file__).resolve().parent
+P, I64, I32, F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+
+
+def build(out: pathlib.Path) -> ctypes.CDLL:
+    so = out / "probes.so"
+    subprocess.run(["nvcc", "-O3", "-std=c++17", "-arch=sm_90", "-shared", "-Xcompiler", "-fPIC",
+                    "-Xptxas", "-v", str(HERE / "probes.cu"), "-o", str(so)], check=True,
+                   stderr=open(out / "probes_ptxas.txt", "w"))
+    lib = ctypes.CDLL(str(so))
+    lib.probe_read.argtypes = [I32, P, I64, I64, P, P]
+    lib.probe_read_name.argtypes, lib.probe_read_name.restype = [I32], ctypes.c_char_p
+    lib.probe_rms.argtypes = [I32, P, P, F32, P, I64, I32, P]
+    lib.probe_copy.argtypes = [I32, P, P, I64, I32, P]
+    lib.probe_rms_occupancy.restype = I32
+    return lib
+
+
+def tilec_lib(kernel: str, out: pathlib.Path) -> ctypes.CDLL:
+    d = out / f"tilec_{kernel}"
+    subprocess.run([sys.executable, "-m", "tilec.cli", "build", str(HERE / "gpu.tile"), "--kernel", kernel,
+                    "--target", "cuda", "--arch", "sm_90", "-o", str(d)], check=True)
+    return ctypes.CDLL(str(d / "libgpu.so"))
+
+
+def time_all(entries: dict, rounds: int = 30, batch: int = 10) -> dict:
+    """Median seconds per call of each entry (a callable), interleaved round by round."""
+    for fn in entries.values():
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    samples = {k: [] for k in entries}
+    names = list(entries)
+    for r in range(rounds):
+        for i in range(len(names)):
+            k = names[(i + r) % len(names)]
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(200000)
+            s.record()
+            for _ in range(batch):
+                entries[k]()
+            e.record()
+            samples[k].append((s, e))
+    torch.cuda.synchronize()
+    return {k: statistics.median(s.elapsed_time(e) / 1e3 / batch for s, e in v) for k, v in samples.items()}
+
+
+def cycle(calls):
+    state = {"i": 0}
+
+    def f():
+        state["i"] = (state["i"] + 1) % len(calls)
+        return calls[state["i"]]()
+    return f
+
+
+def reads(lib, stream) -> None:
+    K, NB = 8192, 4096  # u4[8192, 8192]: 4 KB per row
+    bufs = [torch.randint(0, 255, (K, NB), dtype=torch.uint8, device="cuda") for _ in range(6)]
+    sink = torch.zeros(1024, dtype=torch.int32, device="cuda")
+    entries, names = {}, {}
+    for c in range(64):
+        name = lib.probe_read_name(c)
+        if name is None:
+            break
+
+        def call(b, c=c):
+            st = lib.probe_read(c, b.data_ptr(), NB, K, sink.data_ptr(), stream)
+            assert st == 0, st
+        entries[c] = cycle([lambda b=b, call=call: call(b) for b in bufs])
+        names[c] = name.decode()
+    src = torch.empty(K * NB // 2, dtype=torch.float16, device="cuda")
+    dst = torch.empty_like(src)
+    entries["copy"] = lambda: dst.copy_(src)
+    t = time_all(entries)
+    print(f"\n## reads of u4[{K}, {2 * NB}] (32 MiB), 6 copies rotated; torch copy_ of 32 MiB for scale")
+    print("| pattern | us | GB/s |\n|---|---:|---:|")
+    for c, name in names.items():
+        print(f"| {name} | {t[c] * 1e6:.1f} | {K * NB / t[c] / 1e9:.0f} |")
+    print(f"| torch copy_ 32 MiB -> 32 MiB | {t['copy'] * 1e6:.1f} | {2 * K * NB / t['copy'] / 1e9:.0f} |")
+
+
+def rms(lib, stream, out: pathlib.Path) -> None:
+    R, C, eps = 32768, 8192, 1e-6
+    X = torch.randn(R, C, device="cuda", dtype=torch.float16)
+    w = (1 + 0.1 * torch.randn(C, device="cuda")).half()
+    Y = torch.empty_like(X)
+
+    def eager(X, w):
+        return (X * torch.rsqrt((X.float() ** 2).mean(-1, keepdim=True) + eps) * w).to(X.dtype)
+    ref = eager(X, w)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    occ = lib.probe_rms_occupancy()
+    entries = {}
+    for v, blocks in ((0, 0), (1, 0), (4, 0), (5, 0), (6, 0), (7, 0), (2, sms * occ), (3, sms * occ)):
+        def call(v=v, blocks=blocks):
+            assert lib.probe_rms(v, X.data_ptr(), w.data_ptr(), eps, Y.data_ptr(), R, blocks, stream) == 0
+        Y.fill_(float("nan"))
+        call()
+        torch.cuda.synchronize()
+        err = float((Y.float() - ref.float()).abs().max())
+        label = {4: "probe 4 (two passes)", 5: "probe 5 (two passes, cache hints)", 6: "probe 6 (512 threads, 32 registers)",
+                 7: "probe 7 (512 threads, 32 registers, two passes, hints)"}.get(v, f"probe {v}") + (f", {blocks} blocks" if blocks else "")
+        print(f"  {label}: max abs error {err:.2e}")
+        assert err < 2e-2, label
+        entries[label] = call
+    glib = tilec_lib("rmsnorm_f16", out)
+    glib.rmsnorm_f16.argtypes = [P, P, F32, P, I64, I64, P]
+    entries["tilec rmsnorm_f16"] = lambda: glib.rmsnorm_f16(X.data_ptr(), w.data_ptr(), eps, Y.data_ptr(), R, C,
+                                                            stream)
+    clib = tilec_lib("copy_f16", out)
+    clib.copy_f16.argtypes = [P, P, I64, I64, P]
+    entries["tilec copy_f16"] = lambda: clib.copy_f16(X.data_ptr(), Y.data_ptr(), R, C, stream)
+    n16 = X.numel() * 2 // 16
+    for v, blocks in ((0, 0), (1, sms * 8), (1, sms * 32)):
+        label = f"copy probe {v}" + (f", {blocks} blocks" if blocks else "")
+        entries[label] = lambda v=v, blocks=blocks: lib.probe_copy(v, X.data_ptr(), Y.data_ptr(), n16, blocks,
+                                                                  stream)
+    entries["torch copy_"] = lambda: Y.copy_(X)
+    cf = torch.compile(eager, dynamic=False)
+    from torch._inductor.utils import run_and_get_code
+    got, codes = run_and_get_code(cf, X, w)
+    (out / "rmsnorm_inductor.py").write_text("\n\n# ----\n".join(codes))
+    print(f"  torch.compile: max abs error {float((got.float() - ref.float()).abs().max()):.2e}; its code in "
+          f"{out / 'rmsnorm_inductor.py'}")
+    entries["torch.compile"] = lambda: cf(X, w)
+    t = time_all(entries)
+    print(f"\n## RMSNorm f16 {R}x{C} (one read + one write: {2 * X.nbytes / 2**20:.0f} MiB); "
+          f"{sms} SMs, {occ} probe blocks per SM")
+    print("| kernel | us | GB/s |\n|---|---:|---:|")
+    for k, s in t.items():
+        print(f"| {k} | {s * 1e6:.1f} | {2 * X.nbytes / s / 1e9:.0f} |")
+
+
+def rms_once(out: pathlib.Path) -> None:
+    """torch.compile's RMSNorm and tilec's, one call each between cudaProfilerStart and Stop (for
+    `ncu --profile-from-start off`: the compile's autotuning launches stay outside)."""
+    R, C, eps = 32768, 8192, 1e-6
+    X = torch.randn(R, C, device="cuda", dtype=torch.float16)
+    w = (1 + 0.1 * torch.randn(C, device="cuda")).half()
+    Y = torch.empty_like(X)
+
+    def eager(X, w):
+        return (X * torch.rsqrt((X.float() ** 2).mean(-1, keepdim=True) + eps) * w).to(X.dtype)
+    cf = torch.compile(eager, dynamic=False)
+    for _ in range(3):
+        cf(X, w)
+    glib = tilec_lib("rmsnorm_f16", out)
+    glib.rmsnorm_f16.argtypes = [P, P, F32, P, I64, I64, P]
+    stream = torch.cuda.current_stream().cuda_stream
+    glib.rmsnorm_f16(X.data_ptr(), w.data_ptr(), eps, Y.data_ptr(), R, C, stream)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    cf(X, w)
+    glib.rmsnorm_f16(X.data_ptr(), w.data_ptr(), eps, Y.data_ptr(), R, C, stream)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="/tmp/probes")
+    ap.add_argument("--only", default="reads,rms")
+    args = ap.parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.only == "rmsonce":
+        return rms_once(out)
+    lib = build(out)
+    stream = torch.cuda.current_stream().cuda_stream
+    if "reads" in args.only:
+        reads(lib, stream)
+    if "rms" in args.only:
+        rms(lib, stream, out)
+
+
+if __name__ == "__main__":
+    main()
