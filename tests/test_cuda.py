@@ -441,7 +441,10 @@ GPU_SIZES = {
     "batched_matmul": [dict(B=2, M=128, N=128, K=64), dict(B=3, M=17, N=31, K=9),
                        dict(B=3, M=7, N=100, K=1500)],  # the last: split over K
     "w4a16": [dict(M=128, N=256, K=256), dict(M=1, N=1000, K=384), dict(M=16, N=64, K=128),
-              dict(M=100, N=17, K=128), dict(M=1, N=1000, K=2048), dict(M=3, N=130, K=1280)],
+              dict(M=100, N=17, K=128), dict(M=1, N=1000, K=2048), dict(M=3, N=130, K=1280),
+              # GEMVs whose blocks' columns are all whole (N a multiple of 256), split over K
+              # and not
+              dict(M=1, N=1024, K=2048), dict(M=1, N=768, K=4096), dict(M=1, N=33024, K=256)],
     # head dims exactly 64, 96 and 128 (their exact variants), and between (the run-time ones)
     "attention": [dict(B=1, H=2, L=128, S=128, D=64), dict(B=2, H=1, L=17, S=1000, D=32),
                   dict(B=1, H=1, L=1, S=1, D=1), dict(B=1, H=3, L=200, S=70, D=128),
