@@ -124,10 +124,10 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
     return r;
 }
 
-__device__ __forceinline__ float sumsq(const uint4 (&x)[RQ]) {
+template <int Q> __device__ __forceinline__ float sumsq(const uint4 (&x)[Q]) {
     float s = 0.0f;
 #pragma unroll
-    for (int q = 0; q < RQ; ++q) {
+    for (int q = 0; q < Q; ++q) {
         const __half2* h = reinterpret_cast<const __half2*>(&x[q]);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -290,17 +290,7 @@ __global__ void __launch_bounds__(512, 4) rms_512(const __half* __restrict__ X, 
 #pragma unroll
         for (int q = 0; q < Q; ++q) wr[q] = wv[t + q * T];
     }
-    float sq = 0.0f;
-#pragma unroll
-    for (int q = 0; q < Q; ++q) {
-        const __half2* h = reinterpret_cast<const __half2*>(&x[q]);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const float2 f = __half22float2(h[e]);
-            sq = sq + f.x * f.x;
-            sq = sq + f.y * f.y;
-        }
-    }
+    float sq = sumsq(x);
 #pragma unroll
     for (int m = 16; m > 0; m /= 2) sq += __shfl_xor_sync(0xffffffffu, sq, m);
     if (t % 32 == 0) scratch[t / 32] = sq;

@@ -98,14 +98,25 @@ def reads(lib, stream) -> None:
     print(f"| torch copy_ 32 MiB -> 32 MiB | {t['copy'] * 1e6:.1f} | {2 * K * NB / t['copy'] / 1e9:.0f} |")
 
 
-def rms(lib, stream, out: pathlib.Path) -> None:
-    R, C, eps = 32768, 8192, 1e-6
+RMS_EPS = 1e-6
+
+
+def rms_eager(X, w):
+    """bench/gpu.py's RMSNorm: in f32, cast to X's dtype as the last step."""
+    return (X * torch.rsqrt((X.float() ** 2).mean(-1, keepdim=True) + RMS_EPS) * w).to(X.dtype)
+
+
+def rms_inputs():
+    """(R, C, X, w, Y) of the RMSNorm probes: bench/gpu.py's shape and values."""
+    R, C = 32768, 8192
     X = torch.randn(R, C, device="cuda", dtype=torch.float16)
     w = (1 + 0.1 * torch.randn(C, device="cuda")).half()
-    Y = torch.empty_like(X)
+    return R, C, X, w, torch.empty_like(X)
 
-    def eager(X, w):
-        return (X * torch.rsqrt((X.float() ** 2).mean(-1, keepdim=True) + eps) * w).to(X.dtype)
+
+def rms(lib, stream, out: pathlib.Path) -> None:
+    R, C, X, w, Y = rms_inputs()
+    eps, eager = RMS_EPS, rms_eager
     ref = eager(X, w)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     occ = lib.probe_rms_occupancy()
@@ -153,14 +164,9 @@ def rms(lib, stream, out: pathlib.Path) -> None:
 def rms_once(out: pathlib.Path) -> None:
     """torch.compile's RMSNorm and tilec's, one call each between cudaProfilerStart and Stop (for
     `ncu --profile-from-start off`: the compile's autotuning launches stay outside)."""
-    R, C, eps = 32768, 8192, 1e-6
-    X = torch.randn(R, C, device="cuda", dtype=torch.float16)
-    w = (1 + 0.1 * torch.randn(C, device="cuda")).half()
-    Y = torch.empty_like(X)
-
-    def eager(X, w):
-        return (X * torch.rsqrt((X.float() ** 2).mean(-1, keepdim=True) + eps) * w).to(X.dtype)
-    cf = torch.compile(eager, dynamic=False)
+    R, C, X, w, Y = rms_inputs()
+    eps = RMS_EPS
+    cf = torch.compile(rms_eager, dynamic=False)
     for _ in range(3):
         cf(X, w)
     glib = tilec_lib("rmsnorm_f16", out)
