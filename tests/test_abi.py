@@ -137,6 +137,32 @@ def test_generated_sources_compile_with_strict_warnings(tmp_path, cxx, sample):
         assert r.returncode == 0, f"{sample}.h as {lang}:\n{r.stderr[-3000:]}"
 
 
+UNREAD_SCALAR = """kernel unread(x: i32[R, C], s: f64, y: f16[R, C]) -> out: f16[C]:
+    out = max(y, axis=0)
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_a_scalar_no_kernel_reads_leaves_no_unused_variable(tmp_path, target):
+    """A scalar parameter that no kernel reads (found by compiling random programs for CUDA:
+    `s` here) gets no launcher local, so the launcher compiles warning-free (-Wall -Wextra
+    -Werror with g++; nvcc's own warnings for CUDA)."""
+    compiler = "g++" if target == "cpu" else os.environ.get("NVCC", "nvcc")
+    need(compiler)
+    src = driver.Source("unread.tile", UNREAD_SCALAR)
+    m = driver.compile_module(driver.frontend(src), target)
+    files = driver.render(src, m, target, {"arch": ("sm_90",)} if target == "cuda" else None)
+    driver.write_files(tmp_path, files)
+    ext = ".cpp" if target == "cpu" else ".cu"
+    cmd = [compiler, "-std=c++17", "-fopenmp", "-O2", "-Wall", "-Wextra", "-Werror"] \
+        if target == "cpu" else [compiler, "-std=c++17", "-O1", "-arch=sm_90"]
+    for f in sorted(tmp_path.glob(f"*{ext}")):
+        r = subprocess.run(cmd + ["-c", str(f), "-o", str(f.with_suffix(".o"))],
+                           capture_output=True, text=True)
+        assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr[-3000:]
+        assert "(void)s;" in f.read_text()
+
+
 def test_tile_scratch_is_kept_per_calling_thread_and_released_on_request():
     """A kernel's tile buffers live in a cache of the calling thread: calls from two threads at
     once, each growing its cache (a row longer than any before) and releasing it between calls,

@@ -98,11 +98,15 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                 fail=f"tilec::overlap({a}, {bytes_expr(o.type.dtype, o.type.shape)}, {b}, "
                      f"{bytes_expr(p.type.dtype, p.type.shape)})",
                 code="TILEC_ERR_ALIAS", why=f"{o.name} overlaps {p.name}"))
+    # (a scalar that no kernel reads, e.g. one only its fused-away statements used, gets no
+    # local: an unused variable would warn)
+    read = {p.name for k in prog.kernels for p in k.params if p.kind == "scalar"}
     for p in g.params:
         if p.is_scalar:
             conv = {"f16": "tilec::f16_to_f32", "bf16": "tilec::bf16_to_f32"}.get(p.type.dtype, "")
             scalars.append(dict(ctype=_REG.get(p.type.dtype, ABI_TYPE[p.type.dtype]),
-                                local=f"tilec_s_{p.name}", expr=f"{conv}({cname(p.name)})"))
+                                local=f"tilec_s_{p.name}", expr=f"{conv}({cname(p.name)})",
+                                name=cname(p.name), read=p.name in read))
     # workspaces: one block, each buffer at an aligned offset
     workspaces, offset = [], "(size_t)0"
     for w in prog.workspaces:
