@@ -345,6 +345,7 @@ class CStyleRenderer:
         if s.kind == "parallel":
             self.parallel(s, depth)
             return
+        self.loop_body = s.body  # (loop_head: whether the body reads the variable)
         for n, (v, ext) in enumerate(zip(s.vars, s.extents)):
             self.loop_head(v, ext, depth + n, s.start if n == 0 else None)
         self.stmts(s.body, depth + len(s.vars))

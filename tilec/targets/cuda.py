@@ -10,6 +10,7 @@ calls into `tilec_cuda.h`.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import replace
 
@@ -550,6 +551,7 @@ class CudaRenderer(CStyleRenderer):
         for m, name in names.items():
             first = "0" if start is None else f"(int)(({start}) % {m})"
             self.emit(f"int {name} = {first};  // {cname(k)} % {m}", depth)
+        self.loop_body = s.body
         self.loop_head(k, s.extents[0], depth, s.start)
         saved = dict(self.rotating)
         self.rotating.update({(k, m): name for m, name in names.items()})
@@ -582,6 +584,10 @@ class CudaRenderer(CStyleRenderer):
         first = "0" if start is None else f"(int){self.expr(start)}"
         self.emit(f"for (int {c} = {first}; {c} < {n}; ++{c}) {{", depth)
         self.emit(f"const int64_t {cname(var)} = {c};", depth + 1)
+        # (a body that does not name it, e.g. a K loop of one row: nvcc would warn; the printed
+        # Tile IR names every variable a statement reads)
+        if not re.search(rf"\b{re.escape(var)}\b", "\n".join(T.print_stmts(self.loop_body, 0))):
+            self.emit(f"(void){cname(var)};", depth + 1)
 
     def launcher_bound(self, e) -> str | None:
         """The launcher value (a dimension or a host-computed Let) that bounds the integer
