@@ -15,11 +15,11 @@ threads that share a row (nothing to do on the CPU).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from ..ir import tile as T
 from ..ir.types import is_float
-from .rewrite import own_loads
+from .rewrite import map_stmts, own_loads
 
 COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
 
@@ -134,10 +134,42 @@ def drop_dead_allocs(body: tuple) -> tuple:
     return tuple(s for s in body if not (isinstance(s, T.Alloc) and s.name not in used))
 
 
+def drop_dead_fragments(body: tuple) -> tuple:
+    """Stores into fragments that nothing reads (a row cached for a use the tiling then reads
+    from memory, e.g. a transposed read), the loops and branches left empty, and then the
+    fragments themselves (drop_dead_allocs). A statement other than a store or fill that names a
+    fragment (a gemm, a copy, an allreduce) counts as reading it."""
+    while True:
+        frags = {a.name for a in T.walk_stmts(body) if isinstance(a, T.Alloc) and
+                 a.scope == "fragment"}
+        read = set()
+        for s in T.walk_stmts(body):
+            if isinstance(s, T.Alloc):
+                continue
+            read |= _own_reads(s)
+            if not isinstance(s, (T.Store, T.Fill, T.For, T.If, T.Let)):
+                read |= {getattr(s, f.name) for f in fields(s)
+                         if isinstance(getattr(s, f.name), str)} & frags
+        dead = frags - read
+        if not dead:
+            return body
+
+        def drop(st, dead=dead):
+            if isinstance(st, (T.Store, T.Fill)) and st.buf in dead:
+                return []
+            if isinstance(st, T.For) and not st.body:
+                return []
+            if isinstance(st, T.If) and not st.body and not st.orelse:
+                return []
+            return None
+        body = drop_dead_allocs(map_stmts(body, drop))
+
+
 def run(prog: T.TileProgram, target, options) -> T.TileProgram:
     ks = []
     for k in prog.kernels:
         allocs = {a.name: a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
         taken = set(k.block_vars) | {p.name for p in k.params} | set(allocs)
-        ks.append(replace(k, body=drop_dead_allocs(lower_body(k.body, allocs, taken))))
+        body = drop_dead_allocs(lower_body(k.body, allocs, taken))
+        ks.append(replace(k, body=drop_dead_fragments(body)))
     return replace(prog, kernels=tuple(ks))
