@@ -136,20 +136,26 @@ def multiple_of(e, n: int) -> bool:
     return False
 
 
-def used_names(k: T.TileKernel) -> set:
-    """Every variable name kernel `k` reads: in its grid, its statements (all nested fields) and
-    the dimensions of its tensors' shapes."""
+def names_read(stmts, exprs=()) -> set:
+    """Every variable name the statements `stmts` (all nested fields) and the expressions
+    `exprs` read."""
     out = set()
 
     def note(e):
         if isinstance(e, T.Var):
             out.add(e.name)
         return None
-    for e in k.grid:
+    for e in exprs:
         map_expr(e, note)
-    for st in k.body:
+    for st in stmts:
         map_exprs(st, note)
-    return out | T.shape_dims(k)
+    return out
+
+
+def used_names(k: T.TileKernel) -> set:
+    """Every variable name kernel `k` reads: in its grid, its statements (all nested fields) and
+    the dimensions of its tensors' shapes."""
+    return names_read(k.body, k.grid) | T.shape_dims(k)
 
 
 def taken_names(k: T.TileKernel) -> set:

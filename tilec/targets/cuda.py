@@ -10,7 +10,6 @@ calls into `tilec_cuda.h`.
 
 from __future__ import annotations
 
-import re
 import struct
 from dataclasses import replace
 
@@ -35,6 +34,7 @@ from ..passes.rewrite import (
     map_exprs,
     mod_of_var,
     multiple_of,
+    names_read,
     unit_stride,
     used_names,
     uses_var,
@@ -584,9 +584,7 @@ class CudaRenderer(CStyleRenderer):
         first = "0" if start is None else f"(int){self.expr(start)}"
         self.emit(f"for (int {c} = {first}; {c} < {n}; ++{c}) {{", depth)
         self.emit(f"const int64_t {cname(var)} = {c};", depth + 1)
-        # (a body that does not name it, e.g. a K loop of one row: nvcc would warn; the printed
-        # Tile IR names every variable a statement reads)
-        if not re.search(rf"\b{re.escape(var)}\b", "\n".join(T.print_stmts(self.loop_body, 0))):
+        if var not in names_read(self.loop_body):  # (e.g. a K loop of one row: nvcc would warn)
             self.emit(f"(void){cname(var)};", depth + 1)
 
     def launcher_bound(self, e) -> str | None:
