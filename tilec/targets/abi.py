@@ -104,9 +104,9 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
     for p in g.params:
         if p.is_scalar:
             conv = {"f16": "tilec::f16_to_f32", "bf16": "tilec::bf16_to_f32"}.get(p.type.dtype, "")
-            scalars.append(dict(ctype=_REG.get(p.type.dtype, ABI_TYPE[p.type.dtype]),
-                                local=f"tilec_s_{p.name}", expr=f"{conv}({cname(p.name)})",
-                                name=cname(p.name), read=p.name in read))
+            ctype = _REG.get(p.type.dtype, ABI_TYPE[p.type.dtype])
+            scalars.append(f"const {ctype} tilec_s_{p.name} = {conv}({cname(p.name)});"
+                           if p.name in read else f"(void){cname(p.name)};  // read by no kernel")
     # workspaces: one block, each buffer at an aligned offset
     workspaces, offset = [], "(size_t)0"
     for w in prog.workspaces:
