@@ -116,8 +116,8 @@ def rms_inputs():
 
 def rms(lib, stream, out: pathlib.Path) -> None:
     R, C, X, w, Y = rms_inputs()
-    eps, eager = RMS_EPS, rms_eager
-    ref = eager(X, w)
+    eps = RMS_EPS
+    ref = rms_eager(X, w)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     occ = lib.probe_rms_occupancy()
     entries = {}
@@ -146,7 +146,7 @@ def rms(lib, stream, out: pathlib.Path) -> None:
         entries[label] = lambda v=v, blocks=blocks: lib.probe_copy(v, X.data_ptr(), Y.data_ptr(), n16, blocks,
                                                                   stream)
     entries["torch copy_"] = lambda: Y.copy_(X)
-    cf = torch.compile(eager, dynamic=False)
+    cf = torch.compile(rms_eager, dynamic=False)
     from torch._inductor.utils import run_and_get_code
     got, codes = run_and_get_code(cf, X, w)
     (out / "rmsnorm_inductor.py").write_text("\n\n# ----\n".join(codes))
