@@ -14,6 +14,12 @@ bench_args=("$@")
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 nvcc --version | tail -2 | tee -a "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+# the SM clock, power and throttle reasons every 200 ms while this script runs (bench/gpu.py prints
+# the UTC time of each section, to line the two up)
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,noheader -lms 200 > "$OUT/clocks.csv" 2>&1 &
+clock_log=$!
+trap 'kill $clock_log 2>/dev/null' EXIT
 status=0
 if [[ $what == all || $what == *tests* ]]; then
     # (TILEC_TESTS narrows the run, e.g. to one file, when device time is short)
@@ -148,11 +154,15 @@ fi
 if [[ $what == *knobbench* ]]; then
     # bench/gpu.py cases (TILEC_KNOB_CASES, default gemm) under benchmark knobs, peers in the
     # same run: one line of TILEC_KNOBS ("VAR=value ...", e.g. TILEC_GEMM_TILE=128x256x64,256,3,8)
-    # per run
+    # per run ("+" in a value for a space: NVCCFLAGS=-O3+-DTILEC_CP_ASYNC_PREFETCH=256); bench/gpu.py
+    # arguments in TILEC_KNOB_ARGS (e.g. --copies 1)
     while read -r vars; do
         [[ -z $vars ]] && continue
         echo "== $vars" | tee -a "$OUT/knobbench.log"
-        env $vars python3 bench/gpu.py --arch sm_90 --cases "${TILEC_KNOB_CASES:-gemm}" --no-compile \
+        assigns=()
+        for v in $vars; do assigns+=("${v//+/ }"); done
+        env "${assigns[@]}" python3 bench/gpu.py --arch sm_90 --cases "${TILEC_KNOB_CASES:-gemm}" --no-compile \
+            ${TILEC_KNOB_ARGS:-} \
             --build-dir "/tmp/knob_${vars//[^A-Za-z0-9]/_}" 2>&1 | tee -a "$OUT/knobbench.log" \
             | grep -E "^\| [a-z]|FAIL|MISMATCH|rror|run took|tilec build"
     done <<< "${TILEC_KNOBS:-}"

@@ -426,10 +426,11 @@ class Work:
 Goal = tuple[str, float]  # (">=" or ">", minimum speed ratio tilec / peer)
 
 
-def n_copies(set_bytes: float, l2: int) -> int:
+def n_copies(set_bytes: float, l2: int, forced: int | None = None) -> int:
     """Copies of one case's operands to rotate among so that together they exceed 3x L2 (1 when one set
-    already does): a timed call then finds none of its operands left in L2 by the call before."""
-    return max(1, math.ceil(3 * l2 / set_bytes))
+    already does): a timed call then finds none of its operands left in L2 by the call before. `forced`
+    (--copies) overrides it, to measure what a warm L2 is worth."""
+    return forced if forced else max(1, math.ceil(3 * l2 / set_bytes))
 
 
 class Bench:
@@ -451,7 +452,9 @@ class Bench:
         self.n_sections += 1
         torch.manual_seed(seed)
         self.case, self.where = case, f"{case} {what}"
-        print(f"\n-- {self.where}  (seed {seed})", flush=True)
+        # (the UTC time lines a section up with the clock log of bench/device_run.sh)
+        print(f"\n-- {self.where}  (seed {seed}, {datetime.datetime.now(datetime.timezone.utc):%H:%M:%S.%f}"[:-4]
+              + ")", flush=True)
 
     def fail(self, msg: str) -> None:
         self.failures.append(f"{self.where}: {msg}")
@@ -630,7 +633,7 @@ def gemm_one(bench: Bench, kernel: str, dtype, M: int, K: int, N: int, goal: Goa
     bench.section("gemm", f"{name} C = A @ B, M={M} K={K} N={N}")
     A, B = randn(M, K, dtype=dtype, scale=0.5), randn(K, N, dtype=dtype, scale=0.5)
     ref = (A.float() @ B.float()).to(dtype)
-    n = n_copies((M * K + K * N + M * N) * A.element_size(), bench.l2)
+    n = n_copies((M * K + K * N + M * N) * A.element_size(), bench.l2, bench.args.copies)
     sets = [(a, b, torch.empty(M, N, dtype=dtype, device="cuda")) for a, b in copies_of(n, A, B)]
     tc = bench.tilec_entry(kernel, lambda k: [k.bind([a, b], [c], (M, K, N)) for a, b, c in sets],
                            [ref], TOL[dtype])
@@ -658,7 +661,7 @@ def case_epilogue(bench: Bench) -> None:
     bench.section("epilogue", f"f16 C = relu(A @ B + bias), M=K=N={M}")
     A, B, bias = randn(M, K, scale=0.5), randn(K, N, scale=0.5), randn(N)
     ref = torch.relu(A.float() @ B.float() + bias.float()).half()
-    n = n_copies((M * K + K * N + M * N) * 2, bench.l2)
+    n = n_copies((M * K + K * N + M * N) * 2, bench.l2, bench.args.copies)
     sets = [(a, b, c, torch.empty(M, N, dtype=F16, device="cuda")) for a, b, c in copies_of(n, A, B, bias)]
 
     def tilec(kernel):
@@ -782,7 +785,7 @@ def w4a16_one(bench: Bench, M: int, K: int, N: int) -> None:
     del W
     wq = pack_u4(q)
     # the 32 MiB of packed weights fit in L2: every contender rotates among the same number of copies
-    n = n_copies(wq.nbytes + scales.nbytes, bench.l2)
+    n = n_copies(wq.nbytes + scales.nbytes, bench.l2, bench.args.copies)
     sets = [(w, s, torch.empty(M, N, dtype=BF16, device="cuda")) for w, s in copies_of(n, wq, scales)]
     tc = bench.tilec_entry("w4a16", lambda k: [k.bind([A, w, s], [c], (M, K, N)) for w, s, c in sets],
                            [ref], TOL[BF16])
@@ -888,6 +891,9 @@ def main() -> int:
     ap.add_argument("--arch", default="sm_90", help="passed to tilec build")
     ap.add_argument("--kernel", help="build only this kernel of bench/gpu.tile (for --cases using only it)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--copies", type=int, metavar="N",
+                    help="rotate among N copies of each GEMM and W4A16 case's operands (default: enough to exceed "
+                         "3x L2; 1: the same operands every call, L2 warm)")
     args = ap.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]

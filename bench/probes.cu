@@ -21,7 +21,18 @@ template <> struct Vec<16> {
 
 // Block b reads column block b % (NB / WB) (WB bytes wide) of the rows of K slice b / (NB / WB)
 // (`slice` rows); its warps split the slice's rows; LB bytes per lane, U loads in flight per lane.
-template <int LB, int WB, int U>
+// A 4-byte word read with an L2 prefetch size hint of PF bytes (0: a plain load)
+template <int PF> __device__ __forceinline__ uint32_t ld_pf(const uint8_t* p) {
+    uint32_t v;
+    if constexpr (PF == 256) asm("ld.global.nc.L2::256B.b32 %0, [%1];" : "=r"(v) : "l"(p));
+    else if constexpr (PF == 128) asm("ld.global.nc.L2::128B.b32 %0, [%1];" : "=r"(v) : "l"(p));
+    else if constexpr (PF == 64) asm("ld.global.nc.L2::64B.b32 %0, [%1];" : "=r"(v) : "l"(p));
+    else v = *reinterpret_cast<const uint32_t*>(p);
+    return v;
+}
+
+// (PF: the L2 prefetch size hint of 4-byte loads, as ld_weight_word in tilec_cuda.h)
+template <int LB, int WB, int U, int PF = 0>
 __global__ void read_probe(const uint8_t* __restrict__ q, int64_t NB, int64_t slice, uint32_t* out) {
     constexpr int LPR = WB / LB, RPI = 32 / LPR;  // lanes per row, rows per load instruction
     typedef typename Vec<LB>::T V;
@@ -34,18 +45,21 @@ __global__ void read_probe(const uint8_t* __restrict__ q, int64_t NB, int64_t sl
     for (int64_t r = 0; r < per; r += RPI * U) {
         V v[U];
 #pragma unroll
-        for (int u = 0; u < U; ++u) v[u] = *reinterpret_cast<const V*>(p + (r + u * RPI) * NB);
+        for (int u = 0; u < U; ++u) {
+            if constexpr (LB == 4 && PF > 0) v[u] = ld_pf<PF>(p + (r + u * RPI) * NB);
+            else v[u] = *reinterpret_cast<const V*>(p + (r + u * RPI) * NB);
+        }
 #pragma unroll
         for (int u = 0; u < U; ++u) acc ^= Vec<LB>::fold(v[u]);
     }
     if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;  // keeps the loads; (almost) never true
 }
 
-template <int LB, int WB, int U>
+template <int LB, int WB, int U, int PF = 0>
 static int launch_read(const uint8_t* q, int64_t NB, int64_t K, int slices, int threads, uint32_t* out,
                        cudaStream_t s) {
     const int64_t blocks = NB / WB * slices;
-    read_probe<LB, WB, U><<<(unsigned)blocks, threads, 0, s>>>(q, NB, K / slices, out);
+    read_probe<LB, WB, U, PF><<<(unsigned)blocks, threads, 0, s>>>(q, NB, K / slices, out);
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
 
@@ -353,6 +367,10 @@ int probe_read(int config, const uint8_t* q, int64_t NB, int64_t K, uint32_t* ou
         case 13: return launch_stage<2>(q, NB, K, 4, 512, out, s);
         case 14: return launch_stage<6>(q, NB, K, 4, 512, out, s);
         case 15: return launch_stage<4>(q, NB, K, 8, 256, out, s);  // 8 warps, 2 blocks per SM
+        case 16: return launch_read<4, 32, 8, 64>(q, NB, K, 1, 1024, out, s);  // + prefetch hints
+        case 17: return launch_read<4, 32, 8, 128>(q, NB, K, 1, 1024, out, s);
+        case 18: return launch_read<4, 32, 8, 256>(q, NB, K, 1, 1024, out, s);
+        case 19: return launch_read<4, 32, 4, 256>(q, NB, K, 1, 1024, out, s);
         default: return 2;
     }
 }
@@ -375,6 +393,10 @@ const char* probe_read_name(int config) {
         case 13: return "cp.async, as above, 2 chunks";
         case 14: return "cp.async, as above, 6 chunks";
         case 15: return "cp.async, 4 chunks, 8 warps, 256 blocks";
+        case 16: return "the GEMV's, loads with an L2::64B prefetch hint";
+        case 17: return "the GEMV's, L2::128B prefetch";
+        case 18: return "the GEMV's, L2::256B prefetch";
+        case 19: return "the GEMV's with 4 loads, L2::256B prefetch";
         default: return nullptr;
     }
 }

@@ -512,14 +512,25 @@ template <int M> TILEC_DEV int wrap_add(int s, int c) { return s + c >= M ? s + 
 // ---- cp.async --------------------------------------------------------------------------------
 TILEC_DEV uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+// The L2 prefetch size hint of the tile copies (a measurement knob, e.g. `make
+// NVCCFLAGS="-O3 -DTILEC_CP_ASYNC_PREFETCH=256"`; without it ptxas asks for 128 bytes)
+#if defined(TILEC_CP_ASYNC_PREFETCH) && TILEC_CP_ASYNC_PREFETCH == 256
+#define TILEC_CP_ASYNC_L2 ".L2::256B"
+#elif defined(TILEC_CP_ASYNC_PREFETCH) && TILEC_CP_ASYNC_PREFETCH == 64
+#define TILEC_CP_ASYNC_L2 ".L2::64B"
+#else
+#define TILEC_CP_ASYNC_L2 ""
+#endif
+
 // 16 bytes global -> shared, of which the first `src_bytes` are read and the rest zero-filled.
 TILEC_DEV void cp_async16(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+    asm volatile("cp.async.cg.shared.global" TILEC_CP_ASYNC_L2 " [%0], [%1], 16, %2;\n"
                  :: "r"(smem_addr(dst)), "l"(src), "r"(src_bytes) : "memory");
 }
 // ... and all 16 bytes read (a chunk known to lie inside the tensor)
 TILEC_DEV void cp_async16_whole(uint32_t dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src) : "memory");
+    asm volatile("cp.async.cg.shared.global" TILEC_CP_ASYNC_L2 " [%0], [%1], 16;\n"
+                 :: "r"(dst), "l"(src) : "memory");
 }
 TILEC_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> TILEC_DEV void cp_async_wait() {
@@ -1045,6 +1056,28 @@ TILEC_DEV void gemv4_mma_load_guarded(Gemv4Chunk<NG>& ch, const typename H::stor
     }
 }
 
+// The GEMV's weight words, read once (non-coherent path) with an L2 prefetch size hint: each warp
+// reads 32 bytes of a row and the blocks of the neighbouring columns read the rest of the row at
+// about the same time, so asking DRAM for TILEC_GEMV_PREFETCH bytes (64, 128 or 256; 0: no hint)
+// at the first touch turns many short reads into fewer long ones (a measurement knob; the default
+// is the measured best, docs/PERFORMANCE.md).
+#ifndef TILEC_GEMV_PREFETCH
+#define TILEC_GEMV_PREFETCH 0
+#endif
+TILEC_DEV uint32_t ld_weight_word(const uint8_t* p) {
+    uint32_t v;
+#if TILEC_GEMV_PREFETCH == 256
+    asm("ld.global.nc.L2::256B.b32 %0, [%1];" : "=r"(v) : "l"(p));
+#elif TILEC_GEMV_PREFETCH == 128
+    asm("ld.global.nc.L2::128B.b32 %0, [%1];" : "=r"(v) : "l"(p));
+#elif TILEC_GEMV_PREFETCH == 64
+    asm("ld.global.nc.L2::64B.b32 %0, [%1];" : "=r"(v) : "l"(p));
+#else
+    v = *reinterpret_cast<const uint32_t*>(p);
+#endif
+    return v;
+}
+
 // A warp's whole chunks of whole, aligned columns, loaded in order: the lane's addresses of the
 // next chunk, advanced by one chunk at each load (no multiplications in the loop).
 template <class H, bool SIGNED, int NG> struct Gemv4Stream {
@@ -1080,7 +1113,7 @@ template <class H, bool SIGNED, int NG> struct Gemv4Stream {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {  // rows r + 2c, + 1, + 8, + 9
                 const int dr = (e & 1) + (e >> 1) * 8;
-                ch.w[gg][e] = *reinterpret_cast<const uint32_t*>(q + dr * half + gg * 32);
+                ch.w[gg][e] = ld_weight_word(q + dr * half + gg * 32);
                 if (SIGNED) ch.w[gg][e] ^= 0x88888888u;  // q + 8 for two's complement nibbles
             }
             const uint4 v = *reinterpret_cast<const uint4*>(sp + gg * 64);
