@@ -297,16 +297,7 @@ template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p
 // ONCE: p is global memory that the kernel reads once (an elementwise kernel's input the shape
 // of its output): 16-byte words load evict-first (ld.global.cs), leaving L2 to what is reused
 // (measured on the H200: a 4-op f16 chain 0.281 -> 0.268 ms; row kernels lost as much, so they
-// do not ask for it). They go through the read-only path (.nc: an input never overlaps an
-// output, the launcher checks) as asm the compiler may move: a coherent load is never moved
-// above an earlier store, which kept each vector's load behind the previous vector's store
-// (one round trip to memory per vector instead of all of a thread's loads in flight at once).
-TILEC_DEV uint4 load_once16(const void* p) {
-    uint4 v;
-    asm("ld.global.nc.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
+// do not ask for it).
 template <int V, class K, bool ONCE = false>
 TILEC_DEV void load_vec_whole(typename K::reg (&out)[V], const typename K::storage* p) {
     typedef typename K::storage S;
@@ -316,7 +307,7 @@ TILEC_DEV void load_vec_whole(typename K::reg (&out)[V], const typename K::stora
 #pragma unroll
     for (int i = 0; i < NW; ++i) {
         if constexpr (ONCE && sizeof(W) == 16) {
-            u.w[i] = load_once16(reinterpret_cast<const uint4*>(p) + i);
+            u.w[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
         } else {
             u.w[i] = reinterpret_cast<const W*>(p)[i];
         }
