@@ -62,6 +62,10 @@ if [[ $what == *ceiling* ]]; then
     # the mma.sync rate with no memory traffic (what tilec's tensor-core kernels can reach)
     nvcc -O3 -arch=sm_90 bench/mma_peak.cu -o /tmp/mma_peak && /tmp/mma_peak | tee "$OUT/mma_peak.txt"
 fi
+if [[ $what == *sustained* ]]; then
+    # tilec's GEMM and cuBLAS each alone for seconds, with the clock and power meanwhile
+    python3 bench/sustained.py 2>&1 | tee "$OUT/sustained.log" | tail -8
+fi
 if [[ $what == *profile* ]]; then
     # ncu (clocks left alone) on one launch of representative kernels, via `tilec run`
     cases=${TILEC_PROFILE:-"gemm_f16:M=4096,N=4096,K=4096 attention:B=1,H=16,L=4096,S=4096,D=128 softmax_f16:R=16384,C=8192 chain_f16:R=16384,C=8192 w4a16:M=1,N=8192,K=8192"}
