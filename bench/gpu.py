@@ -452,9 +452,9 @@ class Bench:
         self.n_sections += 1
         torch.manual_seed(seed)
         self.case, self.where = case, f"{case} {what}"
-        # (the UTC time lines a section up with the clock log of bench/device_run.sh)
-        print(f"\n-- {self.where}  (seed {seed}, {datetime.datetime.now(datetime.timezone.utc):%H:%M:%S.%f}"[:-4]
-              + ")", flush=True)
+        # (the UTC time, to hundredths, lines a section up with the clock log of bench/device_run.sh)
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%H:%M:%S.%f")[:-4]
+        print(f"\n-- {self.where}  (seed {seed}, {now})", flush=True)
 
     def fail(self, msg: str) -> None:
         self.failures.append(f"{self.where}: {msg}")

@@ -19,8 +19,6 @@ template <> struct Vec<16> {
     static __device__ uint32_t fold(T v) { return v.x ^ v.y ^ v.z ^ v.w; }
 };
 
-// Block b reads column block b % (NB / WB) (WB bytes wide) of the rows of K slice b / (NB / WB)
-// (`slice` rows); its warps split the slice's rows; LB bytes per lane, U loads in flight per lane.
 // A 4-byte word read with an L2 prefetch size hint of PF bytes (0: a plain load)
 template <int PF> __device__ __forceinline__ uint32_t ld_pf(const uint8_t* p) {
     uint32_t v;
@@ -31,7 +29,9 @@ template <int PF> __device__ __forceinline__ uint32_t ld_pf(const uint8_t* p) {
     return v;
 }
 
-// (PF: the L2 prefetch size hint of 4-byte loads, as ld_weight_word in tilec_cuda.h)
+// Block b reads column block b % (NB / WB) (WB bytes wide) of the rows of K slice b / (NB / WB)
+// (`slice` rows); its warps split the slice's rows; LB bytes per lane, U loads in flight per lane;
+// PF: the L2 prefetch size hint of 4-byte loads (as ld_weight_word in tilec_cuda.h).
 template <int LB, int WB, int U, int PF = 0>
 __global__ void read_probe(const uint8_t* __restrict__ q, int64_t NB, int64_t slice, uint32_t* out) {
     constexpr int LPR = WB / LB, RPI = 32 / LPR;  // lanes per row, rows per load instruction

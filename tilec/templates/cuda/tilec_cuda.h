@@ -513,11 +513,11 @@ template <int M> TILEC_DEV int wrap_add(int s, int c) { return s + c >= M ? s + 
 TILEC_DEV uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 // The L2 prefetch size hint of the tile copies (a measurement knob, e.g. `make
-// NVCCFLAGS="-O3 -DTILEC_CP_ASYNC_PREFETCH=256"`; without it ptxas asks for 128 bytes)
-#if defined(TILEC_CP_ASYNC_PREFETCH) && TILEC_CP_ASYNC_PREFETCH == 256
-#define TILEC_CP_ASYNC_L2 ".L2::256B"
-#elif defined(TILEC_CP_ASYNC_PREFETCH) && TILEC_CP_ASYNC_PREFETCH == 64
-#define TILEC_CP_ASYNC_L2 ".L2::64B"
+// NVCCFLAGS="-O3 -DTILEC_CP_ASYNC_PREFETCH=256"`, 64 or 256; without it ptxas asks for 128 bytes)
+#define TILEC_STR_(x) #x
+#define TILEC_STR(x) TILEC_STR_(x)
+#ifdef TILEC_CP_ASYNC_PREFETCH
+#define TILEC_CP_ASYNC_L2 ".L2::" TILEC_STR(TILEC_CP_ASYNC_PREFETCH) "B"
 #else
 #define TILEC_CP_ASYNC_L2 ""
 #endif
@@ -1066,17 +1066,13 @@ TILEC_DEV void gemv4_mma_load_guarded(Gemv4Chunk<NG>& ch, const typename H::stor
 #define TILEC_GEMV_PREFETCH 128
 #endif
 TILEC_DEV uint32_t ld_weight_word(const uint8_t* p) {
+#if TILEC_GEMV_PREFETCH
     uint32_t v;
-#if TILEC_GEMV_PREFETCH == 256
-    asm("ld.global.nc.L2::256B.b32 %0, [%1];" : "=r"(v) : "l"(p));
-#elif TILEC_GEMV_PREFETCH == 128
-    asm("ld.global.nc.L2::128B.b32 %0, [%1];" : "=r"(v) : "l"(p));
-#elif TILEC_GEMV_PREFETCH == 64
-    asm("ld.global.nc.L2::64B.b32 %0, [%1];" : "=r"(v) : "l"(p));
-#else
-    v = *reinterpret_cast<const uint32_t*>(p);
-#endif
+    asm("ld.global.nc.L2::" TILEC_STR(TILEC_GEMV_PREFETCH) "B.b32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
+#else
+    return *reinterpret_cast<const uint32_t*>(p);
+#endif
 }
 
 // A warp's whole chunks of whole, aligned columns, loaded in order: the lane's addresses of the
