@@ -542,6 +542,28 @@ def test_hand_written_gemv_mma_on_gpu():
                    options={"arch": ("sm_90",)})
 
 
+GEMV_GROUPS = """
+kernel gv_f16_i4(A: f16[M, K], Wq: i4[K, N], s: f16[K // 32, N]) -> C: f16[M, N]:
+    assume K % 32 == 0
+    C = A @ dequant(Wq, s, zero=0, group=32)
+
+kernel gv_bf16_u4(A: bf16[M, K], Wq: u4[K, N], s: bf16[K // 64, N]) -> C: bf16[M, N]:
+    assume K % 64 == 0
+    C = A @ dequant(Wq, s, zero=3, group=64)
+"""
+
+
+@pytest.mark.gpu
+def test_decode_gemv_groups_on_gpu():
+    """The matrix-unit GEMV on f16 and bf16, signed and unsigned nibbles, zero points other than 8,
+    and groups of 32 and 64 rows that the warps' row ranges (3 chunks of 16 at K = 1216) cut in
+    the middle, with whole and ragged column blocks."""
+    need_gpu()
+    for dims in (dict(M=1, K=1216, N=512), dict(M=1, K=1216, N=520), dict(M=1, K=64, N=64)):
+        check_text(GEMV_GROUPS, dims, name="gemv_groups.tile", target="cuda",
+                   options={"arch": ("sm_90",)})
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
 def test_cuda_dump_matches_reference_on_gpu(path):
