@@ -13,7 +13,7 @@ from conftest import SAMPLES, build_text, check_text, compile_text
 from test_cuda import ON_CI, cuda_kernel_sources, need_gpu, need_nvcc
 from test_tile_level import agree
 
-from tilec import interp_tile
+from tilec import driver, interp, interp_tile
 from tilec.diagnostics import TilecError
 from tilec.ir import tile as T
 from tilec.ir.types import Dim
@@ -386,3 +386,52 @@ def test_hand_written_gemv_mma_on_the_cpu_at_odd_columns(arch):
         check_text(CPU_GEMV_MMA, dims, name="g.tile", options={"arch": (arch,)})
     with pytest.raises(TilecError, match="gemv_mma\\(\\) on the CPU takes f32"):
         build_text(CPU_GEMV_MMA.replace(": f32[", ": bf16["), "g.tile", "cpu")
+
+
+LINEAR = """
+kernel linear(A: f32[M, K], B: f32[K, N], bias: f32[N]) -> C: f32[M, N]:
+    C = relu(A @ B + bias)
+"""
+
+
+def test_cpu_large_grids_take_the_large_tile_while_every_thread_gets_its_blocks():
+    """The CPU launcher runs the 256 x 256 tile when its grid gives each of the threads a call
+    may use (`tilec_threads`, omp_get_max_threads()) at least 4 blocks, the 128-row tile below
+    that: the condition is on the grid and the threads at run time, not on constant sizes."""
+    (tile, per_thread) = driver.get_target("cpu").resources.gemm_large_tile
+    _, _, m = compile_text(LINEAR, "k.tile", "cpu")
+    prog = m.programs[0]
+    large = [k for k in prog.kernels if k.name.endswith("_large")]
+    assert len(large) == 1 and T.THREADS in large[0].when.symbols()
+    for M, N, threads in ((1024, 1024, 1), (1024, 1024, 4), (1024, 1024, 5), (300, 1030, 1),
+                          (256, 768, 1), (200, 200, 1)):
+        blocks = -(-M // tile[0]) * -(-N // tile[1])
+        picked = [k.name for k in interp_tile.pick_variants(prog, dict(M=M, N=N, K=64))]
+        if threads == 1:  # (the interpreter's thread count)
+            assert picked == (["linear_k0_large"] if blocks >= per_thread else ["linear_k0"]), \
+                (M, N, picked)
+        assert large[0].when.eval({T.THREADS: threads, "M": M, "N": N, "K": 64}) == \
+            (blocks >= per_thread * threads)
+    cpp = driver.render(driver.Source("k.tile", LINEAR), m, "cpu")["linear.cpp"]
+    assert f"const int64_t {T.THREADS} = omp_get_max_threads();" in cpp
+
+
+@pytest.mark.parametrize("dims", [dict(M=1024, N=1024, K=40), dict(M=1000, N=1030, K=300)])
+def test_cpu_large_tile_matches_the_reference(dims):
+    """Whole and ragged 256 x 256 tiles, built and run (the large variant runs on machines of
+    up to 4 threads for the first size, 5 for the second)."""
+    check_text(LINEAR, dims)
+
+
+def test_cpu_large_tile_matches_the_reference_in_the_tile_interpreter():
+    """The Tile IR of the large variant at a size whose 2 x 2 grid of large tiles the
+    interpreter (1 thread) picks, ragged in M, N and K."""
+    dims = dict(M=300, N=270, K=70)
+    _, m0, m = compile_text(LINEAR, "k.tile", "cpu")
+    g, prog = m0.graphs[0], m.programs[0]
+    picked = interp_tile.pick_variants(prog, dims)
+    assert [k.name for k in picked] == ["linear_k0_large"]
+    inputs = interp.random_inputs(g, dims, 1, False)
+    got = interp_tile.run_program(picked, inputs, dims, ["C"])
+    assert interp.rel_error(got["C"], interp.run_graph(g, inputs, dims)["C"]) <= \
+        interp.tolerance("f32")

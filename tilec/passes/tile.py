@@ -854,6 +854,13 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         out.append((name, small, replace(cfg, split=None)))
         if M.op == "const":
             break
+    large = target.resources.gemm_large_tile
+    if large:
+        (bm, bn, bk), per_thread = large
+        _, _, _, stages, threads = target.gemm_config(sched, scalar=False)
+        blocks = N.cdiv(bn) * M.cdiv(bm) * numel(batch)
+        out.append(("_large", Dim.bin("ge", blocks, Dim.sym(T.THREADS) * per_thread),
+                    GemmVariant((bm, bn, bk), threads, stages)))
     out.append(("", None, None))
     # conditions that fold to true end the list; those that fold to false never run
     kept = []

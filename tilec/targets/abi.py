@@ -70,8 +70,11 @@ def scalar_params(g) -> set:
     return {p.name for p in g.params if p.is_scalar}
 
 
-def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: list) -> dict:
-    """Everything the shared header and launcher templates print for one source kernel."""
+def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: list,
+                     threads: str | None = None) -> dict:
+    """Everything the shared header and launcher templates print for one source kernel.
+    `threads`: the C expression of the threads a call may use (`T.THREADS` in a variant's
+    condition), on targets whose variants ask for it."""
     abi, arg_docs, checks, scalars = [], [], [], []
     tensors = [(p, "input") for p in g.params] + [(p, "output") for p in g.outputs]
     for p, role in tensors:
@@ -117,7 +120,10 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                                decl=f"{w.name}: {w.dtype}[{', '.join(str(d) for d in w.shape)}]"))
         offset = f"tilec::workspace_align({offset} + {size})"
     scalar_names = scalar_params(g)
-    launches = []
+    launches, uses_threads = [], False
+
+    def launcher_name(s: str) -> str:
+        return s if s == T.THREADS else cname(s)
     for variants in prog.slots():
         opts = []
         for parts in variants:
@@ -128,7 +134,12 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                 args += [cname(s) for s in g.symbols] + target_args
                 calls.append(f"tilec_launch_{k.name}({', '.join(args)})")
             when = parts[0].when
-            opts.append(dict(calls=calls, when=None if when is None else when.c(cname)))
+            if when is not None and T.THREADS in when.symbols():
+                if threads is None:
+                    raise AssertionError(f"{parts[0].name}: a variant condition on the threads "
+                                         "of a target that does not count them")
+                uses_threads = True
+            opts.append(dict(calls=calls, when=None if when is None else when.c(launcher_name)))
         launches.append(opts)
     doc_lines = (g.doc or "").splitlines() or [""]
     info_args = []
@@ -146,7 +157,10 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                 call_args=[cname(p.name) for p, _ in tensors] + [cname(s) for s in g.symbols],
                 target_params=target_params, target_args=target_args, checks=checks,
                 dim_checks=dim_checks(g),
-                scalars=scalars, workspaces=workspaces, workspace_bytes=offset,
+                scalars=scalars + ([f"const int64_t {T.THREADS} = {threads};  // threads a "
+                                    "call may use (variants by grid size)"]
+                                   if uses_threads else []),
+                workspaces=workspaces, workspace_bytes=offset,
                 workspace_align=WORKSPACE_ALIGN, launches=launches, statuses=STATUSES,
                 title=f"{g.name}: {doc_lines[0]}" if g.doc else g.name, doc_lines=doc_lines,
                 arg_docs=arg_docs, dim_names=list(g.symbols),

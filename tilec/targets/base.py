@@ -38,6 +38,11 @@ class Resources:
     # (condition on M, (M, N, K), threads, stages): GEMM variants the launcher picks from by the
     # dims at run time, tried in order before the default tile (decode sizes, skinny problems)
     gemm_variants: tuple = ()
+    # ((M, N, K), blocks per thread): a GEMM whose grid of that (larger) tile still gives each
+    # of the threads a call may use (the launcher's `tilec_threads`) that many blocks takes it,
+    # chosen at run time before the default tile (more rows share each staged tile of B); ()
+    # = none
+    gemm_large_tile: tuple = ()
     # (blocks, least K tiles per split, blocks per SM): a decode variant also comes split over K
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never
     split_k: tuple = ()
