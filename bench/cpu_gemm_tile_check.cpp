@@ -3,7 +3,8 @@
 //
 // Build & run:
 //   g++ -std=c++17 -O3 -march=native -fopenmp -fno-math-errno -Wall -Wextra
-//       -I tilec/templates/cpu bench/cpu_gemm_tile_check.cpp -o /tmp/cpu_gemm_tile_check
+//       -I tilec/templates/cpu -I tilec/templates/common
+//       bench/cpu_gemm_tile_check.cpp -o /tmp/cpu_gemm_tile_check
 //   /tmp/cpu_gemm_tile_check [BM BN BK] [--sweep]
 // Compare with numpy (OpenBLAS) on the same machine:
 //   env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python3 -c "import numpy as np,time;
