@@ -414,6 +414,10 @@ def test_cpu_large_grids_take_the_large_tile_while_every_thread_gets_its_blocks(
             (blocks >= per_thread * threads)
     cpp = driver.render(driver.Source("k.tile", LINEAR), m, "cpu")["linear.cpp"]
     assert f"const int64_t {T.THREADS} = omp_get_max_threads();" in cpp
+    # a schedule's `threads` is the team the condition counts
+    text = LINEAR + "\nschedule linear:\n    target cpu:\n        threads 3\n"
+    src, _, m = compile_text(text, "k.tile", "cpu")
+    assert f"const int64_t {T.THREADS} = 3;" in driver.render(src, m, "cpu")["linear.cpp"]
 
 
 @pytest.mark.parametrize("dims", [dict(M=1024, N=1024, K=40), dict(M=1000, N=1030, K=300)])

@@ -16,7 +16,6 @@ THREADS = "tilec_threads"
 
 
 # ---- expressions -------------------------------------------------------------------------
-
 @dataclass(frozen=True, slots=True)
 class Var:
     name: str

@@ -491,7 +491,7 @@ def render(target, src, m, env, banner, options) -> dict:
     def kernel_context(g, prog):
         sched = m.schedule_for(g.name, target.name)
         threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
-        ctx = launcher_context(g, prog, [], [], threads="omp_get_max_threads()")
+        ctx = launcher_context(g, prog, [], [], threads=threads)
         ctx["kernels"] = [render_kernel(k, g.symbols, threads) for k in prog.kernels]
         ctx["release_scratch"] = "tilec_scratch_cache.release();"
         return ctx
@@ -526,8 +526,8 @@ CPU = Target(
         # passes of the GEMV over the 8 MB of weights, docs/PERFORMANCE.md)
         gemv_mma=(8192, 1, 16, 256, 1), gemv_mma_dtypes=("f32",), gemv_mma_max_m=16,
         # 256 x 256 tiles when every thread gets 4 of them: each staged 256 x 256 tile of B
-        # serves 256 rows instead of 128 (f32 1024^3 on 2 cores of Zen 4: 6.8 -> 6.1 ms, 2048^3
-        # 59.7 -> 50.2 ms; docs/PERFORMANCE.md); fewer blocks keep the 128-row tile, so a
+        # serves 256 rows instead of 128 (f32 1024^3 on 2 cores of Zen 4: 6.35-6.54 -> 6.12-6.21
+        # ms, 2048^3 57.5-58.4 -> 50.8 ms; docs/PERFORMANCE.md); fewer blocks keep the 128-row tile, so a
         # machine with many cores still gets a block per core
         gemm_large_tile=((256, 256, 256), 4)),
     toolchain=Toolchain("CXX", "g++", "C++17 compiler"),
