@@ -526,9 +526,9 @@ CPU = Target(
         # passes of the GEMV over the 8 MB of weights, docs/PERFORMANCE.md)
         gemv_mma=(8192, 1, 16, 256, 1), gemv_mma_dtypes=("f32",), gemv_mma_max_m=16,
         # 256 x 256 tiles when every thread gets 4 of them: each staged 256 x 256 tile of B
-        # serves 256 rows instead of 128 (f32 1024^3 on 2 cores of Zen 4: 6.35-6.54 -> 6.12-6.21
-        # ms, 2048^3 57.5-58.4 -> 50.8 ms; docs/PERFORMANCE.md); fewer blocks keep the 128-row tile, so a
-        # machine with many cores still gets a block per core
+        # serves 256 rows instead of 128 (f32 on 2 cores of Zen 4: 1024^3 6.35-6.54 -> 6.12-6.21
+        # ms, 2048^3 57.5-58.4 -> 50.8 ms; docs/PERFORMANCE.md); fewer blocks keep the 128-row
+        # tile, so a machine with many cores still gets a block per core
         gemm_large_tile=((256, 256, 256), 4)),
     toolchain=Toolchain("CXX", "g++", "C++17 compiler"),
     lowering=(
