@@ -370,10 +370,12 @@ def test_gemm_overlaps_the_end_of_its_k_loop_where_the_copies_lie_inside():
     lowered = T.print_kernel(next(k for p in compile_text(text, "g.tile", "cuda")[2].programs
                                   for k in p.kernels if k.name == "gemm_bias_relu_k0"))
     assert "gemm_load(A_s[0], B_s[0], acc)" in lowered
-    # the copies of later tiles go into the gemm too, issued among its k-steps
-    assert re.search(r"gemm\(A_s\[k % (\d)\], B_s\[k % \1\], acc, during=\[if k \+ \d < .*: "
-                     r"copy_async\(A\[.*\]\); copy_async\(B\[.*\]\); commit\(\)\], "
-                     r"then=\[wait\(\d\); barrier\(\)\], next=\(k \+ 1\) % \1\)", lowered), lowered
+    # the copies of a later tile into the stage this iteration read go into the gemm too, after
+    # the barrier: tile k + S, S - 1 iterations ahead of its use
+    assert re.search(r"gemm\(A_s\[k % (\d)\], B_s\[k % \1\], acc, then=\[wait\(\d\); barrier\(\)\], "
+                     r"next=\(k \+ 1\) % \1, refill=\[if k \+ \1 < .*: "
+                     r"copy_async\(A\[.*\], A_s\[k % \1\]\); copy_async\(B\[.*\], B_s\[k % \1\]\); "
+                     r"commit\(\)\]\)", lowered), lowered
     assert "# copies inside their tensors if" in lowered
     kernel = cuda_kernel_sources(text)["gemm_bias_relu_k0"]
     test, rest = kernel.split("// the copies of every iteration read whole chunks inside the tensors", 1)
@@ -385,11 +387,13 @@ def test_gemm_overlaps_the_end_of_its_k_loop_where_the_copies_lie_inside():
     assert "copy_g2s_inside<" in inside and "copy_g2s<" not in inside
     assert "gemm_ss_overlapped(" in inside and inside.count("__syncthreads") == 1  # in the gemm
     assert "copy_g2s<" in edge and "gemm_ss<" in edge and "gemm_ss_overlapped" not in edge
-    # the stages k % 3, (k + 1) % 3, (k + 2) % 3: a 32-bit counter, not 64-bit remainders
+    # the stages k % 3 and (k + 1) % 3 (the overlapped gemm's next): a 32-bit counter, not 64-bit
+    # remainders
     for version in (inside, edge):
         assert re.search(r"tilec_k_mod(\d) = tilec_k_mod\1 \+ 1 == \1 \? 0", version)
         code = re.sub(r"//.*", "", version)
-        assert "wrap_add<" in code and not re.search(r"k( \+ \d\))? % \d", code)
+        assert ("wrap_add<" in code) == (version is inside)
+        assert not re.search(r"k( \+ \d\))? % \d", code)
 
 
 def test_window_offsets_that_grow_with_k_bound_the_copies_of_every_iteration():

@@ -260,7 +260,7 @@ class Gemm:
     # first k-step's fragments of stage `next_stage` load while the last k-step computes
     sync: tuple = ()
     next_stage: object = None
-    during: tuple = ()  # overlapped: statements (later tiles' copies) run among the k-steps
+    refill: tuple = ()  # overlapped: statements run after `sync` (later tiles' copies into the stage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,9 +447,9 @@ def walk_stmts(stmts):
         elif isinstance(s, If):
             yield from walk_stmts(s.body)
             yield from walk_stmts(s.orelse)
-        elif isinstance(s, Gemm) and (s.during or s.sync):  # an overlapped gemm's statements
-            yield from walk_stmts(s.during)
+        elif isinstance(s, Gemm) and (s.sync or s.refill):  # an overlapped gemm's statements
             yield from walk_stmts(s.sync)
+            yield from walk_stmts(s.refill)
 
 
 # ---- printer -----------------------------------------------------------------------------
@@ -548,10 +548,10 @@ def print_stmts(stmts, indent: int) -> list:
                           ", transpose_b=True" if s.transpose_b else ""])
             a = s.a if s.a_stage is None else f"{s.a}[{fmt(s.a_stage)}]"
             b = s.b if s.b_stage is None else f"{s.b}[{fmt(s.b_stage)}]"
-            if s.during:
-                kw += f", during=[{_inline(s.during)}]"
             if s.next_stage is not None:
                 kw += f", then=[{_inline(s.sync)}], next={fmt(s.next_stage)}"
+            if s.refill:
+                kw += f", refill=[{_inline(s.refill)}]"
             out.append(f"{pad}gemm({a}, {b}, {s.c}{kw})")
         elif isinstance(s, GemmLoad):
             g = s.gemm

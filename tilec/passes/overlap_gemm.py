@@ -1,22 +1,21 @@
 """Overlap the end of each pipelined K loop iteration with its GEMM (GPU targets, after `barriers`).
 
-The pipeline pass ends iteration k of a pipelined loop with the wait for iteration k+1's tiles and
-a barrier. When the body ends with a gemm on the matrix units whose operands are both staged
-tiles of this iteration, that sync moves into the gemm, before its last k-step: the last k-step
-computes from registers while the warp meets the barrier and loads the first k-step's fragments of
-the next stage, so the matrix units keep working across K tiles:
+The pipeline pass ends iteration k of a pipelined loop with the wait for iteration k+1's tiles, a
+barrier, and the copies of iteration k+S into the stage k has read (the refill). When the body
+ends with a gemm on the matrix units whose operands are both staged tiles of this iteration, that
+sync and refill move into the gemm, before its last k-step: the last k-step computes from
+registers while the warp meets the barrier, loads the first k-step's fragments of the next stage
+and issues the refill's copies, so the matrix units keep working across K tiles:
 
-    wait(S - 2)
+    wait(S - 1)
     barrier()
     gemm_load(A_s[0], B_s[0], acc)                   # the first k-step's fragments of tile 0
     for k in range(n):
-        gemm(A_s[k % S], B_s[k % S], acc, during=[if k + S - 1 < n: copy_async(...); commit()],
-             then=[wait(S - 2); barrier()], next=(k + 1) % S)
+        gemm(A_s[k % S], B_s[k % S], acc, then=[wait(S - 2); barrier()], next=(k + 1) % S,
+             refill=[if k + S < n: copy_async(..., A_s[k % S]); ...; commit()])
 
-The copies of later tiles that the pipeline issues just before the gemm go into it too
-(`during`): they are issued at its second k-step, among the mma. Nothing else in the body may
-write the operands (the fragments of the next stage load before the body's other statements of
-the next iteration run).
+Nothing else in the body may write the operands (the fragments of the next stage load before the
+body's other statements of the next iteration run).
 """
 
 from __future__ import annotations
@@ -30,7 +29,9 @@ from .rewrite import mod_of_var, written_by
 
 def _overlap(loop: T.For, allocs: dict, resources):
     """(GemmLoad, loop) with the loop's last gemm overlapped; None when it does not apply."""
-    body = loop.body
+    body, refill = loop.body, ()
+    if len(body) >= 2 and isinstance(body[-1], T.Commit) and _only_async_copies(body[-2]):
+        body, refill = body[:-2], body[-2:]  # the copies of a later tile: into the gemm too
     if loop.kind != "range" or len(loop.vars) != 1 or len(body) < 3 or \
        not isinstance(body[-2], T.Wait) or not isinstance(body[-1], T.Barrier) or \
        not isinstance(body[-3], T.Gemm):
@@ -46,15 +47,12 @@ def _overlap(loop: T.For, allocs: dict, resources):
         return None
     nxt = T.imod(T.iadd(T.Var(k), T.iconst(1)), T.iconst(stage[1]))
     first = replace(g, a_stage=T.iconst(0), b_stage=T.iconst(0))
-    rest, during = body[:-3], ()
-    if len(rest) >= 2 and isinstance(rest[-1], T.Commit) and _only_async_copies(rest[-2]):
-        rest, during = rest[:-2], rest[-2:]  # the copies of later tiles: among the k-steps
-    return T.GemmLoad(first), replace(loop, body=rest + (
-        replace(g, sync=body[-2:], next_stage=nxt, during=during),))
+    return T.GemmLoad(first), replace(loop, body=body[:-3] + (
+        replace(g, sync=body[-2:], next_stage=nxt, refill=refill),))
 
 
 def _only_async_copies(st) -> bool:
-    """`st` issues asynchronous copies and nothing else (the pipeline's `if k + S - 1 < n:`)."""
+    """`st` issues asynchronous copies and nothing else (the pipeline's `if k + S < n:`)."""
     inner = st.body + st.orelse if isinstance(st, T.If) else (st,)
     return bool(inner) and all(isinstance(x, T.Copy) and x.async_ for x in inner)
 

@@ -3,21 +3,23 @@ tile copies of later iterations with the compute of this one.
 
 On a target with asynchronous global -> shared copies (GPU cp.async), every shared buffer that
 the loop body fills with a top-level `copy` gets S stages (a leading axis); a prologue issues the
-copies of the first S-1 iterations and waits for the first; iteration k issues the copies of
-iteration k+S-1 into the stage freed by iteration k-1, computes on stage k % S, then waits for the
-tiles of iteration k+1 (a loop that waits at the start of each iteration, rotated):
+copies of the first S iterations and waits for the first; iteration k computes on stage k % S,
+waits for the tiles of iteration k+1, and once every thread is past its reads of stage k % S (the
+barrier), issues the copies of iteration k+S into it. The wait that ends an iteration (rather than
+starting the next) lets a GEMM that ends the body run its last k-step across it (overlap_gemm);
+the refill right after the barrier gives each copy S - 1 whole iterations to land:
 
-    for s in range(S - 1):                       # prologue
+    for s in range(S):                           # prologue
         if s < n: copy_async(src(s), buf[s])
         commit()
-    wait(S - 2)                                  # the group of iteration 0 has landed
+    wait(S - 1)                                  # the group of iteration 0 has landed
     barrier()                                    # ... for every thread
     for k in range(n):
-        if k + S - 1 < n: copy_async(src(k + S - 1), buf[(k + S - 1) % S])
-        commit()                                 # (stage (k-1) % S is free: the barrier below)
         <body, reading buf[k % S]>
         wait(S - 2)                              # the group of iteration k + 1 has landed
         barrier()                                # ... for every thread; stage k % S is free
+        if k + S < n: copy_async(src(k + S), buf[k % S])
+        commit()                                 # (one group per iteration, empty or not)
 
 A tile the body computes with a parallel loop (a dequantized weight tile, a prologue) reads its
 inputs with ordinary loads that would stall every iteration; first, each global tensor such a loop
@@ -110,9 +112,8 @@ def _pipelined(loop: T.For, allocs: dict, params: dict):
     while s in loop.vars or s in allocs or s in params:
         s += "_"
     sv = T.Var(s)
-    prologue = [T.For((s,), (T.iconst(S - 1),), "range", (
+    prologue = [T.For((s,), (T.iconst(S),), "range", (
         T.If(T.ilt(sv, n), issue(sv, sv)), T.Commit()))]
-    ahead = T.iadd(kv, T.iconst(S - 1))
     stage_k = T.imod(kv, T.iconst(S))
 
     def staged_read(e):
@@ -128,13 +129,11 @@ def _pipelined(loop: T.For, allocs: dict, params: dict):
             st = replace(st, a_stage=stage_k if st.a in staged else st.a_stage,
                          b_stage=stage_k if st.b in staged else st.b_stage)
         body.append(map_exprs(st, staged_read))
-    # the wait for the next iteration's tiles ends this one (rather than starting the next): a
-    # GEMM that ends the body can then run its last k-step after it, on registers, while the
-    # next tiles' first fragments load (overlap_gemm)
-    head = (T.If(T.ilt(ahead, n), issue(ahead, T.imod(ahead, T.iconst(S)))), T.Commit())
+    ahead = T.iadd(kv, T.iconst(S))
     sync = (T.Wait(S - 2), T.Barrier())
-    prologue += list(sync)
-    return prologue, replace(loop, kind="range", body=head + tuple(body) + sync, stages=1,
+    refill = (T.If(T.ilt(ahead, n), issue(ahead, stage_k)), T.Commit())
+    prologue += [T.Wait(S - 1), T.Barrier()]
+    return prologue, replace(loop, kind="range", body=tuple(body) + sync + refill, stages=1,
                              inside=_inside(copies, allocs, params, k, n)), staged
 
 

@@ -55,7 +55,7 @@ def map_exprs(st, fn):
     changes = {}
     for f in fields(st):
         v = getattr(st, f.name)
-        if f.name in ("body", "orelse", "during", "sync"):
+        if f.name in ("body", "orelse", "sync", "refill"):
             new = tuple(map_exprs(x, fn) for x in v)
             if any(a is not b for a, b in zip(new, v)):
                 changes[f.name] = new

@@ -438,21 +438,21 @@ class CudaRenderer(CStyleRenderer):
         ta = str(s.transpose_a).lower()
         if mma and s.next_stage is not None and not self.edge_version:
             # overlapped: the k-steps' fragments (the first loaded before) and, before the last
-            # k-step, the sync statements and the loads of the next stage's first fragments; the
-            # copies of later tiles among the k-steps
+            # k-step, the sync statements, the loads of the next stage's first fragments and the
+            # copies of a later tile into the stage this iteration read
             self.emit(f"tilec::gemm_ss_overlapped({self.fragments(s)}, {ptr(s.a, s.a_stage)}, "
                       f"{ptr(s.b, s.b_stage)}, {ptr(s.a, s.next_stage)}, {ptr(s.b, s.next_stage)}, "
                       f"{cname(s.c)},", depth)
             for part, last, what in ((s.sync, False, "before the last k-step"),
-                                     (s.during, True, "at the second k-step (the first if only one)")):
+                                     (s.refill, True, "after it: the stage this iteration read")):
                 self.emit(f"[&] {{  // {what}", depth + 2)
                 self.stmts(part, depth + 3)
                 self.emit("});" if last else "},", depth + 2)
-        elif mma:  # (an overlapped gemm in the edge version: its statements around a plain one)
-            self.stmts(s.during, depth)
+        elif mma:  # (an overlapped gemm in the edge version: its statements after a plain one)
             self.emit(f"tilec::gemm_ss<{self.ss_params(s)}>({ptr(s.a, s.a_stage)}, "
                       f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
             self.stmts(s.sync, depth)
+            self.stmts(s.refill, depth)
         else:
             acc = STORE[c.dtype]
             self.emit(f"tilec::gemm_simt<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}, "

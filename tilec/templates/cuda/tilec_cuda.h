@@ -850,17 +850,17 @@ struct SsFragments {
 
 // gemm_ss for the last statement of a pipelined K loop, overlapped with the loop's end: the
 // k-steps compute from fragments loaded one step ahead (the first by the previous call); before
-// the last k-step, `sync()` (the loop's wait for its next tiles and barrier) runs and the first
-// fragments of the next tiles (An, Bn) load while the last k-step's mma run. Without it the
-// matrix units idle at every K tile while the warp waits at the barrier and for its first loads.
-// `during()` (the loop's copies of later tiles) runs at the start of the second k-step (of the
-// first, when there is one), among the mma rather than before them all.
+// the last k-step, `sync()` (the loop's wait for its next tiles and barrier) runs, the first
+// fragments of the next tiles (An, Bn) load and `refill()` (the copies of a later tile into the
+// stage this call read, free after the barrier) is issued, while the last k-step's mma run.
+// Without it the matrix units idle at every K tile while the warp waits at the barrier and for
+// its first loads.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
-          class K, class Sync, class During>
+          class K, class Sync, class Refill>
 TILEC_DEV void gemm_ss_overlapped(SsFragments<BM, BN, BK, WARPS_M, WARPS_N, TA, TB, LA, LB, K>& f,
                                   const typename K::storage* As, const typename K::storage* Bs,
                                   const typename K::storage* An, const typename K::storage* Bn,
-                                  float* acc, Sync sync, During during) {
+                                  float* acc, Sync sync, Refill refill) {
     typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
     static_assert(BK % 16 == 0, "the K tile is a multiple of 16");
     constexpr int KS = BK / 16;
@@ -869,13 +869,13 @@ TILEC_DEV void gemm_ss_overlapped(SsFragments<BM, BN, BK, WARPS_M, WARPS_N, TA, 
 #pragma unroll
     for (int s = 0; s < KS; ++s) {
         const int cur = s % 2;
-        if (s == (KS > 1 ? 1 : 0)) during();
         if (s + 1 < KS) {
             fa.load(f.a[cur ^ 1], (s + 1) * 16);
             fb.load(f.b[cur ^ 1], (s + 1) * 16);
         } else {
             sync();
             f.load(An, Bn, cur ^ 1);
+            refill();
         }
         mma_step<W::MI, W::NI, K>(acc, f.a[cur], f.b[cur]);
     }
