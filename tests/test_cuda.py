@@ -396,6 +396,27 @@ def test_gemm_overlaps_the_end_of_its_k_loop_where_the_copies_lie_inside():
         assert not re.search(r"k( \+ \d\))? % \d", code)
 
 
+def test_gemm_epilogue_runs_unguarded_where_the_blocks_tile_lies_inside():
+    """A GEMM's epilogue (a loop over the accumulator) runs twice: the blocks whose whole tile
+    lies inside the output (and whose vector accesses are aligned), tested once per block, store
+    without per-row tests or per-group counts; the blocks at the edges keep them. Attention's
+    output loop (its accumulator from P in registers) keeps one version."""
+    text = (SAMPLES / "gemm_bias_relu.tile").read_text()
+    kernel = cuda_kernel_sources(text)["gemm_bias_relu_k0"]
+    epilogue = kernel[kernel.rindex("tilec::cp_async_commit();"):]
+    test, rest = epilogue.split("// the block's whole tile lies inside the tensors", 1)
+    cond = test.rsplit("if (", 1)[1]
+    assert all(x in cond for x in ("M - by * 128 >= 128", "N - bx * 128 >= 128",
+                                   "vec_aligned<2, tilec::Plain<uint16_t>>(C)",
+                                   "vec_aligned<2, tilec::Plain<uint16_t>>(bias)")), cond
+    whole, edge = rest.split("} else {", 1)
+    assert "< M" not in whole and "tilec::imin(" not in whole and "store_vec_whole<2" in whole
+    assert "by * 128 + i < M" in edge and "tilec::imin(2, N - bx * 128" in edge
+    assert "store_vec<2" in edge and "store_vec_whole" not in edge
+    attention = cuda_kernel_sources((SAMPLES / "attention.tile").read_text())
+    assert not any("the block's whole tile" in k for k in attention.values())
+
+
 def test_window_offsets_that_grow_with_k_bound_the_copies_of_every_iteration():
     """A pipelined loop's copies lie inside their tensors in every iteration when the last
     window does, which holds for offsets that never decrease as k grows; the pipeline pass

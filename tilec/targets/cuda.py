@@ -638,7 +638,49 @@ class CudaRenderer(CStyleRenderer):
         loop = self.loop_parts(s)
         # in the kernel's whole version (version_whole) a loop listed there runs unguarded
         aligned = self.whole.get(id(s)) if self.whole is not None else None
-        self.groups(loop, aligned, depth)
+        tile = self.whole_tile(loop) if self.whole is None else None
+        if tile is None:
+            self.groups(loop, aligned, depth)
+            return
+        # an accumulator's loop (a GEMM epilogue), twice: the blocks whose whole tile lies
+        # inside the tensors run it without per-row tests, per-group counts or alignment
+        # tests (the test is the block's, so its threads take one version)
+        conds, aligned, rows_inside = tile
+        self.emit(f"if ({' && '.join(conds)}) {{", depth)
+        self.emit("// the block's whole tile lies inside the tensors; its vector accesses are "
+                  "aligned", depth + 1)
+        self.groups(loop, aligned, depth + 1, rows_inside)
+        self.emit("} else {", depth)
+        self.groups(loop, None, depth + 1)
+        self.emit("}", depth)
+
+    def whole_tile(self, loop):
+        """For a loop over an mma accumulator's groups with row or column bounds: (the
+        block-uniform condition under which all of the layout's rows and columns lie inside the
+        bounds and its vector accesses are aligned, those accesses, the row conditions it
+        covers), else None."""
+        s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other = loop
+        if not isinstance(L, MmaLayout) or orelse or \
+                any(isinstance(st, _COLLECTIVE) for st in T.walk_stmts(body)):
+            return None
+        # only after gemms of two shared tiles: attention's (P in registers) holds too much in
+        # registers already (a second version spilled 20 bytes at D <= 96)
+        accs = {ld.buf for st in body for ld in loads_in(st)
+                if isinstance(getattr(self.allocs.get(ld.buf), "layout", None), MmaLayout)}
+        gemms = [g for g in T.walk_stmts(self.k.body) if isinstance(g, T.Gemm) and g.c in accs]
+        if not gemms or any(self.allocs[g.a].scope != "shared" for g in gemms):
+            return None
+        rows = []
+        for c in row_conds:
+            hit = split_bound(c, (ivar,)) if ivar is not None else None
+            if hit is not None:
+                rows.append((c, hit[1], hit[2]))
+        hit = self.whole_groups(*loop, uniform=True) if col_bounds else ([], set(), [])
+        if hit is None or not (rows or col_bounds):
+            return None
+        conds, aligned, _ = hit
+        conds = [f"{self.expr(T.isub(bound, base))} >= {L.rows}" for _, base, bound in rows] + conds
+        return conds, aligned, tuple(c for c, _, _ in rows)
 
     def loop_parts(self, s: T.For) -> tuple:
         """(loop, layout, row var, column var, body, else branch, row conditions, column bounds
@@ -691,6 +733,8 @@ class CudaRenderer(CStyleRenderer):
         # places and hang; then the test is the block's (its whole tile inside the bounds)
         uniform = any(isinstance(st, _COLLECTIVE) for st in T.walk_stmts(body))
         for st, outer in _parallel_loops(body):
+            if isinstance(st.by, MmaLayout):
+                continue  # (an accumulator's loop is versioned on its own: whole_tile)
             if outer and not self.reads_packed(st):
                 # inside sequential loops only where whole words of 4-bit values replace a test
                 # and a value-by-value path per word (a decode GEMV); elsewhere the unguarded
@@ -728,8 +772,8 @@ class CudaRenderer(CStyleRenderer):
         every group of the thread is whole and every vector access of a global tensor along
         the columns aligned, those accesses), else None. `uniform`: a condition the same for
         every thread of the block (all the layout's columns inside the bounds)."""
-        if not isinstance(L, VecLayout) or L.groups() is None or jvar is None or \
-                not col_bounds or L.vec == 1 or orelse:
+        if not isinstance(L, (VecLayout, MmaLayout)) or L.groups() is None or jvar is None or \
+                not col_bounds or L.vec == 1 or orelse or (isinstance(L, MmaLayout) and not uniform):
             return None
         conds = []
         if uniform:
@@ -774,9 +818,10 @@ class CudaRenderer(CStyleRenderer):
             aligned.add(x if isinstance(x, T.Load) else id(x))  # as vec_loads / vec_stores key them
         return conds, aligned, [e for b in col_bounds for e in b]
 
-    def groups(self, loop, aligned, depth):
+    def groups(self, loop, aligned, depth, rows_inside=()):
         """The loop over the thread's groups; `aligned`: the loop's whole version (every group
-        whole, these vector accesses aligned), else None."""
+        whole, these vector accesses aligned), else None; `rows_inside`: row conditions known
+        to hold (not tested)."""
         s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other = loop
         streaming = L.groups() is None
         d = depth
@@ -800,7 +845,7 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"(void){cname(ivar)};", d)
             if _const(s.extents[0]) != L.rows:
                 conds.append(f"{cname(ivar)} < {self.expr(s.extents[0])}")
-        conds += [self.expr(c) for c in row_conds]
+        conds += [self.expr(c) for c in row_conds if c not in rows_inside]
         ok = None
         if conds and not orelse:  # the whole group is skipped where a row condition fails
             self.emit(f"if ({' && '.join(conds)}) {{", d)
