@@ -678,7 +678,11 @@ class CudaRenderer(CStyleRenderer):
         hit = self.whole_groups(*loop, uniform=True) if col_bounds else ([], set(), [])
         if hit is None or not (rows or col_bounds):
             return None
-        conds, aligned, _ = hit
+        conds, aligned, bounds = hit
+        # the test is the block's, before the loop: bounds that move with the loop's own
+        # variables (a column bound in i) are not one test
+        if any(uses_var(e, s.vars) for e in bounds + [e for _, b, c in rows for e in (b, c)]):
+            return None
         conds = [f"{self.expr(T.isub(bound, base))} >= {L.rows}" for _, base, bound in rows] + conds
         return conds, aligned, tuple(c for c, _, _ in rows)
 
