@@ -417,6 +417,39 @@ def test_gemm_epilogue_runs_unguarded_where_the_blocks_tile_lies_inside():
     assert not any("the block's whole tile" in k for k in attention.values())
 
 
+def test_gemm_epilogue_keeps_one_guarded_version_when_a_bound_moves_with_its_rows():
+    """The whole-tile test is one test per block, before the epilogue loop: a column bound that
+    moves with the loop's own row variable (here j < N - i) cannot be part of it, so only the
+    guarded loop is rendered, and it keeps that bound per row."""
+    from dataclasses import replace
+
+    from tilec.passes.rewrite import map_stmts
+    src, _, m = compile_text((SAMPLES / "gemm_bias_relu.tile").read_text(), "g.tile", "cuda")
+    edited = []
+
+    def moving_bound(st):
+        if not (isinstance(st, T.For) and st.kind == "parallel" and st.vars == ("i", "j")):
+            return None
+        rows, cols = st.body[0].cond.a, st.body[0].cond.b
+        assert cols.b == T.Var("N"), cols
+        cols = replace(cols, b=T.isub(T.Var("N"), T.Var("i")))
+        edited.append(st)
+        return [replace(st, body=(replace(st.body[0], cond=replace(st.body[0].cond, b=cols)),))]
+
+    prog = m.programs[0]
+    kernels = tuple(replace(k, body=map_stmts(k.body, moving_bound)) for k in prog.kernels)
+    assert len(edited) == 1  # the epilogue loop of the one GEMM kernel
+    m = replace(m, programs=(replace(prog, kernels=kernels),) + tuple(m.programs[1:]))
+    files = driver.render(src, m, "cuda", {"arch": ("sm_90",)})
+    kernel = "\n".join(v for k, v in files.items() if k.endswith(".cu"))
+    kernel = kernel[kernel.index("void __launch_bounds__(128, 1) gemm_bias_relu_k0("):]
+    kernel = kernel[:kernel.index("\n}\n")]
+    epilogue = kernel[kernel.rindex("tilec::cp_async_commit();"):]
+    assert "the block's whole tile" not in epilogue
+    assert "by * 128 + i < M" in epilogue and "N - i" in epilogue
+    assert "store_vec<2" in epilogue and "store_vec_whole" not in epilogue
+
+
 def test_window_offsets_that_grow_with_k_bound_the_copies_of_every_iteration():
     """A pipelined loop's copies lie inside their tensors in every iteration when the last
     window does, which holds for offsets that never decrease as k grows; the pipeline pass
