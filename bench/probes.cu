@@ -257,6 +257,12 @@ __device__ __forceinline__ uint4 ld16(const void* p, uint64_t pol, bool hint) {
     return v;
 }
 
+// a 16-byte store with an L2 cache policy
+__device__ __forceinline__ void st16(void* p, uint4 v, uint64_t pol) {
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, %5;"
+                 :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(pol) : "memory");
+}
+
 template <int HINTS>
 __global__ void __launch_bounds__(RT) rms_two_pass(const __half* __restrict__ X, const __half* __restrict__ w,
                                                    float eps, __half* __restrict__ Y, int64_t R) {
@@ -284,7 +290,10 @@ __global__ void __launch_bounds__(RT) rms_two_pass(const __half* __restrict__ X,
 
 // 512 threads per row at 4 blocks per SM (32 registers: the whole SM's threads resident, as
 // torch.compile's Triton kernel runs): ONE_PASS 1 holds the row's 2 vectors per thread in
-// registers (w loaded with them), 0 reads the row twice like rms_two_pass<1>.
+// registers (w loaded with them), 0 reads the row twice like rms_two_pass<1>; 2 holds the row as 1
+// does with the row loaded evict_first and w evict_last, 3 as 2 with the stores evict_first too,
+// 4 as 1 with the row and w loaded evict_last, 5 as 1 with plain ld.global loads (not the
+// read-only path, .nc, that 1 compiles to).
 template <int ONE_PASS>
 __global__ void __launch_bounds__(512, 4) rms_512(const __half* __restrict__ X, const __half* __restrict__ w,
                                                   float eps, __half* __restrict__ Y, int64_t R) {
@@ -299,10 +308,13 @@ __global__ void __launch_bounds__(512, 4) rms_512(const __half* __restrict__ X, 
     const uint4* wv = reinterpret_cast<const uint4*>(w);
     uint4 x[Q], wr[Q];
 #pragma unroll
-    for (int q = 0; q < Q; ++q) x[q] = ONE_PASS ? xv[t + q * T] : ld16(xv + t + q * T, keep, true);
+    for (int q = 0; q < Q; ++q)
+        x[q] = ONE_PASS == 1 ? xv[t + q * T]
+             : ld16(xv + t + q * T, ONE_PASS == 2 || ONE_PASS == 3 ? drop : keep, ONE_PASS != 5);
     if (ONE_PASS) {
 #pragma unroll
-        for (int q = 0; q < Q; ++q) wr[q] = wv[t + q * T];
+        for (int q = 0; q < Q; ++q)
+            wr[q] = ONE_PASS == 1 ? wv[t + q * T] : ld16(wv + t + q * T, keep, ONE_PASS != 5);
     }
     float sq = sumsq(x);
 #pragma unroll
@@ -320,13 +332,16 @@ __global__ void __launch_bounds__(512, 4) rms_512(const __half* __restrict__ X, 
             x[q] = ld16(xv + t + q * T, drop, true);
             wr[q] = ld16(wv + t + q * T, keep, true);
         }
-        yv[t + q * T] = scale8(x[q], wr[q], v);
+        if (ONE_PASS == 3) st16(yv + t + q * T, scale8(x[q], wr[q], v), drop);
+        else yv[t + q * T] = scale8(x[q], wr[q], v);
     }
 }
 
 // ---- copies of n 16-byte vectors ------------------------------------------------------------
 // 0: tilec's elementwise shape (256 threads x 2 vectors per block); 1: persistent grid-stride,
-// 4 vectors per thread in flight
+// 4 vectors per thread in flight; 2-5: variant 0 with L2 cache policies: 2 the loads evict_first,
+// 3 the stores evict_first, 4 both, 5 the streaming forms (ld.global.cs / st.global.cs), 6 the
+// loads evict_last, 7 plain ld.global loads (variant 0's compile to the read-only path, .nc)
 template <int VARIANT>
 __global__ void __launch_bounds__(256) copy_probe(const uint4* __restrict__ x, uint4* __restrict__ y, int64_t n) {
     if (VARIANT == 0) {
@@ -334,6 +349,40 @@ __global__ void __launch_bounds__(256) copy_probe(const uint4* __restrict__ x, u
         const uint4 a = x[i], b = x[i + 256];
         y[i] = a;
         y[i + 256] = b;
+        return;
+    }
+    if (VARIANT >= 2) {
+        uint64_t drop, keep;
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
+        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+        const int64_t i = (int64_t)blockIdx.x * 512 + threadIdx.x;
+        uint4 a, b;
+        if (VARIANT == 2 || VARIANT == 4) {
+            a = ld16(x + i, drop, true);
+            b = ld16(x + i + 256, drop, true);
+        } else if (VARIANT == 7) {
+            a = ld16(x + i, 0, false);
+            b = ld16(x + i + 256, 0, false);
+        } else if (VARIANT == 6) {
+            a = ld16(x + i, keep, true);
+            b = ld16(x + i + 256, keep, true);
+        } else if (VARIANT == 5) {
+            a = __ldcs(x + i);
+            b = __ldcs(x + i + 256);
+        } else {
+            a = x[i];
+            b = x[i + 256];
+        }
+        if (VARIANT == 3 || VARIANT == 4) {
+            st16(y + i, a, drop);
+            st16(y + i + 256, b, drop);
+        } else if (VARIANT == 5) {
+            __stcs(y + i, a);
+            __stcs(y + i + 256, b);
+        } else {
+            y[i] = a;
+            y[i + 256] = b;
+        }
         return;
     }
     const int64_t stride = (int64_t)gridDim.x * 1024;
@@ -412,6 +461,10 @@ int probe_rms(int variant, const __half* X, const __half* w, float eps, __half* 
         case 5: rms_two_pass<1><<<(unsigned)R, RT, 0, s>>>(X, w, eps, Y, R); break;
         case 6: rms_512<1><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
         case 7: rms_512<0><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
+        case 8: rms_512<2><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
+        case 9: rms_512<3><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
+        case 10: rms_512<4><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
+        case 11: rms_512<5><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
         default: return 2;
     }
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
@@ -422,6 +475,12 @@ int probe_copy(int variant, const void* x, void* y, int64_t n16, int blocks, cud
     uint4* yv = static_cast<uint4*>(y);
     if (variant == 0) copy_probe<0><<<(unsigned)(n16 / 512), 256, 0, s>>>(xv, yv, n16);
     else if (variant == 1) copy_probe<1><<<(unsigned)blocks, 256, 0, s>>>(xv, yv, n16);
+    else if (variant == 2) copy_probe<2><<<(unsigned)(n16 / 512), 256, 0, s>>>(xv, yv, n16);
+    else if (variant == 3) copy_probe<3><<<(unsigned)(n16 / 512), 256, 0, s>>>(xv, yv, n16);
+    else if (variant == 4) copy_probe<4><<<(unsigned)(n16 / 512), 256, 0, s>>>(xv, yv, n16);
+    else if (variant == 5) copy_probe<5><<<(unsigned)(n16 / 512), 256, 0, s>>>(xv, yv, n16);
+    else if (variant == 6) copy_probe<6><<<(unsigned)(n16 / 512), 256, 0, s>>>(xv, yv, n16);
+    else if (variant == 7) copy_probe<7><<<(unsigned)(n16 / 512), 256, 0, s>>>(xv, yv, n16);
     else return 2;
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }

@@ -121,7 +121,7 @@ def rms(lib, stream, out: pathlib.Path) -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     occ = lib.probe_rms_occupancy()
     entries = {}
-    for v, blocks in ((0, 0), (1, 0), (4, 0), (5, 0), (6, 0), (7, 0), (2, sms * occ), (3, sms * occ)):
+    for v, blocks in ((0, 0), (1, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (9, 0), (10, 0), (11, 0), (2, sms * occ), (3, sms * occ)):
         def call(v=v, blocks=blocks):
             assert lib.probe_rms(v, X.data_ptr(), w.data_ptr(), eps, Y.data_ptr(), R, blocks, stream) == 0
         Y.fill_(float("nan"))
@@ -129,7 +129,11 @@ def rms(lib, stream, out: pathlib.Path) -> None:
         torch.cuda.synchronize()
         err = float((Y.float() - ref.float()).abs().max())
         label = {4: "probe 4 (two passes)", 5: "probe 5 (two passes, cache hints)", 6: "probe 6 (512 threads, 32 registers)",
-                 7: "probe 7 (512 threads, 32 registers, two passes, hints)"}.get(v, f"probe {v}") + (f", {blocks} blocks" if blocks else "")
+                 7: "probe 7 (512 threads, 32 registers, two passes, hints)",
+                 8: "probe 8 (as 6, the row loaded evict_first)",
+                 9: "probe 9 (as 8, the stores evict_first too)",
+                 10: "probe 10 (as 6, the row and w loaded evict_last)",
+                 11: "probe 11 (as 6, plain ld.global loads, not .nc)"}.get(v, f"probe {v}") + (f", {blocks} blocks" if blocks else "")
         print(f"  {label}: max abs error {err:.2e}")
         assert err < 2e-2, label
         entries[label] = call
@@ -141,8 +145,10 @@ def rms(lib, stream, out: pathlib.Path) -> None:
     clib.copy_f16.argtypes = [P, P, I64, I64, P]
     entries["tilec copy_f16"] = lambda: clib.copy_f16(X.data_ptr(), Y.data_ptr(), R, C, stream)
     n16 = X.numel() * 2 // 16
-    for v, blocks in ((0, 0), (1, sms * 8), (1, sms * 32)):
-        label = f"copy probe {v}" + (f", {blocks} blocks" if blocks else "")
+    for v, blocks in ((0, 0), (1, sms * 8), (1, sms * 32), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)):
+        label = f"copy probe {v}" + (f", {blocks} blocks" if blocks else "") + {
+            2: " (loads evict_first)", 3: " (stores evict_first)", 4: " (both evict_first)",
+            5: " (ld/st .cs)", 6: " (loads evict_last)", 7: " (plain ld.global, not .nc)"}.get(v, "")
         entries[label] = lambda v=v, blocks=blocks: lib.probe_copy(v, X.data_ptr(), Y.data_ptr(), n16, blocks,
                                                                   stream)
     entries["torch copy_"] = lambda: Y.copy_(X)
@@ -159,6 +165,32 @@ def rms(lib, stream, out: pathlib.Path) -> None:
     print("| kernel | us | GB/s |\n|---|---:|---:|")
     for k, s in t.items():
         print(f"| {k} | {s * 1e6:.1f} | {2 * X.nbytes / s / 1e9:.0f} |")
+
+
+def pollution(lib, stream) -> None:
+    """Does a kernel that streams 512 MiB through L2 with evict_last loads leave L2 to later kernels?
+    Eight copies of 16 MiB (L2-resident when L2 is free) timed after RMSNorm probe 6 (plain loads),
+    after probe 10 (the row loaded evict_last) and after nothing."""
+    R, C, X, w, Y = rms_inputs()
+    small = torch.randn(8 << 20, device="cuda", dtype=torch.float16)
+    dst = torch.empty_like(small)
+
+    def rms(v):
+        return lambda: lib.probe_rms(v, X.data_ptr(), w.data_ptr(), RMS_EPS, Y.data_ptr(), R, 0, stream)
+
+    def copies():
+        for _ in range(8):
+            dst.copy_(small)
+    entries = {"copies alone": copies}
+    for v in (6, 10):
+        entries[f"probe {v}"] = rms(v)
+        entries[f"probe {v}, then the copies"] = lambda f=rms(v): (f(), copies())
+    t = time_all(entries)
+    print("\n## L2 after an evict_last stream: 8 copies of 16 MiB -> 16 MiB")
+    print("| sequence | us | the copies' us |\n|---|---:|---:|")
+    for k, s in t.items():
+        alone = t.get(k.split(", then")[0]) if ", then" in k else None
+        print(f"| {k} | {s * 1e6:.1f} | {(s - alone) * 1e6 if alone else s * 1e6:.1f} |")
 
 
 def rms_once(out: pathlib.Path) -> None:
@@ -196,6 +228,8 @@ def main() -> None:
         reads(lib, stream)
     if "rms" in args.only:
         rms(lib, stream, out)
+    if "pollution" in args.only:
+        pollution(lib, stream)
 
 
 if __name__ == "__main__":
