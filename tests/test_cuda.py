@@ -155,6 +155,7 @@ def test_row_kernel_moves_whole_rows_in_16_byte_accesses():
     assert "load_vec<" in guarded and "tilec_n >=" in guarded
     ptx = next(v for k, v in ptx_of(RMSNORM16, "rms.tile").items() if "rms_k0_C8192E" in k)
     assert re.search(r"ld\.global\.nc\.v4\.u32", ptx)
+    assert "createpolicy" not in ptx  # (L2 policies only under TILEC_LOAD_FORM)
     assert re.search(r"st(\.global)?\.v4\.b32", ptx)
 
 
@@ -464,21 +465,25 @@ def test_window_offsets_that_grow_with_k_bound_the_copies_of_every_iteration():
     assert not _monotone(T.imul(k, T.Var("s")), "k")  # s may be negative
 
 
-def test_elementwise_inputs_read_once_load_evict_first():
+def test_whole_vector_loads_say_whether_they_read_once_or_global_memory():
     """An elementwise kernel's inputs shaped like its output are read once: their 16-byte loads
-    are evict-first (ONCE). A broadcast operand (read by every row) and row kernels' inputs are
-    not."""
+    are evict-first (LOAD_ONCE). A broadcast operand (read by every row) and row kernels' inputs
+    are other global inputs (LOAD_GLOBAL, whose L2 policy TILEC_LOAD_FORM chooses); the header's
+    own generic loads (load_vec's whole vectors, which may be shared memory) take no hint."""
     text = """
 kernel ew(X: f16[R, C], w: f16[C]) -> Y: f16[R, C]:
     Y = silu(X * 0.5 + 1.0) * X * w
 """ + RMSNORM16
     kernels = cuda_kernel_sources(text)
     ew = next(v for k, v in kernels.items() if k.startswith("ew_"))
-    assert re.search(r"load_vec_whole<\d+, [\w:<>]+, true>\(\w+, X \+", ew), ew
-    assert not re.search(r"load_vec_whole<\d+, [\w:<>]+, true>\(\w+, w \+", ew)
-    assert re.search(r"load_vec_whole<\d+, [\w:<>]+>\(\w+, w \+", ew)
+    whole = r"load_vec_whole<\d+, [\w:<>]+, tilec::(\w+)>\(\w+, (\w+) \+"
+    assert {(b, h) for h, b in re.findall(whole, ew)} == {("X", "LOAD_ONCE"), ("w", "LOAD_GLOBAL")}
     rms = "".join(v for k, v in kernels.items() if k.startswith("rms_"))
-    assert "load_vec_whole" in rms and ", true>(" not in rms
+    assert {(b, h) for h, b in re.findall(whole, rms)} == {("X", "LOAD_GLOBAL"), ("w", "LOAD_GLOBAL")}
+    assert not re.search(r"load_vec_whole<\d+, [\w:<>]+>\(", ew + rms)
+    from pathlib import Path
+    header = (Path(driver.__file__).parent / "templates" / "cuda" / "tilec_cuda.h").read_text()
+    assert "load_vec_whole<V, K>(out, p);" in header  # load_vec: LOAD_ANY
 
 
 def nvcc_warnings(text: str, name: str, arch: str) -> list:

@@ -955,8 +955,10 @@ class CudaRenderer(CStyleRenderer):
             ptr, dtype = f"{cname(p.name)} + {self.global_offset(p, at)}", p.dtype
         self.emit(f"{STORE[dtype]} {name}[{vec}];", d)
         if self.ctx.aligned and ld in self.ctx.aligned:
-            once = ", true" if ld.buf not in rowwise and self.reads_once(ld.buf) else ""
-            self.emit(f"tilec::load_vec_whole<{vec}, {bits_kind(dtype)}{once}>({name}, {ptr});", d)
+            # (a shared tile: a generic address; global inputs: read once or kept in L2)
+            hint = "" if ld.buf in rowwise else \
+                ", tilec::LOAD_ONCE" if self.reads_once(ld.buf) else ", tilec::LOAD_GLOBAL"
+            self.emit(f"tilec::load_vec_whole<{vec}, {bits_kind(dtype)}{hint}>({name}, {ptr});", d)
         else:
             self.emit(f"tilec::load_vec<{vec}, {bits_kind(dtype)}>({name}, {ptr}, {nload});", d)
 

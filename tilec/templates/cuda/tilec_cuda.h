@@ -294,24 +294,55 @@ template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p
     return WholeWords<V, K>::value &&
            (sizeof(W) <= alignof(typename K::storage) || reinterpret_cast<uintptr_t>(p) % sizeof(W) == 0);
 }
-// ONCE: p is global memory that the kernel reads once (an elementwise kernel's input the shape
-// of its output): 16-byte words load evict-first (ld.global.cs), leaving L2 to what is reused
-// (measured on the H200: a 4-op f16 chain 0.281 -> 0.268 ms; row kernels lost as much, so they
-// do not ask for it).
-template <int V, class K, bool ONCE = false>
+// How a whole-vector load reads: LOAD_ANY, a generic address (global or shared memory); the other
+// two take global memory only. LOAD_ONCE: memory the kernel reads once (an elementwise kernel's
+// input the shape of its output): 16-byte words load evict-first (ld.global.cs), leaving L2 to
+// what is reused (measured on the H200: a 4-op f16 chain 0.281 -> 0.268 ms). LOAD_GLOBAL: any
+// other global input, loaded as LOAD_ANY unless TILEC_LOAD_FORM says otherwise.
+// (TILEC_LOAD_FORM, a measurement macro: 0, the default, as above; 1 LOAD_GLOBAL as plain
+// ld.global (not the read-only path, .nc); 2 LOAD_GLOBAL with an L2 evict_last policy; 3 as 2,
+// and LOAD_ONCE as LOAD_GLOBAL. Measured on the H200, 32768 x 8192 f16 (512 MiB read, 512 MiB
+// written): form 2 takes softmax from 4105 to 4270 GB/s and RMSNorm from 4096 to 4261 (a copy
+// 4097 -> 4279; torch.compile's RMSNorm, which loads its rows evict_last, 4279), form 3 the 4-op
+// chain from 4058 to 4241; plain and evict-first loads were no faster (4134, 3943). It is not the
+// default because of what it leaves behind: the evict_last lines outlive the kernel and outrank
+// every later kernel's lines in L2. Eight 16 MiB copies (which fit in L2) took 72.7 us after such
+// a kernel, 59.9 after the same kernel with plain loads, more than the 9 us it saves.)
+#ifndef TILEC_LOAD_FORM
+#define TILEC_LOAD_FORM 0
+#endif
+enum LoadHint { LOAD_ANY, LOAD_ONCE, LOAD_GLOBAL };
+template <int V, class K, LoadHint H = LOAD_ANY>
 TILEC_DEV void load_vec_whole(typename K::reg (&out)[V], const typename K::storage* p) {
     typedef typename K::storage S;
     typedef typename VecWord<V * sizeof(S)>::type W;
     constexpr int NW = V * sizeof(S) / sizeof(W);
+    constexpr bool WORDS16 = sizeof(W) == 16;
+    constexpr bool ONCE = H == LOAD_ONCE && TILEC_LOAD_FORM != 3 && WORDS16;
+    constexpr bool KEEP = H != LOAD_ANY && !ONCE && TILEC_LOAD_FORM >= 1 && WORDS16;
     union { W w[NW]; S s[V]; } u;
+    uint64_t policy = 0;
+    if constexpr (KEEP && TILEC_LOAD_FORM >= 2)
+        asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
 #pragma unroll
     for (int i = 0; i < NW; ++i) {
-        if constexpr (ONCE && sizeof(W) == 16) {
+        if constexpr (ONCE) {
             u.w[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
+        } else if constexpr (KEEP) {
+            const uint4* q = reinterpret_cast<const uint4*>(p) + i;
+            uint4 v;
+            if constexpr (TILEC_LOAD_FORM >= 2)
+                asm("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q), "l"(policy));
+            else
+                asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                    : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(q));
+            std::memcpy(&u.w[i], &v, sizeof(v));
         } else {
             u.w[i] = reinterpret_cast<const W*>(p)[i];
         }
     }
+    (void)policy;
 #pragma unroll
     for (int v = 0; v < V; ++v) out[v] = K::load(u.s[v]);
 }
