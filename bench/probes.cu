@@ -293,7 +293,10 @@ __global__ void __launch_bounds__(RT) rms_two_pass(const __half* __restrict__ X,
 // registers (w loaded with them), 0 reads the row twice like rms_two_pass<1>; 2 holds the row as 1
 // does with the row loaded evict_first and w evict_last, 3 as 2 with the stores evict_first too,
 // 4 as 1 with the row and w loaded evict_last, 5 as 1 with plain ld.global loads (not the
-// read-only path, .nc, that 1 compiles to).
+// read-only path, .nc, that 1 compiles to), 6 as 4 with the row's lines put back to
+// evict_normal once read (applypriority; does the priority outlive the kernel otherwise?), 7 as
+// 4 with an evict_last fraction of 0.5 (half the lines evict_last, the others unchanged).
+// (discard.global.L2 would drop the lines instead, but also a previous kernel's unwritten ones.)
 template <int ONE_PASS>
 __global__ void __launch_bounds__(512, 4) rms_512(const __half* __restrict__ X, const __half* __restrict__ w,
                                                   float eps, __half* __restrict__ Y, int64_t R) {
@@ -301,7 +304,10 @@ __global__ void __launch_bounds__(512, 4) rms_512(const __half* __restrict__ X, 
     __shared__ float scratch[T / 32];
     const int t = threadIdx.x;
     uint64_t keep = 0, drop = 0;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
+    if (ONE_PASS == 7)
+        asm volatile("createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64 %0, 0.5;" : "=l"(keep));
+    else
+        asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(keep));
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(drop));
     const int64_t row = blockIdx.x;
     const uint4* xv = reinterpret_cast<const uint4*>(X + row * RC);
@@ -325,6 +331,11 @@ __global__ void __launch_bounds__(512, 4) rms_512(const __half* __restrict__ X, 
 #pragma unroll
     for (int i = 1; i < T / 32; ++i) tot += scratch[i];
     const float v = 1.0f / sqrtf(tot / (float)RC + eps);
+    if (ONE_PASS == 6 && t % 8 == 0) {  // one lane per 128-byte line of the row (read by now)
+#pragma unroll
+        for (int q = 0; q < Q; ++q)
+            asm volatile("applypriority.global.L2::evict_normal [%0], 128;" :: "l"(xv + t + q * T) : "memory");
+    }
     uint4* yv = reinterpret_cast<uint4*>(Y + row * RC);
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
@@ -465,6 +476,8 @@ int probe_rms(int variant, const __half* X, const __half* w, float eps, __half* 
         case 9: rms_512<3><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
         case 10: rms_512<4><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
         case 11: rms_512<5><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
+        case 12: rms_512<6><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
+        case 13: rms_512<7><<<(unsigned)R, 512, 0, s>>>(X, w, eps, Y, R); break;
         default: return 2;
     }
     return cudaGetLastError() == cudaSuccess ? 0 : 1;

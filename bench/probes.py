@@ -121,7 +121,7 @@ def rms(lib, stream, out: pathlib.Path) -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     occ = lib.probe_rms_occupancy()
     entries = {}
-    for v, blocks in ((0, 0), (1, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (9, 0), (10, 0), (11, 0), (2, sms * occ), (3, sms * occ)):
+    for v, blocks in ((0, 0), (1, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (9, 0), (10, 0), (11, 0), (12, 0), (13, 0), (2, sms * occ), (3, sms * occ)):
         def call(v=v, blocks=blocks):
             assert lib.probe_rms(v, X.data_ptr(), w.data_ptr(), eps, Y.data_ptr(), R, blocks, stream) == 0
         Y.fill_(float("nan"))
@@ -133,7 +133,9 @@ def rms(lib, stream, out: pathlib.Path) -> None:
                  8: "probe 8 (as 6, the row loaded evict_first)",
                  9: "probe 9 (as 8, the stores evict_first too)",
                  10: "probe 10 (as 6, the row and w loaded evict_last)",
-                 11: "probe 11 (as 6, plain ld.global loads, not .nc)"}.get(v, f"probe {v}") + (f", {blocks} blocks" if blocks else "")
+                 11: "probe 11 (as 6, plain ld.global loads, not .nc)",
+                 12: "probe 12 (as 10, the row's lines back to evict_normal once read)",
+                 13: "probe 13 (as 10, evict_last fraction 0.5)"}.get(v, f"probe {v}") + (f", {blocks} blocks" if blocks else "")
         print(f"  {label}: max abs error {err:.2e}")
         assert err < 2e-2, label
         entries[label] = call
@@ -170,7 +172,8 @@ def rms(lib, stream, out: pathlib.Path) -> None:
 def pollution(lib, stream) -> None:
     """Does a kernel that streams 512 MiB through L2 with evict_last loads leave L2 to later kernels?
     Eight copies of 16 MiB (L2-resident when L2 is free) timed after RMSNorm probe 6 (plain loads),
-    after probe 10 (the row loaded evict_last) and after nothing."""
+    after probes 10, 12 and 13 (the row loaded evict_last; 12 puts the lines back to evict_normal
+    once read, 13 marks half of them) and after nothing."""
     R, C, X, w, Y = rms_inputs()
     small = torch.randn(8 << 20, device="cuda", dtype=torch.float16)
     dst = torch.empty_like(small)
@@ -182,7 +185,7 @@ def pollution(lib, stream) -> None:
         for _ in range(8):
             dst.copy_(small)
     entries = {"copies alone": copies}
-    for v in (6, 10):
+    for v in (6, 10, 12, 13):
         entries[f"probe {v}"] = rms(v)
         entries[f"probe {v}, then the copies"] = lambda f=rms(v): (f(), copies())
     t = time_all(entries)

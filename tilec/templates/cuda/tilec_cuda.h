@@ -307,7 +307,9 @@ template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p
 // chain from 4058 to 4241; plain and evict-first loads were no faster (4134, 3943). It is not the
 // default because of what it leaves behind: the evict_last lines outlive the kernel and outrank
 // every later kernel's lines in L2. Eight 16 MiB copies (which fit in L2) took 72.7 us after such
-// a kernel, 59.9 after the same kernel with plain loads, more than the 9 us it saves.)
+// a kernel, 59.9 after the same kernel with plain loads, more than the 9 us it saves. A probe
+// that puts its row's lines back to evict_normal once read kept half the gain and left nothing
+// behind: docs/PERFORMANCE.md.)
 #ifndef TILEC_LOAD_FORM
 #define TILEC_LOAD_FORM 0
 #endif
