@@ -955,7 +955,8 @@ class CudaRenderer(CStyleRenderer):
             ptr, dtype = f"{cname(p.name)} + {self.global_offset(p, at)}", p.dtype
         self.emit(f"{STORE[dtype]} {name}[{vec}];", d)
         if self.ctx.aligned and ld in self.ctx.aligned:
-            # (a shared tile: a generic address; global inputs: read once or kept in L2)
+            # (a shared tile: a generic address; a global input: read once, or another one,
+            # whose L2 policy tilec_cuda.h chooses)
             hint = "" if ld.buf in rowwise else \
                 ", tilec::LOAD_ONCE" if self.reads_once(ld.buf) else ", tilec::LOAD_GLOBAL"
             self.emit(f"tilec::load_vec_whole<{vec}, {bits_kind(dtype)}{hint}>({name}, {ptr});", d)
