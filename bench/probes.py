@@ -114,6 +114,20 @@ def rms_inputs():
     return R, C, X, w, torch.empty_like(X)
 
 
+# the RMSNorm probes (bench/probes.cu's probe_rms variants) and what each changes
+RMS_PROBES = {
+    0: "", 1: "", 4: "two passes", 5: "two passes, cache hints", 6: "512 threads, 32 registers",
+    7: "512 threads, 32 registers, two passes, hints", 8: "as 6, the row loaded evict_first",
+    9: "as 8, the stores evict_first too", 10: "as 6, the row and w loaded evict_last",
+    11: "as 6, plain ld.global loads, not .nc", 12: "as 10, the row's lines back to evict_normal once read",
+    13: "as 10, evict_last fraction 0.5", 2: "", 3: "",
+}
+# the copy probes (probe_copy variants): blocks (0: one per 512 vectors) and what each changes
+COPY_PROBES = [(0, 0, ""), (1, 8, ""), (1, 32, ""), (2, 0, "loads evict_first"), (3, 0, "stores evict_first"),
+               (4, 0, "both evict_first"), (5, 0, "ld/st .cs"), (6, 0, "loads evict_last"),
+               (7, 0, "plain ld.global, not .nc")]
+
+
 def rms(lib, stream, out: pathlib.Path) -> None:
     R, C, X, w, Y = rms_inputs()
     eps = RMS_EPS
@@ -121,21 +135,18 @@ def rms(lib, stream, out: pathlib.Path) -> None:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     occ = lib.probe_rms_occupancy()
     entries = {}
-    for v, blocks in ((0, 0), (1, 0), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0), (9, 0), (10, 0), (11, 0), (12, 0), (13, 0), (2, sms * occ), (3, sms * occ)):
+    # the persistent probes (2, 3) run as many blocks as fit at once; the others one per row
+    for v in RMS_PROBES:
+        blocks = sms * occ if v in (2, 3) else 0
+
         def call(v=v, blocks=blocks):
             assert lib.probe_rms(v, X.data_ptr(), w.data_ptr(), eps, Y.data_ptr(), R, blocks, stream) == 0
         Y.fill_(float("nan"))
         call()
         torch.cuda.synchronize()
         err = float((Y.float() - ref.float()).abs().max())
-        label = {4: "probe 4 (two passes)", 5: "probe 5 (two passes, cache hints)", 6: "probe 6 (512 threads, 32 registers)",
-                 7: "probe 7 (512 threads, 32 registers, two passes, hints)",
-                 8: "probe 8 (as 6, the row loaded evict_first)",
-                 9: "probe 9 (as 8, the stores evict_first too)",
-                 10: "probe 10 (as 6, the row and w loaded evict_last)",
-                 11: "probe 11 (as 6, plain ld.global loads, not .nc)",
-                 12: "probe 12 (as 10, the row's lines back to evict_normal once read)",
-                 13: "probe 13 (as 10, evict_last fraction 0.5)"}.get(v, f"probe {v}") + (f", {blocks} blocks" if blocks else "")
+        label = f"probe {v}" + (f" ({RMS_PROBES[v]})" if RMS_PROBES[v] else "") + \
+            (f", {blocks} blocks" if blocks else "")
         print(f"  {label}: max abs error {err:.2e}")
         assert err < 2e-2, label
         entries[label] = call
@@ -147,10 +158,9 @@ def rms(lib, stream, out: pathlib.Path) -> None:
     clib.copy_f16.argtypes = [P, P, I64, I64, P]
     entries["tilec copy_f16"] = lambda: clib.copy_f16(X.data_ptr(), Y.data_ptr(), R, C, stream)
     n16 = X.numel() * 2 // 16
-    for v, blocks in ((0, 0), (1, sms * 8), (1, sms * 32), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)):
-        label = f"copy probe {v}" + (f", {blocks} blocks" if blocks else "") + {
-            2: " (loads evict_first)", 3: " (stores evict_first)", 4: " (both evict_first)",
-            5: " (ld/st .cs)", 6: " (loads evict_last)", 7: " (plain ld.global, not .nc)"}.get(v, "")
+    for v, per_sm, what in COPY_PROBES:
+        blocks = sms * per_sm
+        label = f"copy probe {v}" + (f", {blocks} blocks" if blocks else "") + (f" ({what})" if what else "")
         entries[label] = lambda v=v, blocks=blocks: lib.probe_copy(v, X.data_ptr(), Y.data_ptr(), n16, blocks,
                                                                   stream)
     entries["torch copy_"] = lambda: Y.copy_(X)
@@ -178,7 +188,7 @@ def pollution(lib, stream) -> None:
     small = torch.randn(8 << 20, device="cuda", dtype=torch.float16)
     dst = torch.empty_like(small)
 
-    def rms(v):
+    def rms_probe(v):
         return lambda: lib.probe_rms(v, X.data_ptr(), w.data_ptr(), RMS_EPS, Y.data_ptr(), R, 0, stream)
 
     def copies():
@@ -186,8 +196,8 @@ def pollution(lib, stream) -> None:
             dst.copy_(small)
     entries = {"copies alone": copies}
     for v in (6, 10, 12, 13):
-        entries[f"probe {v}"] = rms(v)
-        entries[f"probe {v}, then the copies"] = lambda f=rms(v): (f(), copies())
+        entries[f"probe {v}"] = rms_probe(v)
+        entries[f"probe {v}, then the copies"] = lambda f=rms_probe(v): (f(), copies())
     t = time_all(entries)
     print("\n## L2 after an evict_last stream: 8 copies of 16 MiB -> 16 MiB")
     print("| sequence | us | the copies' us |\n|---|---:|---:|")
