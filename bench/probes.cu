@@ -63,6 +63,42 @@ static int launch_read(const uint8_t* q, int64_t NB, int64_t K, int slices, int 
     return cudaGetLastError() == cudaSuccess ? 0 : 1;
 }
 
+// The GEMV's lane pattern (LB bytes per lane, SEG bytes of a row per warp) with COOP warps of a
+// block reading adjacent SEG-byte segments of the same rows at the same time: block b covers
+// COOP * SEG bytes of column block b % ncb, rows of K slice b / ncb; warp w reads segment
+// w % COOP of row slice w / COOP. Does a 128-byte line read by several warps of one block at once
+// stream like a line read by one warp?
+template <int LB, int SEG, int COOP, int U, int PF = 0>
+__global__ void coop_probe(const uint8_t* __restrict__ q, int64_t NB, int64_t slice, uint32_t* out) {
+    constexpr int LPR = SEG / LB, RPI = 32 / LPR;
+    typedef typename Vec<LB>::T V;
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t ncb = NB / (SEG * COOP), cb = blockIdx.x % ncb, ks = blockIdx.x / ncb;
+    const int64_t per = slice / (warps / COOP);
+    const int64_t r0 = ks * slice + (warp / COOP) * per + lane / LPR;
+    const uint8_t* p = q + r0 * NB + cb * (SEG * COOP) + (warp % COOP) * SEG + (lane % LPR) * LB;
+    uint32_t acc = 0;
+    for (int64_t r = 0; r < per; r += RPI * U) {
+        V v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if constexpr (LB == 4 && PF > 0) v[u] = ld_pf<PF>(p + (r + u * RPI) * NB);
+            else v[u] = *reinterpret_cast<const V*>(p + (r + u * RPI) * NB);
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc ^= Vec<LB>::fold(v[u]);
+    }
+    if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
+}
+
+template <int LB, int SEG, int COOP, int U, int PF = 0>
+static int launch_coop(const uint8_t* q, int64_t NB, int64_t K, int slices, int threads, uint32_t* out,
+                       cudaStream_t s) {
+    const int64_t blocks = NB / (SEG * COOP) * slices;
+    coop_probe<LB, SEG, COOP, U, PF><<<(unsigned)blocks, threads, 0, s>>>(q, NB, K / slices, out);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+
 // The same reads staged per warp through shared memory by cp.async (16 bytes per lane, WB = 128
 // bytes per row, chunks of 16 rows, D chunks in flight), then read back by 4 LDS.128 per lane
 // (rows 2c, 2c + 1, 2c + 8, 2c + 9 of the chunk, bytes 16g .. of the row: the mma layout of a GEMV
@@ -431,6 +467,13 @@ int probe_read(int config, const uint8_t* q, int64_t NB, int64_t K, uint32_t* ou
         case 17: return launch_read<4, 32, 8, 128>(q, NB, K, 1, 1024, out, s);
         case 18: return launch_read<4, 32, 8, 256>(q, NB, K, 1, 1024, out, s);
         case 19: return launch_read<4, 32, 4, 256>(q, NB, K, 1, 1024, out, s);
+        case 20: return launch_read<4, 128, 8>(q, NB, K, 4, 1024, out, s);  // one warp, 4 B/lane
+        case 21: return launch_coop<4, 32, 4, 8>(q, NB, K, 4, 1024, out, s);  // 4 warps per line
+        case 22: return launch_coop<4, 32, 4, 8, 128>(q, NB, K, 4, 1024, out, s);
+        case 23: return launch_coop<4, 32, 2, 8>(q, NB, K, 2, 1024, out, s);
+        case 24: return launch_coop<4, 32, 8, 8>(q, NB, K, 8, 1024, out, s);
+        case 25: return launch_coop<4, 32, 4, 8>(q, NB, K, 8, 512, out, s);
+        case 26: return launch_coop<4, 32, 4, 4>(q, NB, K, 4, 1024, out, s);
         default: return 2;
     }
 }
@@ -457,6 +500,13 @@ const char* probe_read_name(int config) {
         case 17: return "the GEMV's, L2::128B prefetch";
         case 18: return "the GEMV's, L2::256B prefetch";
         case 19: return "the GEMV's with 4 loads, L2::256B prefetch";
+        case 20: return "4 B/lane, 128 B/row (one warp), 8 loads, 32 warps, 128 blocks";
+        case 21: return "the GEMV's lanes, 4 warps on adjacent 32 B of the same rows, 128 blocks";
+        case 22: return "as 21, L2::128B prefetch";
+        case 23: return "as 21, 2 warps (64 B of a row)";
+        case 24: return "as 21, 8 warps (256 B of a row)";
+        case 25: return "as 21, 16 warps x 256 blocks";
+        case 26: return "as 21, 4 loads";
         default: return nullptr;
     }
 }
