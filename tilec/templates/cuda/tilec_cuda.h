@@ -516,7 +516,8 @@ template <int ROWS, int COLS, typename T> struct SwizzledTile {
     static constexpr int S = CPR < 8 ? CPR : 8;    // positions the XOR permutes
     static constexpr int REP = 8 / S;              // consecutive rows sharing one permutation
     static constexpr int size = ROWS * COLS;
-    static constexpr int PERIOD = 8;  // offset(r + 8, c) == offset(r, c) + 8 * COLS
+    static constexpr int PERIOD = 8;  // offset(r + 8, c) == offset(r, c) + 8 * STRIDE
+    static constexpr int STRIDE = COLS;
     static_assert(COLS % E == 0 && (CPR % 8 == 0 || CPR == 1 || CPR == 2 || CPR == 4),
                   "a swizzled row is 1, 2, 4 or a multiple of 8 chunks of 16 bytes");
     static TILEC_DEV int offset(int r, int c) {
@@ -533,7 +534,8 @@ template <int ROWS, int COLS, typename T> struct SwizzledTile {
 };
 template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
     static constexpr int size = ROWS * (COLS + PAD);
-    static constexpr int PERIOD = 1;
+    static constexpr int PERIOD = 1;  // offset(r + 1, c) == offset(r, c) + STRIDE
+    static constexpr int STRIDE = COLS + PAD;
     static TILEC_DEV int offset(int r, int c) { return r * (COLS + PAD) + c; }
     static TILEC_DEV int advance(int o, int dr, int dc) { return o + dr * (COLS + PAD) + dc; }
 };
@@ -624,9 +626,9 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
 #pragma unroll
         for (int it = 0; it < ITERS; ++it, s += step) {
             if (ASYNC) {
-                cp_async16_whole(a0 + it * RS * COLS * (int)sizeof(T), s);
+                cp_async16_whole(a0 + it * RS * L::STRIDE * (int)sizeof(T), s);
             } else {
-                *reinterpret_cast<uint4*>(d0 + it * RS * COLS) = *reinterpret_cast<const uint4*>(s);
+                *reinterpret_cast<uint4*>(d0 + it * RS * L::STRIDE) = *reinterpret_cast<const uint4*>(s);
             }
         }
         return;
@@ -642,7 +644,7 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
             if (!STRIDED && c >= ROWS * CPR) break;
             const int r = STRIDED ? r0 + it * RS : c / CPR;
             const int kk = STRIDED ? k : (c % CPR) * E;
-            T* d = STRIDED ? d0 + it * RS * COLS : dst + L::offset(r, kk);
+            T* d = STRIDED ? d0 + it * RS * L::STRIDE : dst + L::offset(r, kk);
             const T* s = STRIDED ? s0 + (int64_t)(it * RS) * ld : src + (int64_t)r * ld + kk;
             const bool in = r < nr && (STRIDED ? col_in : kk < nc);
             if (WHOLE || !in || (STRIDED ? col_whole : kk + E <= nc)) {  // a whole chunk, or none
@@ -689,9 +691,9 @@ TILEC_DEV void copy_g2s_inside(const CopyPlan<ROWS, COLS, THREADS, L, T>& plan, 
 #pragma unroll
     for (int it = 0; it < P::ITERS; ++it, s += P::RS * ld) {
         if (ASYNC) {
-            cp_async16_whole(a0 + it * P::RS * COLS * (int)sizeof(T), s);
+            cp_async16_whole(a0 + it * P::RS * L::STRIDE * (int)sizeof(T), s);
         } else {
-            *reinterpret_cast<uint4*>(dst + plan.dst_off / sizeof(T) + it * P::RS * COLS) =
+            *reinterpret_cast<uint4*>(dst + plan.dst_off / sizeof(T) + it * P::RS * L::STRIDE) =
                 *reinterpret_cast<const uint4*>(s);
         }
     }
