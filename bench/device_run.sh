@@ -45,7 +45,8 @@ w4a16 M=2,N=200,K=1536
 w4a16 M=1,N=304,K=1280
 w4a16 M=1,N=136,K=128
 layernorm R=3,C=20000
-rmsnorm R=3,C=5000"}
+rmsnorm R=3,C=5000
+linear_tf32 M=100,N=72,K=300"}
     while read -r case; do
         [[ -z $case ]] && continue
         read -r sample dims <<< "$case"

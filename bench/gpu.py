@@ -8,6 +8,7 @@ bytes read + written), the f16 matrix rate (torch.matmul 8192^3), and tilec's ow
 Cases (goals in brackets; a missed goal is reported, it does not fail the run):
   gemm       C = A @ B, f16 at 2048^3, 4096^3, 8192^3 and 4000^3 (no tile multiple), bf16 at 4096^3,
              vs torch.mm (cuBLAS)                                         [4096^3, 8192^3: >= 0.6x cuBLAS]
+  tf32       C = A @ B of f32 4096^3 under `precision tf32`, vs torch.mm in tf32 and in f32    [no goal]
   epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs cuBLASLt's bias+ReLU epilogue
              (torch._addmm_activation), eager and torch.compile
                                                         [>= 0.6x cuBLASLt; fused faster than unfused by > 2%]
@@ -74,6 +75,7 @@ MiB = 1 << 20
 ABI = {
     "gemm_f16": ("TT", 1, "M K N"),
     "gemm_bf16": ("TT", 1, "M K N"),
+    "gemm_tf32": ("TT", 1, "M K N"),
     "gemm_bias_relu": ("TTT", 1, "M K N"),
     "gemm_bias_relu_unfused": ("TTT", 1, "M K N"),
     "softmax_f16": ("T", 1, "R C"),
@@ -652,6 +654,28 @@ def case_gemm(bench: Bench) -> None:
     gemm_one(bench, "gemm_bf16", BF16, 4096, 4096, 4096, None)
 
 
+def mm_tf32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, tf32: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.mm(a, b, out=c)
+
+
+def case_tf32(bench: Bench) -> None:
+    """f32 GEMM under `precision tf32` against cuBLAS in tf32 and in f32 (no goal: informational)."""
+    M = K = N = 4096
+    bench.section("tf32", f"f32 C = A @ B under precision tf32, M=K=N={M}")
+    A, B = randn(M, K, dtype=torch.float32, scale=0.5), randn(K, N, dtype=torch.float32, scale=0.5)
+    ref = (A.double() @ B.double()).float()
+    n = n_copies((M * K + K * N + M * N) * 4, bench.l2, bench.args.copies)
+    sets = [(a, b, torch.empty(M, N, dtype=torch.float32, device="cuda")) for a, b in copies_of(n, A, B)]
+    tc = bench.tilec_entry("gemm_tf32", lambda k: [k.bind([a, b], [c], (M, K, N)) for a, b, c in sets],
+                           [ref], TOL[F16])
+    peers = [bench.peer(f"cuBLAS {'tf32' if t else 'f32'} (torch.mm)",
+                        lambda t=t: rotate([functools.partial(mm_tf32, a, b, c, t) for a, b, c in sets]))
+             for t in (True, False)]
+    bench.compare(f"f32 {M}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, *peers], {}, ref)
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def linear_relu(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return torch.relu(A @ B + bias)
 
@@ -862,7 +886,7 @@ def case_attention(bench: Bench) -> None:
         attention_one(bench, *shape[:3], D, False, goal=False)
 
 
-CASES = {"gemm": case_gemm, "epilogue": case_epilogue, "softmax": case_softmax, "rmsnorm": case_rmsnorm,
+CASES = {"gemm": case_gemm, "tf32": case_tf32, "epilogue": case_epilogue, "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16, "attention": case_attention}
 
 

@@ -563,6 +563,9 @@ GPU_SIZES = {
     "rmsnorm": [dict(R=64, C=1024), dict(R=5, C=17), dict(R=2, C=17000)],
     "layernorm": [dict(R=32, C=4096), dict(R=17, C=1000), dict(R=2, C=16385)],
     "multi_output": [dict(R=32, C=256), dict(R=17, C=100)],
+    # tf32 tiles of 128 x 128 x 32; split over K; the decode tile; a GEMV
+    "linear_tf32": [dict(M=128, N=128, K=64), dict(M=100, N=72, K=300), dict(M=5, N=130, K=1000),
+                    dict(M=1, N=17, K=9)],
 }
 
 
@@ -823,3 +826,96 @@ def test_generated_sources_do_not_depend_on_python_hash_seeds():
         assert r.returncode == 0, r.stderr[-2000:]
         outs.append(r.stdout)
     assert outs[0] == outs[1] == outs[2]
+
+
+# ---- precision tf32 -----------------------------------------------------------------------------
+TF32 = """
+kernel mm(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]:
+    C = A @ B
+
+kernel mm_bt_relu(A: f32[M, K], B: f32[N, K], bias: f32[N]) -> C: f32[M, N]:
+    C = relu(A @ B.T + bias)
+
+kernel bmm(A: f32[Bt, M, K], B: f32[Bt, K, N]) -> C: f32[Bt, M, N]:
+    C = A @ B
+
+kernel att(Q: f32[Bt, M, K], Kt: f32[Bt, N, K], V: f32[Bt, N, K]) -> C: f32[Bt, M, K]:
+    C = softmax(Q @ Kt.T, axis=-1) @ V
+"""
+TF32_SCHEDULES = "".join(f"\nschedule {k}:\n    target cuda:\n        precision tf32\n"
+                         for k in ("mm", "mm_bt_relu", "bmm", "att"))
+
+
+def tile_gemms(text: str, target: str = "cuda") -> list:
+    """(kernel, gemm statement) of every lowered kernel of text."""
+    _, _, m = compile_text(text, "tf32.tile", target)
+    return [(k.name, s) for p in m.programs for k in p.kernels for s in T.walk_stmts(k.body)
+            if isinstance(s, T.Gemm)]
+
+
+def test_precision_tf32_marks_the_f32_gemms_and_pads_their_operands():
+    """Under `precision tf32` every tile GEMM of f32 operands is marked (and printed) tf32 and
+    its shared operands get rows padded for conflict-free fragment loads; without the schedule
+    (`ieee`, the default) none is, and on the CPU the key changes nothing."""
+    gemms = tile_gemms(TF32 + TF32_SCHEDULES)
+    # every gemm but attention's P @ V (P in registers: exact f32)
+    assert gemms and all(s.tf32 == (s.a != "S") for _, s in gemms)
+    assert {s.a for _, s in gemms if not s.tf32} == {"S"}
+    assert not any(s.tf32 for _, s in tile_gemms(TF32))
+    assert not any(s.tf32 for _, s in tile_gemms(
+        TF32 + TF32_SCHEDULES.replace("target cuda", "target cpu"), "cpu"))
+    dump = driver.print_stage(driver.stage_module(driver.frontend(driver.Source(
+        "t.tile", TF32 + TF32_SCHEDULES)), "lowered", "cuda"), "lowered")
+    assert "precision=tf32" in dump and "rows padded by 4" in dump and "rows padded by 8" in dump
+
+
+@pytest.mark.parametrize("cols", [16, 32, 64, 128, 136])
+@pytest.mark.parametrize("operand,transposed", [("a", False), ("a", True), ("b", False), ("b", True)])
+def test_tf32_operand_padding_puts_each_fragment_load_in_32_banks(cols, operand, transposed):
+    """The 32 lanes' words of one fragment load (lane (g, c): row or column g, k = c) fall in 32
+    different banks of the padded tile, for every operand orientation."""
+    from tilec.passes.layout import tf32_pad
+    g = T.Gemm("A", "B", "C", transpose_a=transposed, transpose_b=transposed)
+    name = "A" if operand == "a" else "B"
+    pad = tf32_pad(cols, g, name)
+    assert pad % 4 == 0 and pad < 16
+    rows_are_k = (operand == "a") == transposed
+    banks = set()
+    for lane in range(32):
+        gi, c = lane // 4, lane % 4
+        r, col = (c, gi) if rows_are_k else (gi, c)
+        banks.add((r * (cols + pad) + col) % 32)
+    assert len(banks) == 32
+
+
+@pytest.mark.nvcc
+def test_tf32_gemms_run_tf32_mma_warning_free_without_spills():
+    """The PTX of every tiled GEMM kernel of a `precision tf32` program multiplies with tf32
+    mma.sync (operands rounded by cvt.rna.tf32); without the schedule no kernel does. The
+    sources compile warning-free for sm_80 and sm_90, and no kernel spills."""
+    need_nvcc()
+    ptx = ptx_of(TF32 + TF32_SCHEDULES, "tf32.tile")
+    tiled = {k: v for k, v in ptx.items() if "gemv" not in k and "sum" not in k}
+    assert tiled and all("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in v and
+                         "cvt.rna.tf32.f32" in v for v in tiled.values()), sorted(tiled)
+    assert not any("mma.sync" in v for v in ptx_of(TF32, "ieee.tile").values())
+    for arch in ("sm_80", "sm_90"):
+        assert nvcc_warnings(TF32 + TF32_SCHEDULES, "tf32.tile", arch) == []
+    spills = {k: v for k, v in ptxas_report(TF32 + TF32_SCHEDULES, "tf32.tile").items() if v[1]}
+    assert not spills, spills
+
+
+@pytest.mark.gpu
+def test_tf32_gemms_on_gpu():
+    """`precision tf32` GEMMs (plain, transposed B with a bias+ReLU epilogue, batched) and an
+    attention's Q K^T at tile multiples and ragged sizes, decode sizes included: within tf32's
+    tolerance of the exact reference, and visibly rounded (an f32 GEMM's error is ~1e-7), so the
+    matrix units ran."""
+    need_gpu()
+    for dims in (dict(M=128, K=256, N=128, Bt=2), dict(M=100, K=300, N=72, Bt=3),
+                 dict(M=17, K=40, N=9, Bt=1), dict(M=5, K=1000, N=130, Bt=2)):
+        results = check_text(TF32 + TF32_SCHEDULES, dims, name="tf32.tile", target="cuda",
+                             options={"arch": ("sm_90",)})
+        for name, r in results.items():
+            assert r.tolerances["C"] == interp.tolerance("f16")
+            assert 1e-6 < r.errors["C"] < 3e-3, (name, dims, r.errors)

@@ -21,6 +21,7 @@ TILE_MULTIPLES = {
     "rmsnorm": dict(R=64, C=1024),
     "layernorm": dict(R=32, C=512),
     "multi_output": dict(R=32, C=256),
+    "linear_tf32": dict(M=128, N=256, K=256),
 }
 
 

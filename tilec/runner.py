@@ -253,10 +253,24 @@ def call_library(lib_path, g: Graph, inputs: dict, dims: dict, runtime: str = "c
         c.rt.close()
 
 
+def runs_tf32(m, g: Graph, target) -> bool:
+    """Whether kernel `g` of module `m` may multiply f32 in tf32 on `target`, a target whose
+    matrix units take tf32: its schedule for the target says `precision tf32`, or (a tile-level
+    kernel) one of its gemms says `precision=tf32`."""
+    if not target.resources.tf32:
+        return False
+    if m.schedule_for(g.name, target.name).precision == "tf32":
+        return True
+    from .ir import tile as T
+    return g.tile is not None and any(isinstance(s, T.Gemm) and s.tf32
+                                      for s in T.walk_stmts(g.tile.body))
+
+
 def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
-               runtime: str = "cpu", full_ints: bool = False) -> RunResult:
+               runtime: str = "cpu", full_ints: bool = False, tf32: bool = False) -> RunResult:
     """Call kernel `g` of the library on fresh random inputs in the target runtime's memory,
-    compare every output with the reference interpreter, and time `repeat` more calls."""
+    compare every output with the reference interpreter (f32 outputs of a `tf32` kernel with the
+    tolerance of its rounded operands), and time `repeat` more calls."""
     try:
         import numpy  # noqa: F401
     except ImportError:
@@ -275,7 +289,7 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
     # a matmul, and on a machine with few cores they would share the kernel's cores while timed
     ref = interp.run_graph(g, inputs, dims)
     errors = {n: interp.rel_error(got[n], ref[n]) for n in got}
-    tols = {p.name: interp.tolerance(p.type.dtype, reduction_length(g, dims)) for p in g.outputs}
+    tols = {p.name: interp.tolerance(p.type.dtype, reduction_length(g, dims), tf32) for p in g.outputs}
     flops, nbytes = work(g, dims)
     return RunResult(g.name, dims, errors, tols, statistics.median(times) if times else 0.0,
                      flops, nbytes)

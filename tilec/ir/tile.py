@@ -261,6 +261,8 @@ class Gemm:
     sync: tuple = ()
     next_stage: object = None
     refill: tuple = ()  # overlapped: statements run after `sync` (later tiles' copies into the stage)
+    # f32 operands multiplied in tf32 on the matrix units (`precision tf32`, targets with tf32)
+    tf32: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,7 +547,8 @@ def print_stmts(stmts, indent: int) -> list:
             out.append(f"{pad}{s.name} = {fmt(s.value)}")
         elif isinstance(s, Gemm):
             kw = "".join([", transpose_a=True" if s.transpose_a else "",
-                          ", transpose_b=True" if s.transpose_b else ""])
+                          ", transpose_b=True" if s.transpose_b else "",
+                          ", precision=tf32" if s.tf32 else ""])
             a = s.a if s.a_stage is None else f"{s.a}[{fmt(s.a_stage)}]"
             b = s.b if s.b_stage is None else f"{s.b}[{fmt(s.b_stage)}]"
             if s.next_stage is not None:

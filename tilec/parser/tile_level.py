@@ -367,16 +367,25 @@ class TileBuilder:
     def gemm(self, c: ast.Call) -> T.Gemm:
         if len(c.args) != 3:
             raise error("gemm() takes A, B and the accumulator C (C += A @ B)", c.loc)
-        kw = {}
+        kw, tf32 = {}, None
         for k_, v, loc in c.kwargs:
+            if k_ == "precision":  # what the lowered dumps print: precision=tf32
+                if not (isinstance(v, ast.Name) and v.id in ("tf32", "ieee")):
+                    raise error("'precision' is tf32 or ieee", v.loc)
+                tf32 = (v.id == "tf32", v.loc)
+                continue
             if k_ not in ("transpose_a", "transpose_b"):
-                raise error(f"gemm() takes 'transpose_a=' and 'transpose_b=', not '{k_}='", loc)
+                raise error(f"gemm() takes 'transpose_a=', 'transpose_b=' and 'precision=', "
+                            f"not '{k_}='", loc)
             if not (isinstance(v, ast.Name) and v.id in ("True", "False")):
                 raise error(f"'{k_}' is True or False", v.loc)
             kw[k_] = v.id == "True"
         a, b = self.buffer(c.args[0], read=True), self.buffer(c.args[1], read=True)
         acc = self.buffer(c.args[2], read=True)
         ta, tb = kw.get("transpose_a", False), kw.get("transpose_b", False)
+        if tf32 and tf32[0] and not a.dtype == b.dtype == acc.dtype == "f32":
+            raise error("precision=tf32 rounds f32 operands into an f32 accumulator; these are "
+                        f"{a.dtype}, {b.dtype} and {acc.dtype}", tf32[1])
         if acc.scope == "shared" or b.scope != "shared":
             raise error("gemm() multiplies a shared (or fragment) A by a shared B into a "
                         "fragment accumulator", c.loc)
@@ -392,7 +401,7 @@ class TileBuilder:
             raise error(f"gemm(): the accumulator is [{', '.join(map(T.fmt, acc.shape))}] but A @ B "
                         f"is [{T.fmt(m_)}, {T.fmt(n_)}]", c.args[2].loc)
         self.written.add(acc.name)
-        return T.Gemm(a.name, b.name, acc.name, ta, tb)
+        return T.Gemm(a.name, b.name, acc.name, ta, tb, tf32=bool(tf32 and tf32[0]))
 
     def gemv_mma(self, c: ast.Call) -> T.GemvMma:
         """gemv_mma(dst, A, q, s, zero=Z, group=G, row=.., first=.., rows=.., col0=..): what the

@@ -208,6 +208,9 @@ class Assign:
         if a.dtype in ("u4", "i4"):  # staged packed weights: bytes, row-major
             return SharedLayout(rows, (cols + 1) // 2, 1, False, 0, packed=True)
         elem = max(DTYPES[a.dtype][1] // 8, 1)
+        tf32 = [g for g in gemms if g.tf32 and a.name in (g.a, g.b)]
+        if tf32 and cols * elem % 16 == 0:
+            return SharedLayout(rows, cols, elem, False, tf32_pad(cols, tf32[0], a.name))
         mma = a.dtype in self.target.resources.mma_dtypes and \
             any(a.name in (g.a, g.b) for g in gemms)
         chunks = cols * elem // 16 if cols * elem % 16 == 0 else 0
@@ -215,6 +218,31 @@ class Assign:
             return SharedLayout(rows, cols, elem, True)
         pad = 16 // elem if mma and cols * elem % 16 == 0 else 0
         return SharedLayout(rows, cols, elem, False, pad)
+
+
+def tf32_pad(cols: int, g: T.Gemm, name: str) -> int:
+    """The row padding (in 4-byte elements, a multiple of 4: rows stay whole 16-byte chunks for
+    cp.async) of an f32 operand of the tf32 gemm `g` that makes its fragment loads free of bank
+    conflicts. Lane (g, c) of an m16n8k8 tf32 fragment reads row or column g (8 values) at k = c
+    (4 values): where the tile's rows are k (B, or A transposed) the 32 lanes read 4 rows of 8
+    consecutive words, in 32 banks when the row stride is 8 mod 16 words; where its rows are m or
+    n (A, or B transposed), 8 rows of 4 words, in 32 banks when the stride is 4 mod 8."""
+    rows_are_k = (name == g.a and g.transpose_a) or (name == g.b and not g.transpose_b)
+    want, mod = (8, 16) if rows_are_k else (4, 8)
+    pad = 0
+    while (cols + pad) % mod != want:
+        pad += 4
+    return pad
+
+
+def on_tf32_units(g: T.Gemm, allocs: dict) -> bool:
+    """Whether the gemm `g` runs as tf32 mma.sync (m16n8k8) from shared f32 tiles: marked tf32
+    (`precision tf32`), both operands in shared memory, k-steps of 8, warp tiles of whole 16-row
+    tiles."""
+    a, b, c = allocs[g.a], allocs[g.b], allocs[g.c]
+    bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
+    return g.tf32 and a.dtype == b.dtype == c.dtype == "f32" and a.scope == b.scope == "shared" \
+        and bk % 8 == 0 and c.layout.wm % 16 == 0
 
 
 def on_matrix_units(g: T.Gemm, allocs: dict, resources) -> bool:

@@ -311,7 +311,11 @@ class GroupLowering:
         batch, M, N = shape[:-2], shape[-2], shape[-1]
         K = self.ops[a_id].type.shape[-1]
         mma_dt = self.mma_dtype(a_id, b_id)
-        bm, bn, bk, stages, threads = self.target.gemm_config(self.sched, scalar=mma_dt is None)
+        # f32 products that `precision tf32` puts on the matrix units take their tile shape
+        tf32 = mma_dt is None and self.sched.precision == "tf32" and self.target.resources.tf32 \
+            and self.ops[a_id].type.dtype == self.ops[b_id].type.dtype == mm.type.dtype == "f32"
+        bm, bn, bk, stages, threads = self.target.gemm_config(
+            self.sched, scalar=mma_dt is None and not tf32, operand_bytes=4 if tf32 else 2)
         sc = self.sched  # (a schedule that sets any of the knob's fields keeps its own)
         knob = split_k.gemm_tile(self.target) if mma_dt is not None and \
             self.gemm_config is None and not (sc.tile or sc.threads or sc.stages or sc.swizzle) \
@@ -1001,6 +1005,27 @@ def handwritten(g: Graph, target) -> TileProgram:
                                         "hand-written tile-level kernel"),), ())
 
 
+def with_precision(prog: TileProgram, sched, target) -> TileProgram:
+    """`precision tf32` on a target whose matrix units take tf32: every gemm of two f32 operands
+    in shared memory into an f32 accumulator is marked to run in tf32 (the layout pass pads the
+    operands' rows for the fragment loads, the renderer multiplies on the matrix units); a gemm
+    with A in registers (attention's P @ V), other targets, and `precision ieee` (the default)
+    keep exact f32 FMAs."""
+    if sched.precision != "tf32" or not target.resources.tf32:
+        return prog
+
+    def kernel(k):
+        allocs = {s.name: s for s in T.walk_stmts(k.body) if isinstance(s, Alloc)}
+
+        def mark(st):
+            if isinstance(st, T.Gemm) and allocs[st.a].scope == allocs[st.b].scope == "shared" \
+                    and allocs[st.a].dtype == allocs[st.b].dtype == allocs[st.c].dtype == "f32":
+                return [replace(st, tf32=True)]
+            return None
+        return replace(k, body=map_stmts(k.body, mark))
+    return replace(prog, kernels=tuple(kernel(k) for k in prog.kernels))
+
+
 def run(m: Module, opts) -> Module:
     target = opts["target"]
     progs, plans = [], []
@@ -1010,11 +1035,11 @@ def run(m: Module, opts) -> Module:
             if p.type.dtype not in target.resources.dtypes and p.type.dtype != "bool":
                 raise error(f"{p.type.dtype} is not supported on target {target.name}", p.loc)
         if g.tile is not None:
-            progs.append(handwritten(g, target))
+            progs.append(with_precision(handwritten(g, target), sched, target))
             plans.append(plan)
             continue
         try:
-            progs.append(tile_graph(g, plan, target, sched))
+            prog = tile_graph(g, plan, target, sched)
         except TilecError:
             raise
         except Exception:
@@ -1023,6 +1048,7 @@ def run(m: Module, opts) -> Module:
             if os.environ.get("TILEC_STRICT_FUSION"):
                 raise
             plan = Fuser(g, False, isolate=True).run()
-            progs.append(tile_graph(g, plan, target, sched))
+            prog = tile_graph(g, plan, target, sched)
+        progs.append(with_precision(prog, sched, target))
         plans.append(plan)
     return replace(m, plans=tuple(plans), programs=tuple(progs))

@@ -63,6 +63,9 @@ class Resources:
     gemv_mma_max_m: int = 1
     # 16-bit float dtypes the matrix units multiply (others take the scalar path)
     mma_dtypes: tuple = ()
+    # f32 products on the matrix units in tf32 (operands rounded to 10 mantissa bits) where a
+    # kernel's schedule says `precision tf32`; without it `precision tf32` changes nothing
+    tf32: bool = False
     # compile-time sizes a run-time extent of an on-chip buffer may get (specialize pass): one
     # kernel variant each; for GEMM operands (attention's head dim) and for rows of row kernels
     matrix_capacities: tuple = ()
@@ -141,9 +144,14 @@ class Target:
     def buildable(self) -> bool:
         return self.render_files is not None
 
-    def gemm_config(self, s: Schedule, scalar: bool = False) -> tuple:
+    def gemm_config(self, s: Schedule, scalar: bool = False, operand_bytes: int = 2) -> tuple:
+        """(BM, BN, BK, stages, threads) of a GEMM: the schedule's, else the target's tile (its
+        scalar one for products off the matrix units); matrix-unit operands of `operand_bytes`
+        (tf32: 4) keep the 16-bit tile's bytes per row, i.e. a K tile 2 / operand_bytes as deep."""
         r = self.resources
         bm, bn, bk = (r.scalar_gemm_tile or r.gemm_tile) if scalar else r.gemm_tile
+        if not scalar:
+            bk = max(bk * 2 // operand_bytes, 8)
         return (s.tile_size("M", bm), s.tile_size("N", bn), s.tile_size("K", bk),
                 s.stages or r.gemm_stages, s.threads or r.gemm_threads)
 

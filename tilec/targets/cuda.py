@@ -436,7 +436,10 @@ class CudaRenderer(CStyleRenderer):
             return
         la = self.shared_layout_type(a)
         ta = str(s.transpose_a).lower()
-        if mma and s.next_stage is not None and not self.edge_version:
+        if layout.on_tf32_units(s, self.allocs):
+            self.emit(f"tilec::gemm_ss_tf32<{warps}, {ta}, {tb}, {la}, {lb}>({ptr(s.a, s.a_stage)}, "
+                      f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
+        elif mma and s.next_stage is not None and not self.edge_version:
             # overlapped: the k-steps' fragments (the first loaded before) and, before the last
             # k-step, the sync statements, the loads of the next stage's first fragments and the
             # copies of a later tile into the stage this iteration read
@@ -1347,7 +1350,7 @@ CUDA = Target(
         # tile), a key bound alone keeps per-tile versions (its split loop spilled 12 bytes)
         attn_tile=(128, 32), attn_threads=128, matrix_threads_by_capacity=((96, 128), (128, 256)),
         diagonal_masks="split",
-        dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN,
+        dtypes=ALL_DTYPES, async_copy=True, mma_dtypes=SIXTEEN, tf32=True,
         matrix_capacities=(64, 96, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
         row_threads_by_capacity=((256, 128),),
         gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32), row_tile=False,

@@ -948,6 +948,58 @@ TILEC_DEV void gemm_rs(const uint32_t* a_frag, const typename K::storage* Bs, fl
     }
 }
 
+// ---- tf32 (`precision tf32`): f32 products on the matrix units -------------------------------
+// An f32 rounded to tf32 (10 mantissa bits, to nearest, ties away from zero), in a 32-bit register.
+TILEC_DEV uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// D = A * B + D for one 16x8x8 tile of tf32 operands; A: 4 registers, B: 2, D: 4 floats (the
+// accumulator layout of the 16-bit mma: lane l holds rows l/4, l/4 + 8, columns 2 (l % 4) + {0, 1}).
+TILEC_DEV void mma_tf32(float* d, const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// acc += A(BM x BK) * B(BK x BN) from shared f32 tiles (A [BM][BK] or, TA, [BK][BM]; B [BK][BN]
+// or, TB, [BN][BK]) on the matrix units in tf32, k-steps of 8, into the accumulator layout of
+// gemm_ss. Lane (g, c) = (l / 4, l % 4) of the m16n8k8 fragments holds A rows g, g + 8 at k = c,
+// c + 4 and B column g at k = c, c + 4: 32-bit shared loads at the layout's offsets (the layout
+// pass pads the rows so that each load's 32 lanes hit 32 banks), each rounded by to_tf32.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB>
+TILEC_DEV void gemm_ss_tf32(const float* As, const float* Bs, float* acc) {
+    typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
+    static_assert(BK % 8 == 0, "the K tile is a multiple of 8");
+    const int lane = (int)threadIdx.x % 32, g = lane >> 2, c = lane & 3;
+    const int m0 = W::m0() + g, n0 = W::n0() + g;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 8) {
+        uint32_t a[W::MI][4], b[W::NI][2];
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {  // (row g, k c), (g + 8, c), (g, c + 4), (g + 8, c + 4)
+                const int r = m0 + mi * 16 + (e & 1) * 8, k = kk + c + (e >> 1) * 4;
+                a[mi][e] = to_tf32(As[TA ? LA::offset(k, r) : LA::offset(r, k)]);
+            }
+#pragma unroll
+        for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {  // (k c, column g), (c + 4, g)
+                const int n = n0 + ni * 8, k = kk + c + e * 4;
+                b[ni][e] = to_tf32(Bs[TB ? LB::offset(n, k) : LB::offset(k, n)]);
+            }
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni) mma_tf32(acc + (mi * W::NI + ni) * 4, a[mi], b[ni]);
+    }
+}
+
 // The same product on the scalar units, for dtypes the matrix units do not take (f32 under
 // `precision ieee`, f64, integers) and tiles they cannot split: each thread computes its own
 // accumulator elements, in the same layout.
