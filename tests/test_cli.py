@@ -470,3 +470,23 @@ def test_a_command_leaves_the_garbage_collector_as_it_found_it():
     for args in (["check", str(SAMPLES / "softmax.tile")], ["check", "/nonexistent.tile"]):
         CliRunner().invoke(main, args)
         assert gc.get_threshold() == before and gc.get_freeze_count() == 0 and gc.isenabled()
+
+
+def test_cpu_timing_waits_for_spinning_threads_to_park():
+    """A thread of the process that spins (as numpy's BLAS pool does after a product) is waited
+    out before a CPU kernel is timed; a quiet process is not kept waiting."""
+    import threading
+    import time
+
+    from tilec.runtimes.cpu import wait_until_quiet
+    assert wait_until_quiet() < 0.2
+    stop = time.perf_counter() + 0.3
+
+    def spin():
+        while time.perf_counter() < stop:
+            pass
+    t = threading.Thread(target=spin)
+    t.start()
+    waited = wait_until_quiet()
+    t.join()
+    assert 0.2 < waited < 0.9
