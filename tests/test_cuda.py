@@ -839,7 +839,7 @@ kernel mm_bt_relu(A: f32[M, K], B: f32[N, K], bias: f32[N]) -> C: f32[M, N]:
 kernel bmm(A: f32[Bt, M, K], B: f32[Bt, K, N]) -> C: f32[Bt, M, N]:
     C = A @ B
 
-kernel att(Q: f32[Bt, M, K], Kt: f32[Bt, N, K], V: f32[Bt, N, K]) -> C: f32[Bt, M, K]:
+kernel att(Q: f32[Bt, M, D], Kt: f32[Bt, N, D], V: f32[Bt, N, D]) -> C: f32[Bt, M, D]:
     C = softmax(Q @ Kt.T, axis=-1) @ V
 """
 TF32_SCHEDULES = "".join(f"\nschedule {k}:\n    target cuda:\n        precision tf32\n"
@@ -912,8 +912,8 @@ def test_tf32_gemms_on_gpu():
     tolerance of the exact reference, and visibly rounded (an f32 GEMM's error is ~1e-7), so the
     matrix units ran."""
     need_gpu()
-    for dims in (dict(M=128, K=256, N=128, Bt=2), dict(M=100, K=300, N=72, Bt=3),
-                 dict(M=17, K=40, N=9, Bt=1), dict(M=5, K=1000, N=130, Bt=2)):
+    for dims in (dict(M=128, K=256, N=128, Bt=2, D=64), dict(M=100, K=300, N=72, Bt=3, D=100),
+                 dict(M=17, K=40, N=9, Bt=1, D=128), dict(M=5, K=1000, N=130, Bt=2, D=32)):
         results = check_text(TF32 + TF32_SCHEDULES, dims, name="tf32.tile", target="cuda",
                              options={"arch": ("sm_90",)})
         for name, r in results.items():
