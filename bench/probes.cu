@@ -29,18 +29,21 @@ template <int PF> __device__ __forceinline__ uint32_t ld_pf(const uint8_t* p) {
     return v;
 }
 
-// Block b reads column block b % (NB / WB) (WB bytes wide) of the rows of K slice b / (NB / WB)
-// (`slice` rows); its warps split the slice's rows; LB bytes per lane, U loads in flight per lane;
-// PF: the L2 prefetch size hint of 4-byte loads (as ld_weight_word in tilec_cuda.h).
-template <int LB, int WB, int U, int PF = 0>
+// Block b reads column block b % ncb (COOP * WB bytes wide) of the rows of K slice b / ncb
+// (`slice` rows): warp w reads the WB-byte segment w % COOP of that block, in row slice
+// w / COOP (COOP 1: each warp a whole column block, its warps splitting the slice's rows;
+// COOP > 1: several warps of one block on adjacent segments of the same rows at the same time,
+// does such a line stream like a line read by one warp?). LB bytes per lane, U loads in flight
+// per lane; PF: the L2 prefetch size hint of 4-byte loads (as ld_weight_word in tilec_cuda.h).
+template <int LB, int WB, int COOP, int U, int PF>
 __global__ void read_probe(const uint8_t* __restrict__ q, int64_t NB, int64_t slice, uint32_t* out) {
     constexpr int LPR = WB / LB, RPI = 32 / LPR;  // lanes per row, rows per load instruction
     typedef typename Vec<LB>::T V;
     const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t ncb = NB / WB, cb = blockIdx.x % ncb, ks = blockIdx.x / ncb;
-    const int64_t per = slice / warps;
-    const int64_t r0 = ks * slice + warp * per + lane / LPR;
-    const uint8_t* p = q + r0 * NB + cb * WB + (lane % LPR) * LB;
+    const int64_t ncb = NB / (WB * COOP), cb = blockIdx.x % ncb, ks = blockIdx.x / ncb;
+    const int64_t per = slice / (warps / COOP);
+    const int64_t r0 = ks * slice + (warp / COOP) * per + lane / LPR;
+    const uint8_t* p = q + r0 * NB + cb * (WB * COOP) + (warp % COOP) * WB + (lane % LPR) * LB;
     uint32_t acc = 0;
     for (int64_t r = 0; r < per; r += RPI * U) {
         V v[U];
@@ -55,48 +58,18 @@ __global__ void read_probe(const uint8_t* __restrict__ q, int64_t NB, int64_t sl
     if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;  // keeps the loads; (almost) never true
 }
 
+template <int LB, int WB, int COOP, int U, int PF = 0>
+static int launch_coop(const uint8_t* q, int64_t NB, int64_t K, int slices, int threads, uint32_t* out,
+                       cudaStream_t s) {
+    const int64_t blocks = NB / (WB * COOP) * slices;
+    read_probe<LB, WB, COOP, U, PF><<<(unsigned)blocks, threads, 0, s>>>(q, NB, K / slices, out);
+    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+}
+
 template <int LB, int WB, int U, int PF = 0>
 static int launch_read(const uint8_t* q, int64_t NB, int64_t K, int slices, int threads, uint32_t* out,
                        cudaStream_t s) {
-    const int64_t blocks = NB / WB * slices;
-    read_probe<LB, WB, U, PF><<<(unsigned)blocks, threads, 0, s>>>(q, NB, K / slices, out);
-    return cudaGetLastError() == cudaSuccess ? 0 : 1;
-}
-
-// The GEMV's lane pattern (LB bytes per lane, SEG bytes of a row per warp) with COOP warps of a
-// block reading adjacent SEG-byte segments of the same rows at the same time: block b covers
-// COOP * SEG bytes of column block b % ncb, rows of K slice b / ncb; warp w reads segment
-// w % COOP of row slice w / COOP. Does a 128-byte line read by several warps of one block at once
-// stream like a line read by one warp?
-template <int LB, int SEG, int COOP, int U, int PF = 0>
-__global__ void coop_probe(const uint8_t* __restrict__ q, int64_t NB, int64_t slice, uint32_t* out) {
-    constexpr int LPR = SEG / LB, RPI = 32 / LPR;
-    typedef typename Vec<LB>::T V;
-    const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t ncb = NB / (SEG * COOP), cb = blockIdx.x % ncb, ks = blockIdx.x / ncb;
-    const int64_t per = slice / (warps / COOP);
-    const int64_t r0 = ks * slice + (warp / COOP) * per + lane / LPR;
-    const uint8_t* p = q + r0 * NB + cb * (SEG * COOP) + (warp % COOP) * SEG + (lane % LPR) * LB;
-    uint32_t acc = 0;
-    for (int64_t r = 0; r < per; r += RPI * U) {
-        V v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            if constexpr (LB == 4 && PF > 0) v[u] = ld_pf<PF>(p + (r + u * RPI) * NB);
-            else v[u] = *reinterpret_cast<const V*>(p + (r + u * RPI) * NB);
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) acc ^= Vec<LB>::fold(v[u]);
-    }
-    if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
-}
-
-template <int LB, int SEG, int COOP, int U, int PF = 0>
-static int launch_coop(const uint8_t* q, int64_t NB, int64_t K, int slices, int threads, uint32_t* out,
-                       cudaStream_t s) {
-    const int64_t blocks = NB / (SEG * COOP) * slices;
-    coop_probe<LB, SEG, COOP, U, PF><<<(unsigned)blocks, threads, 0, s>>>(q, NB, K / slices, out);
-    return cudaGetLastError() == cudaSuccess ? 0 : 1;
+    return launch_coop<LB, WB, 1, U, PF>(q, NB, K, slices, threads, out, s);
 }
 
 // The same reads staged per warp through shared memory by cp.async (16 bytes per lane, WB = 128
