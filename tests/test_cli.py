@@ -479,7 +479,8 @@ def test_cpu_timing_waits_for_spinning_threads_to_park():
     import time
 
     from tilec.runtimes.cpu import wait_until_quiet
-    assert wait_until_quiet() < 0.2
+    wait_until_quiet()  # (threads an earlier test left spinning: OpenMP, numpy's BLAS)
+    assert wait_until_quiet() < 0.1
     stop = time.perf_counter() + 0.3
 
     def spin():

@@ -9,6 +9,7 @@ import statistics
 from dataclasses import dataclass
 
 from .diagnostics import TilecError, error
+from .ir import tile as T
 from .ir.graph import Graph
 from .ir.types import DTYPES, PACKED, Dim
 
@@ -259,9 +260,8 @@ def runs_tf32(m, g: Graph, target) -> bool:
     kernel) one of its gemms says `precision=tf32`."""
     if not target.resources.tf32:
         return False
-    if m.schedule_for(g.name, target.name).precision == "tf32":
+    if target.tf32(m.schedule_for(g.name, target.name)):
         return True
-    from .ir import tile as T
     return g.tile is not None and any(isinstance(s, T.Gemm) and s.tf32
                                       for s in T.walk_stmts(g.tile.body))
 

@@ -312,8 +312,8 @@ class GroupLowering:
         K = self.ops[a_id].type.shape[-1]
         mma_dt = self.mma_dtype(a_id, b_id)
         # f32 products that `precision tf32` puts on the matrix units take their tile shape
-        tf32 = mma_dt is None and self.sched.precision == "tf32" and self.target.resources.tf32 \
-            and self.ops[a_id].type.dtype == self.ops[b_id].type.dtype == mm.type.dtype == "f32"
+        tf32 = mma_dt is None and self.target.tf32(self.sched) and \
+            self.ops[a_id].type.dtype == self.ops[b_id].type.dtype == mm.type.dtype == "f32"
         bm, bn, bk, stages, threads = self.target.gemm_config(
             self.sched, scalar=mma_dt is None and not tf32, operand_bytes=4 if tf32 else 2)
         sc = self.sched  # (a schedule that sets any of the knob's fields keeps its own)
@@ -1011,7 +1011,7 @@ def with_precision(prog: TileProgram, sched, target) -> TileProgram:
     operands' rows for the fragment loads, the renderer multiplies on the matrix units); a gemm
     with A in registers (attention's P @ V), other targets, and `precision ieee` (the default)
     keep exact f32 FMAs."""
-    if sched.precision != "tf32" or not target.resources.tf32:
+    if not target.tf32(sched):
         return prog
 
     def kernel(k):

@@ -144,6 +144,11 @@ class Target:
     def buildable(self) -> bool:
         return self.render_files is not None
 
+    def tf32(self, s: Schedule) -> bool:
+        """Whether schedule `s` lets this target multiply f32 in tf32 (`precision tf32` on a
+        target whose matrix units take it)."""
+        return s.precision == "tf32" and self.resources.tf32
+
     def gemm_config(self, s: Schedule, scalar: bool = False, operand_bytes: int = 2) -> tuple:
         """(BM, BN, BK, stages, threads) of a GEMM: the schedule's, else the target's tile (its
         scalar one for products off the matrix units); matrix-unit operands of `operand_bytes`
