@@ -44,6 +44,8 @@ w4a16 M=3,N=96,K=256
 w4a16 M=2,N=200,K=1536
 w4a16 M=1,N=304,K=1280
 w4a16 M=1,N=136,K=128
+w4a16_kmajor M=1,N=200,K=384
+w4a16_kmajor M=1,N=1024,K=2048
 layernorm R=3,C=20000
 rmsnorm R=3,C=5000
 linear_tf32 M=100,N=72,K=300"}

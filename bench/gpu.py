@@ -17,6 +17,7 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
   chain      silu(X * 0.5 + 1) * X, same size, vs eager and torch.compile
              [these three: >= 0.9x the copy ceiling, counting one read + one write of X; >= 1x torch.compile]
   w4a16      bf16 A[M, 8192] @ dequant(u4 W[8192, 8192], one bf16 scale per 128 rows), M = 1 and 16,
+             the weights as u4[K, N]; w4a16_kmajor: the same packed along K (u4[N, K]),
              vs cuBLAS on the dense bf16 weights and tinygemm (torch._weight_int4pack_mm)
                                                         [M=1: >= 2.5x cuBLAS, >= 1x tinygemm]
   attention  softmax(Q K^T / sqrt(D)) V, f16, B4 H32 L=S=4096 D128, plain and causal, vs SDPA's flash backend
@@ -83,6 +84,7 @@ ABI = {
     "chain_f16": ("T", 1, "R C"),
     "copy_f16": ("T", 1, "R C"),
     "w4a16": ("TTT", 1, "M K N"),
+    "w4a16_kmajor": ("TTT", 1, "M K N"),
     "attention": ("TTT", 1, "B H L D S"),
     "causal_attention": ("TTT", 1, "B H L D"),
 }
@@ -798,8 +800,12 @@ def tinygemm_weights(q: torch.Tensor, scales: torch.Tensor, A: torch.Tensor, ref
     return packed, sz
 
 
-def w4a16_one(bench: Bench, M: int, K: int, N: int) -> None:
-    bench.section("w4a16", f"bf16 C = A @ ((Wq - 8) * scales), group {W4_GROUP}, M={M} K={K} N={N}")
+def w4a16_one(bench: Bench, M: int, K: int, N: int, kmajor: bool = False) -> None:
+    """kmajor: tilec reads the weights packed along K (u4 [N, K] and scales [N, K / 128], the
+    GPTQ-style layout, kernel w4a16_kmajor) instead of u4 [K, N]; the peers are the same."""
+    layout = "packed along K: Wq u4[N, K]" if kmajor else "Wq u4[K, N]"
+    bench.section("w4a16", f"bf16 C = A @ ((Wq - 8) * scales), group {W4_GROUP}, M={M} K={K} N={N}, "
+                           f"{layout}")
     A = randn(M, K, dtype=BF16)
     q = torch.randint(0, 16, (K, N), dtype=torch.uint8, device="cuda")
     scales = ((torch.rand(K // W4_GROUP, N, device="cuda") + 0.5) / 64).to(BF16)
@@ -807,11 +813,12 @@ def w4a16_one(bench: Bench, M: int, K: int, N: int) -> None:
     ref = (A.float() @ W).to(BF16)
     dense = W.to(BF16)
     del W
-    wq = pack_u4(q)
+    wq = pack_u4(q.t().contiguous()) if kmajor else pack_u4(q)
+    ws = scales.t().contiguous() if kmajor else scales
     # the 32 MiB of packed weights fit in L2: every contender rotates among the same number of copies
     n = n_copies(wq.nbytes + scales.nbytes, bench.l2, bench.args.copies)
-    sets = [(w, s, torch.empty(M, N, dtype=BF16, device="cuda")) for w, s in copies_of(n, wq, scales)]
-    tc = bench.tilec_entry("w4a16", lambda k: [k.bind([A, w, s], [c], (M, K, N)) for w, s, c in sets],
+    sets = [(w, s, torch.empty(M, N, dtype=BF16, device="cuda")) for w, s in copies_of(n, wq, ws)]
+    tc = bench.tilec_entry("w4a16_kmajor" if kmajor else "w4a16", lambda k: [k.bind([A, w, s], [c], (M, K, N)) for w, s, c in sets],
                            [ref], TOL[BF16])
     dense_sets = [(d[0], c) for d, (_, _, c) in zip(copies_of(n, dense), sets)]
     cublas = bench.peer("cuBLAS bf16 dense (A @ W)",
@@ -824,7 +831,8 @@ def w4a16_one(bench: Bench, M: int, K: int, N: int) -> None:
     tiny = bench.peer("tinygemm (_weight_int4pack_mm)", tinygemm)
     goals = {"cuBLAS bf16 dense (A @ W)": (">=", 2.5), "tinygemm (_weight_int4pack_mm)": (">=", 1.0)}
     work = Work(flops=2 * M * N * K, bytes=wq.nbytes + scales.nbytes + A.nbytes + M * N * 2)
-    bench.compare(f"M={M} N=K={K}{rot(n)}", work, [tc, cublas, tiny], goals if M == 1 else {}, ref)
+    bench.compare(f"M={M} N=K={K}{' K-major' if kmajor else ''}{rot(n)}", work, [tc, cublas, tiny],
+                  goals if M == 1 else {}, ref)
     if tc.time:
         print(f"  tilec streams {work.bytes / tc.time / 1e9:.0f} GB/s of weights + activations")
 
@@ -832,6 +840,11 @@ def w4a16_one(bench: Bench, M: int, K: int, N: int) -> None:
 def case_w4a16(bench: Bench) -> None:
     for M in (1, 16):
         w4a16_one(bench, M, 8192, 8192)
+
+
+def case_w4a16_kmajor(bench: Bench) -> None:
+    for M in (1, 16):
+        w4a16_one(bench, M, 8192, 8192, kmajor=True)
 
 
 def sdpa(q, k, v, causal: bool, backend_name: str) -> Callable[[], torch.Tensor]:
@@ -887,7 +900,8 @@ def case_attention(bench: Bench) -> None:
 
 
 CASES = {"gemm": case_gemm, "tf32": case_tf32, "epilogue": case_epilogue, "softmax": case_softmax, "rmsnorm": case_rmsnorm,
-         "chain": case_chain, "w4a16": case_w4a16, "attention": case_attention}
+         "chain": case_chain, "w4a16": case_w4a16,
+         "w4a16_kmajor": case_w4a16_kmajor, "attention": case_attention}
 
 
 # ----------------------------------------------------------------------------- main

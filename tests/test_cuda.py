@@ -107,7 +107,7 @@ def ptxas_report(text: str, name: str) -> dict:
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("sample", ["gemm_bias_relu", "attention", "causal_attention", "w4a16",
-                                    "batched_matmul", "tile/gemm_relu", "tile/w4a16",
+                                    "w4a16_kmajor", "batched_matmul", "tile/gemm_relu", "tile/w4a16",
                                     "tile/flash_attention"])
 def test_gemm_and_attention_kernels_do_not_spill(sample):
     need_nvcc()
@@ -551,6 +551,11 @@ GPU_SIZES = {
               # GEMVs whose blocks' columns are all whole (N a multiple of 256), split over K
               # and not
               dict(M=1, N=1024, K=2048), dict(M=1, N=768, K=4096), dict(M=1, N=33024, K=256)],
+    # weights packed along K: GEMVs split over K and not, columns cut at N, K tails that cut a
+    # 128-row chunk, and the tiled path (M > 1)
+    "w4a16_kmajor": [dict(M=1, N=1024, K=2048), dict(M=1, N=8192, K=1024), dict(M=1, N=200, K=384),
+                     dict(M=1, N=17, K=128), dict(M=1, N=4096, K=4224), dict(M=16, N=64, K=256),
+                     dict(M=3, N=130, K=1280)],
     # head dims exactly 64, 96 and 128 (their exact variants), and between (the run-time ones)
     "attention": [dict(B=1, H=2, L=128, S=128, D=64), dict(B=2, H=1, L=17, S=1000, D=32),
                   dict(B=1, H=1, L=1, S=1, D=1), dict(B=1, H=3, L=200, S=70, D=128),
@@ -601,6 +606,38 @@ def test_hand_written_gemv_mma_on_gpu():
     from test_tile_level import GEMV_MMA
     for dims in (dict(M=1, K=384, N=264), dict(M=2, K=256, N=261), dict(M=1, K=1280, N=7)):
         check_text(GEMV_MMA, dims, name="gemv_mma.tile", target="cuda",
+                   options={"arch": ("sm_90",)})
+
+
+GEMV_KMAJOR = """
+kernel gk_f16_i4(A: f16[M, K], Wq: i4[N, K], s: f16[N, K // 32]) -> C: f16[M, N]:
+    assume K % 32 == 0
+    C = A @ dequant(Wq.T, s.T, zero=0, group=32)
+
+kernel gk_bf16_u4(A: bf16[M, K], Wq: u4[N, K], s: bf16[N, K // 64]) -> C: bf16[M, N]:
+    assume K % 64 == 0
+    C = A @ dequant(Wq.T, s.T, zero=3, group=64)
+"""
+
+GEMV_KMAJOR_ANY = """
+kernel gk_any(A: bf16[M, K], Wq: u4[N, K], s: bf16[N, cdiv(K, 16)]) -> C: bf16[M, N]:
+    C = A @ dequant(Wq.T, s.T, zero=8, group=16)
+"""
+
+
+@pytest.mark.gpu
+def test_kmajor_gemv_on_gpu():
+    """The GEMV of weights packed along K on f16 and bf16, signed and unsigned nibbles, zero
+    points 0 and 3, groups of 32 and 64 rows (a lane's 32 rows lie in one group), warps' chunks
+    cut by K, columns cut at N; and groups of 16 rows or K not a multiple of 32 (the
+    value-by-value path)."""
+    need_gpu()
+    for dims in (dict(M=1, K=1216, N=512), dict(M=1, K=1216, N=520), dict(M=1, K=64, N=64),
+                 dict(M=1, K=8192, N=48)):
+        check_text(GEMV_KMAJOR, dims, name="gemv_kmajor.tile", target="cuda",
+                   options={"arch": ("sm_90",)})
+    for dims in (dict(M=1, K=200, N=40), dict(M=1, K=1024, N=72)):
+        check_text(GEMV_KMAJOR_ANY, dims, name="gemv_kmajor_any.tile", target="cuda",
                    options={"arch": ("sm_90",)})
 
 

@@ -159,12 +159,15 @@ class KernelRun:
         slices, bn = dst.shape
         a, q, sc = self.env[s.a], self.env[s.q], self.env[s.s]
         dt = self.decls[s.s].dtype
+        if s.kmajor:  # [N, K] weights and [N, K // group] scales
+            q, sc = q.T, sc.T
+        chunk = 128 if s.kmajor else 16
         cols = np.arange(col0, min(col0 + bn, q.shape[-1]))
-        end, c0 = first + rows, first // 16
-        per = -(-(-(-end // 16) - c0) // slices) * 16 if rows > 0 else 0
+        end, c0 = first + rows, first // chunk
+        per = -(-(-(-end // chunk) - c0) // slices) * chunk if rows > 0 else 0
         dst[...] = 0.0
         for w in range(slices):
-            r = np.arange(max(first, c0 * 16 + w * per), min(c0 * 16 + (w + 1) * per, end))
+            r = np.arange(max(first, c0 * chunk + w * per), min(c0 * chunk + (w + 1) * per, end))
             if r.size == 0 or cols.size == 0:
                 continue
             wts = quantize((q[r][:, cols].astype(np.float64) - s.zero) *

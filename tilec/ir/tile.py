@@ -293,6 +293,9 @@ class GemvMma:
     zero: int
     group: int
     idx: tuple  # (A's row, first row, rows, first column)
+    # q is [N, K] and s [N, K // group] (weights packed along K): q[r, n] above reads q[n, r]
+    # and s[r // group, n] reads s[n, r // group]; the warps' rows go in 128-row chunks
+    kmajor: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -563,8 +566,9 @@ def print_stmts(stmts, indent: int) -> list:
             out.append(f"{pad}reduce({s.fn}, {s.src}, {s.dst}, axis={s.axis})")
         elif isinstance(s, GemvMma):
             row, first, rows, col0 = (fmt(x) for x in s.idx)
-            out.append(f"{pad}gemv_mma({s.dst}, {s.a}, {s.q}, {s.s}, zero={s.zero}, group={s.group}, "
-                       f"row={row}, first={first}, rows={rows}, col0={col0})")
+            out.append(f"{pad}gemv_mma{'_kmajor' if s.kmajor else ''}({s.dst}, {s.a}, {s.q}, {s.s}, "
+                       f"zero={s.zero}, group={s.group}, row={row}, first={first}, rows={rows}, "
+                       f"col0={col0})")
         elif isinstance(s, Allreduce):
             out.append(f"{pad}allreduce({s.fn}, {s.buf})")
         elif isinstance(s, Store):

@@ -245,7 +245,8 @@ class TileBuilder:
 
     def call_stmt(self, c: ast.Call) -> list:
         f = c.func
-        if self.par and f in ("clear", "fill", "copy", "gemm", "reduce", "swizzle", "gemv_mma"):
+        if self.par and f in ("clear", "fill", "copy", "gemm", "reduce", "swizzle", "gemv_mma",
+                                   "gemv_mma_kmajor"):
             raise error(f"{f}() works on whole tiles: it runs at block level, not inside a "
                         "parallel loop", c.loc)
         if f in ("clear", "fill"):
@@ -264,8 +265,8 @@ class TileBuilder:
             return [self.gemm(c)]
         if f == "reduce":
             return [self.reduce(c)]
-        if f == "gemv_mma":
-            return [self.gemv_mma(c)]
+        if f in ("gemv_mma", "gemv_mma_kmajor"):
+            return [self.gemv_mma(c, f == "gemv_mma_kmajor")]
         if f == "swizzle":
             raise error("swizzle() must be the first statement of the grid block", c.loc)
         raise error(f"'{f}' is not a tile operation (clear, fill, copy, gemm, reduce)", c.loc)
@@ -403,9 +404,10 @@ class TileBuilder:
         self.written.add(acc.name)
         return T.Gemm(a.name, b.name, acc.name, ta, tb, tf32=bool(tf32 and tf32[0]))
 
-    def gemv_mma(self, c: ast.Call) -> T.GemvMma:
+    def gemv_mma(self, c: ast.Call, kmajor: bool = False) -> T.GemvMma:
         """gemv_mma(dst, A, q, s, zero=Z, group=G, row=.., first=.., rows=.., col0=..): what the
-        CUDA tiling of a 4-bit GEMV writes (ir/tile.py GemvMma says what it computes)."""
+        CUDA tiling of a 4-bit GEMV writes (ir/tile.py GemvMma says what it computes);
+        gemv_mma_kmajor(...) the same of weights packed along K (q [N, K], s [N, K / G])."""
         if len(c.args) != 4:
             raise error("gemv_mma() takes the partial sums' buffer, A, the 4-bit weights and "
                         "their scales", c.loc)
@@ -443,7 +445,7 @@ class TileBuilder:
                         "scales of A's dtype", c.loc)
         self.written.add(dst.name)
         return T.GemvMma(*names, dst.name, kw["zero"], kw["group"],
-                         (kw["row"], kw["first"], kw["rows"], kw["col0"]))
+                         (kw["row"], kw["first"], kw["rows"], kw["col0"]), kmajor)
 
     def reduce(self, c: ast.Call) -> T.Reduce:
         if len(c.args) != 3:

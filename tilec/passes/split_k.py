@@ -120,7 +120,7 @@ def gemv_mma(target) -> bool:
     return bool(target.resources.gemv_mma) and knob != ()
 
 
-def gemv_config(target, on_mma: bool = False) -> tuple:
+def gemv_config(target, on_mma: bool = False, kmajor: bool = False) -> tuple:
     """The target's GEMV (M = 1) variant: (columns per block, threads, block goal, least K rows per
     split, blocks per SM, rows per step), or `TILEC_GEMV`'s (a target without one stays so).
     `on_mma`: the GEMV of 4-bit weights that runs on the matrix units, whose block shape the
@@ -129,5 +129,7 @@ def gemv_config(target, on_mma: bool = False) -> tuple:
     if knob is not None and target.resources.gemv:
         return knob
     if on_mma and gemv_mma(target):
+        if kmajor:  # weights packed along K: their routine's block shape
+            return target.resources.gemv_mma_kmajor + target.resources.gemv[5:]
         return target.resources.gemv_mma + target.resources.gemv[5:]
     return target.resources.gemv

@@ -341,7 +341,7 @@ class GroupLowering:
         bidx = decompose(T.Var(bz), batch)
         if split is not None:  # z = batch index * count + split; the split walks its K tiles
             sk = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), nk, *split[:2],
-                              multiple=gemv_chunk_rows(gemv))
+                              multiple=gemv_chunk_rows(gemv, kmajor_gemv(self.ops, b_id, self.target)))
             kc = self.names.fresh("kc")  # K tiles per split
             count, chunk = T.Binary("cdiv", dim_to_expr(nk), T.Var(kc), "i64"), T.Var(kc)
             lets = [T.Let(kc, dim_to_expr(sk.chunk))]
@@ -525,10 +525,11 @@ class GroupLowering:
         body.append(Alloc(red, "shared", dt, (iconst(slices), iconst(bn))))
         if form is None:
             body += scalar
-        else:  # on the matrix units where the weights are whole words (else the scalar GEMV)
+        else:  # on the matrix units where the weights are whole words (else the scalar GEMV;
+            # weights packed along K: the routine takes every shape itself)
+            mma = T.GemvMma(*form[:3], red, *form[3:5], (row0, first, trip, col0), form[5])
             words = T.Compare("eq", T.Binary("mod", dim_to_expr(N), iconst(8), "i64"), iconst(0))
-            mma = T.GemvMma(*form[:3], red, *form[3:], (row0, first, trip, col0))
-            body.append(If(words, (mma,), tuple(scalar)))
+            body.append(mma if form[5] else If(words, (mma,), tuple(scalar)))
         body += [
             Alloc(tot, "fragment", dt, (iconst(1), iconst(bn))),
             Fill(tot, T.Const(0, dt)),
@@ -560,14 +561,15 @@ class GroupLowering:
         if not (isinstance(a, T.Load) and a.dtype in gemv_mma_dtypes(self.target) and
                 a.idx == (row0, probe)) or (mma_dt and a.dtype != mma_dt):
             return None
-        (q, qt), (s, st) = self._stored(b_op.args[0]), self._stored(b_op.args[1])
-        if q is None or s is None or qt or st:
+        (q_id, qt), (s_id, st) = self._stored(b_op.args[0]), self._stored(b_op.args[1])
+        kmajor = qt and st and bool(self.target.resources.gemv_mma_kmajor)
+        if q_id is None or s_id is None or qt != st or (qt and not kmajor):
             return None
-        q, s = self.bufs[q], self.bufs[s]
-        if s.type.dtype != a.dtype or len(q.type.shape) != 2:
+        q, s = self.bufs[q_id], self.bufs[s_id]
+        if s.type.dtype != a.dtype or len(q.type.shape) != 2 or len(s.type.shape) != 2:
             return None
-        self.used.update((b_op.args[0], b_op.args[1]))
-        return a.buf, q.name, s.name, int(zero), group
+        self.used.update((q_id, s_id))
+        return a.buf, q.name, s.name, int(zero), group, kmajor
 
     def lower_elementwise(self) -> TileKernel:
         S = self.grp.domain
@@ -834,7 +836,8 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     decode = [(max_m, GemmVariant(tile_, threads, stages, split))
               for max_m, tile_, threads, stages in split_k.decode_variants(target)]
     on_mma = dequant4_for_gemv_mma(g.op_map(), mm.args[1], target)
-    gemv = split_k.gemv_config(target, on_mma)
+    kmajor = kmajor_gemv(g.op_map(), mm.args[1], target)
+    gemv = split_k.gemv_config(target, on_mma, kmajor)
     if gemv and not _transposed(g, mm.args[1]):  # (a transposed B: its rows are not contiguous)
         bn, threads, blocks, rows, per_sm, unroll = gemv
         unroll = _gemv_rows_per_step(g, mm, unroll)
@@ -852,7 +855,8 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if cfg.split:
             bm, bn, bk = cfg.tile
             when = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), K.cdiv(bk),
-                                *cfg.split[:2], multiple=gemv_chunk_rows(cfg.gemv_unroll)).when
+                                *cfg.split[:2],
+                                multiple=gemv_chunk_rows(cfg.gemv_unroll, kmajor)).when
             if when != Dim.const(0):
                 out.append((f"{name}_split", Dim.bin("and", small, when), cfg))
         out.append((name, small, replace(cfg, split=None)))
@@ -891,10 +895,19 @@ def dequant4_for_gemv_mma(ops: dict, b_id: int, target) -> bool:
         ops[b.args[1]].type.dtype in gemv_mma_dtypes(target)
 
 
-def gemv_chunk_rows(unroll: int) -> int:
+def kmajor_gemv(ops: dict, b_id: int, target) -> bool:
+    """Is op `b_id` a dequantization of 4-bit weights packed along K (`dequant(q.T, s.T, ..)`
+    of tensors in memory) that the target's `gemv_mma_kmajor` routine takes?"""
+    if not (target.resources.gemv_mma_kmajor and dequant4_for_gemv_mma(ops, b_id, target)):
+        return False
+    return all(ops[x].kind == "transpose" for x in ops[b_id].args[:2])
+
+
+def gemv_chunk_rows(unroll: int, kmajor: bool = False) -> int:
     """What a split GEMV's rows per split are a multiple of: its rows per step (a step's rows
-    share their quantization group), and 16 (T.GemvMma's chunks); 1 for other GEMMs."""
-    return math.lcm(unroll, 16) if unroll else 1
+    share their quantization group), and T.GemvMma's chunks (16 rows; 128 for weights packed
+    along K); 1 for other GEMMs."""
+    return math.lcm(unroll, 128 if kmajor else 16) if unroll else 1
 
 
 def _gemv_rows_per_step(g: Graph, mm, rows: int) -> int:

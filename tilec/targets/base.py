@@ -61,6 +61,10 @@ class Resources:
     # the largest M whose GEMM of 4-bit weights runs that GEMV, one block per row of A (each row
     # reads the weights again); other GEMVs take M = 1
     gemv_mma_max_m: int = 1
+    # the same for weights packed along K (q: [N, K] and scales [N, K / G] read as
+    # `dequant(q.T, s.T, ...)`, the GPTQ-style layout): the target's routine for them, with the
+    # same fields as gemv_mma; () = the scalar GEMV
+    gemv_mma_kmajor: tuple = ()
     # 16-bit float dtypes the matrix units multiply (others take the scalar path)
     mma_dtypes: tuple = ()
     # f32 products on the matrix units in tf32 (operands rounded to 10 mantissa bits) where a

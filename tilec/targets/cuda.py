@@ -502,6 +502,14 @@ class CudaRenderer(CStyleRenderer):
             raise T.Unsupported(f"gemv_mma(): zero={s.zero} is not exact in {sc.dtype} pairs")
         self.emit(f"// {dst.name}: the warps' partial sums of A's row {row} times the dequantized "
                   "weights, on the matrix units", depth)
+        if s.kmajor:  # q: [N, K], scales [N, K / group]
+            self.emit(f"tilec::gemv_dequant4_mma_kmajor<{kind(sc.dtype)}, "
+                      f"{str(q.dtype == 'i4').lower()}, {L.cols}, {L.rows}, {L.cols + L.pad}>("
+                      f"{cname(a.name)} + ({row}) * {pdim(a.shape[-1])}, {cname(q.name)}, "
+                      f"{cname(sc.name)}, {pdim(q.shape[-2])}, {pdim(q.shape[-1])}, "
+                      f"{pdim(sc.shape[-1])}, {first}, {rows}, {col0}, {s.group}, "
+                      f"0x{bits:04x}{bits:04x}u, {cname(dst.name)});", depth)
+            return
         self.emit(f"tilec::gemv_dequant4_mma<{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}, "
                   f"{L.cols}, {L.rows}, {L.cols + L.pad}>({cname(a.name)} + ({row}) * "
                   f"{pdim(a.shape[-1])}, {cname(q.name)}, "
@@ -1370,7 +1378,10 @@ CUDA = Target(
         # (one per SM; N=K=8192 is not split), 64 registers: 0.022 ms at N=K=8192 against
         # 0.025 for 16 warps, 2 blocks per SM, 256 blocks, and 0.027-0.047 for ten others,
         # deeper load pipelines among them (docs/PERFORMANCE.md)
-        gemv_mma=(64, 1024, 128, 128, 1)),
+        gemv_mma=(64, 1024, 128, 128, 1),
+        # the same for weights packed along K (tilec_cuda.h gemv_dequant4_mma_kmajor, 16-byte
+        # loads of whole 64-byte column pieces): 64 columns on 8 warps, about 512 blocks
+        gemv_mma_kmajor=(64, 256, 512, 128, 3)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass

@@ -1323,6 +1323,157 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
     }
 }
 
+// ---- GEMV of 4-bit weights packed along K, on the matrix units (M = 1, decode) ---------------
+// The layout GPTQ-style checkpoints store: q is [N, K] (each column's K weights contiguous, two
+// per byte, low nibble first) and s is [N, SK] (s[n, r / group]); the program reads them as
+// `dequant(q.T, s.T, ...)`. dst[w * LD + j] (w = the calling warp, j < BN) = the sum over warp
+// w's rows r of a[r] * H((q[col0 + j, r] - zero) * s[col0 + j, r / group]), each weight rounded
+// to H. The 128-row chunks (rows 128c .. 128c + 127) that hold rows first .. first + rows - 1 go to
+// the SLICES warps in contiguous runs of cdiv(chunks, SLICES), rows outside that range masked.
+// Every load is 16 bytes of one column: lane (g, c) reads rows 32c .. 32c + 31 of a chunk for
+// columns g and g + 8 of each 16-column group, so the 4 lanes of a quad read 64 contiguous bytes
+// of a column and a warp's consecutive chunks continue them (no 32-byte pieces of far-apart rows,
+// which the row-major layout's GEMV is held by). The product runs transposed, C^T = W^T a^T, as
+// m16n8k16 mma: A = 16 columns x 16 rows; a weight word holds 8 consecutive rows of one column,
+// its byte p the pair of rows (2p, 2p + 1) that the A layout wants along k (one byte permute and
+// one LOP3 put it in an mma register), so mma h of word w takes rows 8w + 4h .. 8w + 4h + 3 of
+// the lane's 32, and its B (the activations of those rows, lanes of every g alike: columns 1..7
+// of C are never read) is 8 bytes of A's row as they lie in memory. About 2.4 instructions per
+// weight. The routine needs K, group, first and first + rows to be multiples of 32 and `a`, `q`
+// 16-byte aligned (a lane's 32 rows are then all inside or all outside the range, and in one
+// quantization group); otherwise it sums value by value. Columns past N read no memory and come
+// out 0.
+template <class H> struct Gemv4KStep {
+    uint4 w[2];     // rows 32c .. 32c + 31 of the chunk, columns g and g + 8 of the group
+    uint32_t s[2];  // their scales, in both halves (0 where the lane's rows or columns are out)
+};
+
+template <class H, bool SIGNED, int BN, int SLICES, int LD, bool GUARD = true>
+TILEC_DEV void gemv_dequant4_mma_kmajor(const typename H::storage* a, const uint8_t* q,
+                                        const typename H::storage* s, int64_t N, int64_t K,
+                                        int64_t SK, int64_t first, int64_t rows, int64_t col0,
+                                        int64_t group, uint32_t bias, float* dst) {
+    constexpr int NGRP = BN / 16, D = TILEC_GEMV_DEPTH;
+    static_assert(BN % 16 == 0, "16-column groups");
+    const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, g = lane >> 2, c = lane & 3;
+    const int64_t end = first + rows, c0 = first >> 7;
+    const int64_t chunks = rows > 0 ? ((end + 127) >> 7) - c0 : 0;
+    const int64_t per = (chunks + SLICES - 1) / SLICES;  // chunks per warp
+    const int64_t cb = c0 + warp * per, ce = cb + per < c0 + chunks ? cb + per : c0 + chunks;
+    const int64_t half = (K + 1) >> 1;  // bytes per column of q
+    const bool fast = K % 32 == 0 && group % 32 == 0 && first % 32 == 0 && end % 32 == 0 &&
+                      K < (int64_t(1) << 30) &&  // rows and row counters in 32 bits below
+                      (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
+                      (reinterpret_cast<uintptr_t>(q) & 15) == 0;
+    if (!fast) {  // value by value (the rows of the warp's chunks)
+        const float base = H::load((uint16_t)(Pair16<H>::magic & 0xffffu)) + (SIGNED ? 8.0f : 0.0f);
+        const float z = H::load((uint16_t)bias) - base;  // bias = MAGIC + zero (+ 8 if signed)
+        const int64_t rb = cb * 128 > first ? cb * 128 : first, re = ce * 128 < end ? ce * 128 : end;
+        for (int j = lane; j < BN; j += 32) {
+            const int64_t n = col0 + j;
+            float sum = 0.0f;
+            if (n < N) {
+                for (int64_t r = rb; r < re; ++r) {
+                    const int32_t v = SIGNED ? load_i4(q, n, r, K) : load_u4(q, n, r, K);
+                    const float w = H::load(H::store(((float)v - z) * H::load(s[n * SK + r / group])));
+                    sum = fma_acc(H::load(a[r]), w, sum);
+                }
+            }
+            dst[warp * LD + j] = sum;
+        }
+        return;
+    }
+    // steps (column group gg, chunk ch), the chunks of one group in order (a column's 64-byte
+    // pieces one after the other), then the next group; a ring of D steps in flight. The lane's
+    // addresses: q at its first row of chunk 0 in column g of group 0, advanced by offsets.
+    const int nch = ce > cb ? (int)(ce - cb) : 0;
+    const int first32 = (int)first, end32 = (int)end;
+    // the next step to load (group pg, chunk cb + pc) and the lane's addresses for it: its 16
+    // bytes of column g of the group (column g + 8: 8 columns further), the scales' row, and the
+    // quantization group (32-row pieces counted, no division in the loop)
+    const int gq = (int)(group >> 5);  // 32-row pieces per quantization group
+    const int piece0 = (int)(((cb * 128 + 32 * c) >> 5) % gq), grp0 = (int)(((cb * 128 + 32 * c) >> 5) / gq);
+    const int64_t col8 = 8 * half, scol8 = 8 * SK;
+    const uint8_t* qn = q + (col0 + g) * half + ((cb * 128 + 32 * c) >> 1);
+    const typename H::storage* sn = s + (col0 + g) * SK;
+    int pg = 0, piece = piece0, grp = grp0, pc = 0;
+    const int r0 = (int)(cb * 128 + 32 * c);
+    int rn = r0;  // the lane's first row of the step
+    auto load = [&](Gemv4KStep<H>& st) {
+        const int64_t n = col0 + pg * 16 + g;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            st.w[h] = make_uint4(0u, 0u, 0u, 0u);
+            st.s[h] = 0u;
+            if (!GUARD || (rn >= first32 && rn < end32 && n + 8 * h < N)) {
+                const uint8_t* p = qn + h * col8;
+#if TILEC_GEMV_PREFETCH
+                asm("ld.global.nc.L2::" TILEC_STR(TILEC_GEMV_PREFETCH) "B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                    : "=r"(st.w[h].x), "=r"(st.w[h].y), "=r"(st.w[h].z), "=r"(st.w[h].w) : "l"(p));
+#else
+                st.w[h] = *reinterpret_cast<const uint4*>(p);
+#endif
+                const uint32_t v = (uint32_t)sn[h * scol8 + grp];
+                st.s[h] = v | (v << 16);
+            }
+        }
+        qn += 64;
+        rn += 128;
+        for (piece += 4; piece >= gq; piece -= gq) ++grp;
+        if (++pc == nch) {  // the group's last chunk: the next group, from chunk cb again
+            pc = 0;
+            ++pg;
+            qn += 16 * half - nch * 64;
+            rn = r0;
+            sn += 16 * SK;
+            piece = piece0;
+            grp = grp0;
+        }
+    };
+    Gemv4KStep<H> ring[D];
+#pragma unroll
+    for (int j = 0; j < D; ++j)
+        if (nch > 0 && pg < NGRP) load(ring[j]);
+#pragma unroll 1
+    for (int gg = 0; gg < NGRP; ++gg) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const typename H::storage* an = a + r0;  // the lane's activations of the chunk
+        for (int ch = 0, r = r0; ch < nch; ++ch, r += 128, an += 128) {
+            const Gemv4KStep<H> cur = ring[0];
+#pragma unroll
+            for (int j = 0; j + 1 < D; ++j) ring[j] = ring[j + 1];
+            if (pg < NGRP) load(ring[D - 1]);
+            // the chunk's activations: rows 32c .. 32c + 31 (zeros where the lane's rows are out)
+            const bool in = !GUARD || (r >= first32 && r < end32);
+#pragma unroll
+            for (int w = 0; w < 4; ++w) {
+                const uint4 b4 = in ? *reinterpret_cast<const uint4*>(an + 8 * w)
+                                    : make_uint4(0u, 0u, 0u, 0u);
+                const uint32_t bw[4] = {b4.x, b4.y, b4.z, b4.w};
+                uint32_t wd[2] = {w == 0 ? cur.w[0].x : w == 1 ? cur.w[0].y : w == 2 ? cur.w[0].z : cur.w[0].w,
+                                  w == 0 ? cur.w[1].x : w == 1 ? cur.w[1].y : w == 2 ? cur.w[1].z : cur.w[1].w};
+                if (SIGNED) { wd[0] ^= 0x88888888u; wd[1] ^= 0x88888888u; }  // q + 8
+                const uint32_t hi[2] = {wd[0] >> 4, wd[1] >> 4};
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {  // rows 8w + 4h .. + 3: bytes 2h, 2h + 1 of the words
+                    uint32_t A[4];  // rows g, g + 8 (columns g, g + 8); k 2c.. and 2c + 8..
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int p = 2 * h + (e >> 1), col = e & 1;
+                        A[e] = dequant_pair<H>(__byte_perm(wd[col], hi[col], p | ((p + 4) << 8)),
+                                               bias, cur.s[col]);
+                    }
+                    Mma<H>::run(acc, A, bw + 2 * h);
+                }
+            }
+        }
+        if (c == 0) {  // column 0 of C: lanes 0, 4, .., 28 hold rows g and g + 8 of the group
+            dst[warp * LD + gg * 16 + g] = acc[0];
+            dst[warp * LD + gg * 16 + g + 8] = acc[2];
+        }
+    }
+}
+
 // ---- reductions across the threads that share a row -------------------------------------------
 struct OpSum { template <typename T> static TILEC_DEV T apply(T a, T b) { return a + b; } };
 struct OpMax { template <typename T> static TILEC_DEV T apply(T a, T b) { return maximum(a, b); } };
