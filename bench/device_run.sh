@@ -46,6 +46,7 @@ w4a16 M=1,N=304,K=1280
 w4a16 M=1,N=136,K=128
 w4a16_kmajor M=1,N=200,K=384
 w4a16_kmajor M=1,N=1024,K=2048
+w4a16_kmajor M=16,N=130,K=384
 layernorm R=3,C=20000
 rmsnorm R=3,C=5000
 linear_tf32 M=100,N=72,K=300"}

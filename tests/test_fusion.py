@@ -85,6 +85,26 @@ def test_dequant_happens_in_the_b_tile_load():
     assert all(w.when is not None for w in prog.workspaces)  # only split variants' partials
 
 
+def test_weights_packed_along_k_fill_the_b_tile_transposed():
+    """dequant(Wq.T, s.T, ...): the B tile is filled as [N, K] with K innermost (neighbouring
+    threads read neighbouring nibbles of Wq[n, :]) and the gemm reads it transposed; an operand
+    read through untransposed views keeps the [K, N] fill."""
+    for name, transposed in (("w4a16_kmajor", True), ("w4a16", False)):
+        _, _, prog = plan_of(sample(name))
+        body = list(walk(prog.kernels[-1].body))  # the default tile
+        (gemm,) = [s for s in body if isinstance(s, T.Gemm)]
+        (fill,) = [s for s in body if isinstance(s, T.For) and s.kind == "parallel" and
+                   any(isinstance(x, T.Store) and x.buf == gemm.b for x in walk(s.body))]
+        stores = {x.idx for x in walk(fill.body) if isinstance(x, T.Store) and x.buf == gemm.b}
+        outer, inner = (T.Var(v) for v in fill.vars)
+        assert gemm.transpose_b == transposed
+        assert stores == {(outer, inner)}  # rows by the outer variable, columns by the inner one
+        loads = [e for x in walk(fill.body) if isinstance(x, T.Store)
+                 for e in exprs(x.value) if isinstance(e, T.Load) and e.buf == "Wq"]
+        assert loads and all(inner in list(exprs(e.idx[-1])) for e in loads), \
+            "the innermost variable must step along Wq's contiguous dimension"
+
+
 def test_attention_is_one_online_softmax_kernel():
     for name in ("attention", "causal_attention"):
         g, plan, prog = plan_of(sample(name))

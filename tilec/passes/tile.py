@@ -263,9 +263,23 @@ class GroupLowering:
         if as_dtype:
             val = self.cast(val, as_dtype)
         zero = T.Const(0.0 if is_float(dt) else 0, dt)
-        body = If(guard, (Store(dst, (T.Var(i), T.Var(j)), val),),
-                  (Store(dst, (T.Var(i), T.Var(j)), zero),))
-        return [For((i, j), (nrows, ncols), "parallel", (body,))], False
+        # an operand computed from transposed views (`dequant(q.T, s.T, ...)` of weights packed
+        # along K) is filled transposed, dst[j, i], with i innermost: neighbouring threads then
+        # read neighbouring elements of the tensors in memory, and the gemm reads dst transposed
+        trans = self._reads_transposed(oid)
+        idx = (T.Var(j), T.Var(i)) if trans else (T.Var(i), T.Var(j))
+        body = If(guard, (Store(dst, idx, val),), (Store(dst, idx, zero),))
+        loop = For((j, i), (ncols, nrows), "parallel", (body,)) if trans else \
+            For((i, j), (nrows, ncols), "parallel", (body,))
+        return [loop], trans
+
+    def _reads_transposed(self, oid: int) -> bool:
+        """Does computed operand `oid` read its 2-D tensors in memory through transposed views
+        only (so its rows run along their contiguous dimension)?"""
+        views = [self._stored(x) for x in self.ops[oid].args
+                 if len(self.ops[x].type.shape) >= 2]
+        views = [t for src, t in views if src is not None]
+        return bool(views) and all(views)
 
     # ---- group kinds
     def lower(self) -> list:
