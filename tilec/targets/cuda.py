@@ -1380,8 +1380,11 @@ CUDA = Target(
         # deeper load pipelines among them (docs/PERFORMANCE.md)
         gemv_mma=(64, 1024, 128, 128, 1),
         # the same for weights packed along K (tilec_cuda.h gemv_dequant4_mma_kmajor, 16-byte
-        # loads of whole 64-byte column pieces): 64 columns on 8 warps, about 512 blocks
-        gemv_mma_kmajor=(64, 256, 512, 128, 3)),
+        # loads of whole 64-byte column pieces): 32 columns on 8 warps, 3 blocks per SM (at 4
+        # the split variant spills), split over K below 256 blocks. Measured at N=K=8192
+        # (unsplit): 0.020 ms for 32 columns at 4 blocks per SM, against 0.025-0.030 for
+        # 64-column blocks split to 512 or 1024 blocks (docs/PERFORMANCE.md, 2026-12-04)
+        gemv_mma_kmajor=(32, 256, 256, 128, 3)),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass
