@@ -818,7 +818,8 @@ def w4a16_one(bench: Bench, M: int, K: int, N: int, kmajor: bool = False) -> Non
     # the 32 MiB of packed weights fit in L2: every contender rotates among the same number of copies
     n = n_copies(wq.nbytes + scales.nbytes, bench.l2, bench.args.copies)
     sets = [(w, s, torch.empty(M, N, dtype=BF16, device="cuda")) for w, s in copies_of(n, wq, ws)]
-    tc = bench.tilec_entry("w4a16_kmajor" if kmajor else "w4a16", lambda k: [k.bind([A, w, s], [c], (M, K, N)) for w, s, c in sets],
+    tc = bench.tilec_entry("w4a16_kmajor" if kmajor else "w4a16",
+                           lambda k: [k.bind([A, w, s], [c], (M, K, N)) for w, s, c in sets],
                            [ref], TOL[BF16])
     dense_sets = [(d[0], c) for d, (_, _, c) in zip(copies_of(n, dense), sets)]
     cublas = bench.peer("cuBLAS bf16 dense (A @ W)",

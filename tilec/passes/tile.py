@@ -354,8 +354,9 @@ class GroupLowering:
         trip, kt, first = dim_to_expr(nk), T.Var(k), iconst(0)
         bidx = decompose(T.Var(bz), batch)
         if split is not None:  # z = batch index * count + split; the split walks its K tiles
+            kmajor = kmajor_gemv(self.ops, b_id, self.target)
             sk = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), nk, *split[:2],
-                              multiple=gemv_chunk_rows(gemv, kmajor_gemv(self.ops, b_id, self.target)))
+                              multiple=gemv_chunk_rows(gemv, kmajor))
             kc = self.names.fresh("kc")  # K tiles per split
             count, chunk = T.Binary("cdiv", dim_to_expr(nk), T.Var(kc), "i64"), T.Var(kc)
             lets = [T.Let(kc, dim_to_expr(sk.chunk))]
