@@ -409,7 +409,7 @@ class TileBuilder:
         CUDA tiling of a 4-bit GEMV writes (ir/tile.py GemvMma says what it computes);
         gemv_mma_kmajor(...) the same of weights packed along K (q [N, K], s [N, K / G])."""
         if len(c.args) != 4:
-            raise error("gemv_mma() takes the partial sums' buffer, A, the 4-bit weights and "
+            raise error(f"{c.func}() takes the partial sums' buffer, A, the 4-bit weights and "
                         "their scales", c.loc)
         dst = self.buffer(c.args[0])
         names = []
@@ -428,20 +428,20 @@ class TileBuilder:
             elif k_ in ("row", "first", "rows", "col0"):
                 kw[k_] = self.index(v, f"'{k_}'").e
             else:
-                raise error(f"gemv_mma() takes zero=, group=, row=, first=, rows= and col0=, not "
+                raise error(f"{c.func}() takes zero=, group=, row=, first=, rows= and col0=, not "
                             f"'{k_}='", loc)
         missing = [k_ for k_ in ("zero", "group", "row", "first", "rows", "col0") if k_ not in kw]
         if missing:
-            raise error(f"gemv_mma() needs {', '.join(k_ + '=' for k_ in missing)}", c.loc)
+            raise error(f"{c.func}() needs {', '.join(k_ + '=' for k_ in missing)}", c.loc)
         if kw["group"] % 16:
-            raise error("gemv_mma()'s group is a multiple of 16", c.loc)
+            raise error(f"{c.func}()'s group is a multiple of 16", c.loc)
         if dst.scope != "shared" or dst.dtype != "f32" or len(dst.shape) != 2:
-            raise error(f"gemv_mma() writes a 2-D shared f32 buffer; '{dst.name}' is not one",
+            raise error(f"{c.func}() writes a 2-D shared f32 buffer; '{dst.name}' is not one",
                         c.args[0].loc)
         shapes = [self.rank(x) for x in (a, q, s)]
         if shapes != [2, 2, 2] or q.type.dtype not in ("u4", "i4") or \
                 a.type.dtype not in ("f16", "bf16", "f32") or s.type.dtype != a.type.dtype:
-            raise error("gemv_mma() takes a 2-D f16, bf16 or f32 A, 2-D u4 or i4 weights and 2-D "
+            raise error(f"{c.func}() takes a 2-D f16, bf16 or f32 A, 2-D u4 or i4 weights and 2-D "
                         "scales of A's dtype", c.loc)
         self.written.add(dst.name)
         return T.GemvMma(*names, dst.name, kw["zero"], kw["group"],

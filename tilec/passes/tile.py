@@ -577,8 +577,8 @@ class GroupLowering:
                 a.idx == (row0, probe)) or (mma_dt and a.dtype != mma_dt):
             return None
         (q_id, qt), (s_id, st) = self._stored(b_op.args[0]), self._stored(b_op.args[1])
-        kmajor = qt and st and bool(self.target.resources.gemv_mma_kmajor)
-        if q_id is None or s_id is None or qt != st or (qt and not kmajor):
+        kmajor = kmajor_gemv(self.ops, b_id, self.target)
+        if q_id is None or s_id is None or qt != kmajor or st != kmajor:
             return None
         q, s = self.bufs[q_id], self.bufs[s_id]
         if s.type.dtype != a.dtype or len(q.type.shape) != 2 or len(s.type.shape) != 2:

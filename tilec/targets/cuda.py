@@ -502,18 +502,14 @@ class CudaRenderer(CStyleRenderer):
             raise T.Unsupported(f"gemv_mma(): zero={s.zero} is not exact in {sc.dtype} pairs")
         self.emit(f"// {dst.name}: the warps' partial sums of A's row {row} times the dequantized "
                   "weights, on the matrix units", depth)
-        if s.kmajor:  # q: [N, K], scales [N, K / group]
-            self.emit(f"tilec::gemv_dequant4_mma_kmajor<{kind(sc.dtype)}, "
-                      f"{str(q.dtype == 'i4').lower()}, {L.cols}, {L.rows}, {L.cols + L.pad}>("
-                      f"{cname(a.name)} + ({row}) * {pdim(a.shape[-1])}, {cname(q.name)}, "
-                      f"{cname(sc.name)}, {pdim(q.shape[-2])}, {pdim(q.shape[-1])}, "
-                      f"{pdim(sc.shape[-1])}, {first}, {rows}, {col0}, {s.group}, "
-                      f"0x{bits:04x}{bits:04x}u, {cname(dst.name)});", depth)
-            return
-        self.emit(f"tilec::gemv_dequant4_mma<{kind(sc.dtype)}, {str(q.dtype == 'i4').lower()}, "
-                  f"{L.cols}, {L.rows}, {L.cols + L.pad}>({cname(a.name)} + ({row}) * "
-                  f"{pdim(a.shape[-1])}, {cname(q.name)}, "
-                  f"{cname(sc.name)}, {pdim(q.shape[-1])}, {first}, {rows}, {col0}, {s.group}, "
+        # weights packed along K (q [N, K], scales [N, K / group]) take their own routine, which
+        # also needs K and the scales' row length
+        dims = (f"{pdim(q.shape[-2])}, {pdim(q.shape[-1])}, {pdim(sc.shape[-1])}" if s.kmajor
+                else pdim(q.shape[-1]))
+        self.emit(f"tilec::gemv_dequant4_mma{'_kmajor' if s.kmajor else ''}<{kind(sc.dtype)}, "
+                  f"{str(q.dtype == 'i4').lower()}, {L.cols}, {L.rows}, {L.cols + L.pad}>("
+                  f"{cname(a.name)} + ({row}) * {pdim(a.shape[-1])}, {cname(q.name)}, "
+                  f"{cname(sc.name)}, {dims}, {first}, {rows}, {col0}, {s.group}, "
                   f"0x{bits:04x}{bits:04x}u, {cname(dst.name)});", depth)
 
     def s_GemmLoad(self, s: T.GemmLoad, depth):
