@@ -226,6 +226,40 @@ def test_gemv_mma_reads_back_and_checks_its_operands():
             driver.frontend(driver.Source("g.tile", GEMV_MMA.replace(old, new)))
 
 
+GEMV_MMA_KMAJOR = """
+kernel gk(A: bf16[M, K], Wq: u4[N, K], s: bf16[N, K // 128]) -> P: f32[M, N]:
+    with grid(cdiv(N, 32), M, threads=256) as (bx, by):
+        red = shared(f32, [8, 32])
+        gemv_mma_kmajor(red, A, Wq, s, zero=8, group=128, row=by, first=32, rows=K - 32, col0=bx * 32)
+        for i, j in parallel(1, 32):
+            if bx * 32 + j < N:
+                P[by, bx * 32 + j] = (red[0, j] + red[1, j] + red[2, j] + red[3, j] +
+                                      red[4, j] + red[5, j] + red[6, j] + red[7, j])
+"""
+
+
+def test_gemv_mma_kmajor_reads_its_weights_packed_along_k():
+    """`gemv_mma_kmajor(...)`: the same sums of weights stored [N, K] with scales [N, K / G]
+    (rows from 32, columns cut at N); its misuse names it; the CPU refuses it with a message."""
+    (g,) = driver.frontend(driver.Source("gk.tile", GEMV_MMA_KMAJOR)).graphs
+    rng = np.random.default_rng(4)
+    M, K, N = 1, 128 * 3, 40
+    a = interp.quantize(rng.standard_normal((M, K)).astype(np.float32), "bf16")
+    q = rng.integers(0, 16, (N, K))
+    sc = interp.quantize(rng.standard_normal((N, K // 128)).astype(np.float32) * 0.1, "bf16")
+    got = interp.run_graph(g, {"A": a, "Wq": q, "s": sc}, {"M": M, "K": K, "N": N})["P"]
+    w = interp.quantize((q.T - 8.0) * np.repeat(sc.T, 128, axis=0), "bf16")
+    want = a[:, 32:].astype(np.float64) @ w[32:]
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-4) and not np.allclose(got, a @ w, atol=1e-4)
+    with pytest.raises(TilecError, match=r"gemv_mma_kmajor\(\)'s group is a multiple of 16"):
+        driver.frontend(driver.Source("gk.tile", GEMV_MMA_KMAJOR.replace("group=128", "group=24")))
+    from conftest import compile_text
+    src, _, m = compile_text(GEMV_MMA_KMAJOR, "gk.tile", "cpu")
+    with pytest.raises(TilecError, match="gemv_mma_kmajor\\(\\) runs on CUDA only") as err:
+        driver.render(src, m, "cpu", {})
+    assert err.value.format("gk.tile", GEMV_MMA_KMAJOR).startswith("gk.tile:3:")
+
+
 @pytest.mark.nvcc
 def test_hand_written_gemv_mma_builds_for_cuda():
     """A hand-written gemv_mma builds for CUDA: the device function also takes a column count

@@ -151,15 +151,15 @@ class CpuRenderer(CStyleRenderer):
         self.body_id = outer
 
     def s_GemvMma(self, s: T.GemvMma, depth):
+        if s.kmajor:  # (before the checks below, which are about the CPU's own routine)
+            raise T.Unsupported("gemv_mma_kmajor() runs on CUDA only; on the CPU weights packed "
+                                "along K take the scalar GEMV")
         a, q, sc = self.globals[s.a], self.globals[s.q], self.globals[s.s]
         dst = self.allocs[s.dst]
         if not (a.dtype == sc.dtype == dst.dtype == "f32") or dst.shape[0] != T.iconst(1):
             raise T.Unsupported(f"gemv_mma() on the CPU takes f32 activations and scales and one "
                                 f"slice of f32 sums, not {a.dtype}, {sc.dtype}, {dst.dtype} "
                                 f"{T.fmt(dst.shape[0])}")
-        if s.kmajor:
-            raise T.Unsupported("gemv_mma_kmajor() runs on CUDA only; on the CPU weights packed "
-                                "along K take the scalar GEMV")
         row, first, rows, col0 = (self.expr(x) for x in s.idx)
         self.emit(f"// {s.dst}: A's row {row} times the dequantized weights (tilec_cpu.h)", depth)
         self.emit(f"tilec::gemv_dequant4<{str(q.dtype == 'i4').lower()}, {self.expr(dst.shape[1])}>("
