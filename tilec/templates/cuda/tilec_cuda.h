@@ -19,6 +19,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda.h>  // CUtensorMap and its enums (types only: no -lcuda)
 #include <cuda_runtime.h>
 
 #include "tilec_checked.h"
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 #include <atomic>
+#include <mutex>
 #include <type_traits>
 
 #define TILEC_DEV __device__ __forceinline__
@@ -1544,6 +1546,412 @@ inline cudaError_t allow_smem(F* kernel, size_t bytes, std::atomic<unsigned>& do
     if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_relaxed);
     return e;
 }
+
+// ==== Hopper (sm_90a): mbarriers, the tensor memory accelerator (TMA), wgmma ================
+// What the warp-specialized GEMM kernels tilec builds for --arch sm_90a use (docs/CUDA.md,
+// "Hopper"). A producer warp fills `stages` shared-memory stages by TMA; each stage completes on
+// its `full` mbarrier (the bytes the copies wrote); consumer warpgroups multiply a full stage with
+// wgmma and arrive on its `empty` mbarrier once their wgmmas have read it, which frees the stage
+// for the producer. Phases: the i-th use of a stage (i = k tile / stages) waits for parity i & 1.
+// Shared tiles are in the 128-byte swizzle of TMA and wgmma: rows of 64 16-bit values (128
+// bytes), 16-byte chunks XOR-ed with the row index mod 8, each stage 1024-byte aligned.
+// Outside sm_90a device code these compile to nothing (their kernels are never built there).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TILEC_SM90A 1
+#endif
+
+namespace sm90 {
+
+TILEC_DEV uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+TILEC_DEV void mbar_init(uint64_t* bar, uint32_t arrivals) {
+#ifdef TILEC_SM90A
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(smem_addr(bar)), "r"(arrivals)
+                 : "memory");
+#endif
+}
+
+// Makes initialized mbarriers visible to the copy engine (then a block barrier for the threads).
+TILEC_DEV void mbar_init_fence() {
+#ifdef TILEC_SM90A
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// One arrival that also says `bytes` more will land on the barrier (the stage's TMA copies).
+TILEC_DEV void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+#ifdef TILEC_SM90A
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"(smem_addr(bar)), "r"(bytes) : "memory");
+#endif
+}
+
+TILEC_DEV void mbar_arrive(uint64_t* bar) {
+#ifdef TILEC_SM90A
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(smem_addr(bar)) : "memory");
+#endif
+}
+
+// Wait until the barrier's phase of parity `parity` has completed.
+TILEC_DEV void mbar_wait(uint64_t* bar, uint32_t parity) {
+#ifdef TILEC_SM90A
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n .reg .pred p;\n"
+                     " mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(smem_addr(bar)), "r"(parity) : "memory");
+    } while (!done);
+#endif
+}
+
+// TMA: a box of the tensor `map` describes, at element coordinates (innermost first; outside
+// the tensor the box reads zeros), into shared `dst`; completes `bar`'s expected bytes.
+TILEC_DEV void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t x, int32_t y) {
+#ifdef TILEC_SM90A
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4}], [%2];"
+                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)),
+                    "r"(x), "r"(y) : "memory");
+#endif
+}
+
+TILEC_DEV void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t x, int32_t y,
+                           int32_t z) {
+#ifdef TILEC_SM90A
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5}], [%2];"
+                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)),
+                    "r"(x), "r"(y), "r"(z) : "memory");
+#endif
+}
+
+TILEC_DEV void prefetch_tensor_map(const CUtensorMap* map) {
+#ifdef TILEC_SM90A
+    asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(map)) : "memory");
+#endif
+}
+
+// Registers move from the producer warpgroup to the consumers (the kernel's launch bounds cap
+// them at entry; each warpgroup's role is one branch).
+template <int R>
+TILEC_DEV void setmaxnreg_dec() {
+#ifdef TILEC_SM90A
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(R));
+#endif
+}
+template <int R>
+TILEC_DEV void setmaxnreg_inc() {
+#ifdef TILEC_SM90A
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R));
+#endif
+}
+
+// A barrier of the consumer warpgroups alone (the producer never reaches it): named barrier 1.
+template <int THREADS>
+TILEC_DEV void consumer_sync() {
+    asm volatile("bar.sync 1, %0;" :: "n"(THREADS) : "memory");
+}
+
+// wgmma matrix descriptors of a 128-byte-swizzled shared tile: start address, leading and
+// stride byte offsets (>> 4), swizzle mode 1 (128 bytes) in bits 62-63. K-major (rows of 64
+// K values): 8-row groups 1024 bytes apart, a k-step of 16 starts 32 bytes further. MN-major
+// (rows of 64 M or N values, panels of 64 columns `panel` bytes apart): 8-row (8 K) groups
+// 1024 bytes apart.
+TILEC_DEV uint64_t desc_sw128(const void* tile, uint32_t lead) {
+    return (uint64_t)((smem_addr(tile) & 0x3FFFF) >> 4) | ((uint64_t)(lead >> 4) << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+TILEC_DEV void wgmma_fence() {
+#ifdef TILEC_SM90A
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+TILEC_DEV void wgmma_commit() {
+#ifdef TILEC_SM90A
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+template <int N>
+TILEC_DEV void wgmma_wait() {
+#ifdef TILEC_SM90A
+    asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(N) : "memory");
+#endif
+}
+
+// Keeps the compiler from moving accesses of the accumulators across a wgmma fence or wait
+// (the asynchronous wgmma writes them behind its back).
+template <int N>
+TILEC_DEV void fence_regs(float* d) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
+
+// D[64 x 64] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A and
+// B by shared-memory descriptors, B MN-major (rows of N contiguous) when TB, f16 or bf16 (BF).
+template <int TB, bool BF>
+TILEC_DEV void wgmma_n64(float* d, uint64_t a, uint64_t b, int scale_d) {
+#ifdef TILEC_SM90A
+    if (BF) {
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+            " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+            " %32, %33, p, 1, 1, 0, %35;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(a), "l"(b), "r"(scale_d), "n"(TB));
+    } else {
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+            " wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+            " %32, %33, p, 1, 1, 0, %35;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(a), "l"(b), "r"(scale_d), "n"(TB));
+    }
+#else
+    (void)d; (void)a; (void)b; (void)scale_d;
+    __trap();
+#endif
+}
+
+// D[64 x 128] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A and
+// B by shared-memory descriptors, B MN-major (rows of N contiguous) when TB, f16 or bf16 (BF).
+template <int TB, bool BF>
+TILEC_DEV void wgmma_n128(float* d, uint64_t a, uint64_t b, int scale_d) {
+#ifdef TILEC_SM90A
+    if (BF) {
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+            " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+            " %64, %65, p, 1, 1, 0, %67;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(a), "l"(b), "r"(scale_d), "n"(TB));
+    } else {
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+            " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"
+            " %64, %65, p, 1, 1, 0, %67;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(a), "l"(b), "r"(scale_d), "n"(TB));
+    }
+#else
+    (void)d; (void)a; (void)b; (void)scale_d;
+    __trap();
+#endif
+}
+
+// D[64 x 256] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A and
+// B by shared-memory descriptors, B MN-major (rows of N contiguous) when TB, f16 or bf16 (BF).
+template <int TB, bool BF>
+TILEC_DEV void wgmma_n256(float* d, uint64_t a, uint64_t b, int scale_d) {
+#ifdef TILEC_SM90A
+    if (BF) {
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+            " wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+            "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+            "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+            "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+            "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+            " %128, %129, p, 1, 1, 0, %131;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+              "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+              "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+              "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+              "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+              "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+              "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+              "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+              "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+            : "l"(a), "l"(b), "r"(scale_d), "n"(TB));
+    } else {
+        asm volatile(
+            "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"
+            " wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+            "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+            "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+            "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+            "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"
+            " %128, %129, p, 1, 1, 0, %131;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+              "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+              "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+              "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+              "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+              "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+              "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+              "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+              "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+            : "l"(a), "l"(b), "r"(scale_d), "n"(TB));
+    }
+#else
+    (void)d; (void)a; (void)b; (void)scale_d;
+    __trap();
+#endif
+}
+
+template <int N, int TB, bool BF>
+TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 256, "wgmma tiles of 64, 128 or 256 columns");
+    if (N == 256) wgmma_n256<TB, BF>(d, a, b, scale_d);
+    else if (N == 128) wgmma_n128<TB, BF>(d, a, b, scale_d);
+    else wgmma_n64<TB, BF>(d, a, b, scale_d);
+}
+
+// One consumer warpgroup's share of a K tile: its 64 rows of the stage's A tile (K-major,
+// BK = 64 values per row) times the B tile, BK / 16 wgmmas into acc (64 x BN, f32). B_MN: the B
+// tile is BK rows of N in panels of 64 columns (B row-major in memory); else BN rows of K.
+template <int BN, int BK, bool B_MN, bool BF>
+TILEC_DEV void wgmma_tile(float* acc, const uint16_t* a, const uint16_t* b) {
+    static_assert(BK == 64, "K tiles of 64 16-bit values: one 128-byte swizzle row");
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+        const uint64_t da = desc_sw128(a + kk * 16, 16);
+        const uint64_t db = B_MN ? desc_sw128(b + kk * 16 * 64, BK * 128) : desc_sw128(b + kk * 16, 16);
+        wgmma<BN, B_MN ? 1 : 0, BF>(acc, da, db, 1);
+    }
+}
+
+}  // namespace sm90
+
+// ---- host side of the Hopper kernels: tensor maps and the SM count --------------------------
+// A tensor map describes a global tensor to the copy engine (address, extents, strides, box,
+// swizzle). Encoding one costs host time, so launchers keep them in a small cache keyed by
+// everything they encode. The driver's encoder is found through the runtime (no -lcuda).
+struct TensorMapKey {
+    const void* ptr;
+    int dtype, rank;
+    uint64_t dims[3], strides[2];
+    uint32_t box[3];
+    bool operator==(const TensorMapKey& o) const {
+        return std::memcmp(this, &o, sizeof(*this)) == 0;
+    }
+};
+
+// Fills `map` for a row-major tensor of `rank` <= 3 dims (dims[0] innermost, its row strides in
+// bytes), boxes of `box` elements, 128-byte swizzle, zeros outside the tensor. False when the
+// driver refuses it (an address or stride not a multiple of 16 bytes, a too-old driver).
+inline bool tensor_map(CUtensorMap* map, const void* ptr, CUtensorMapDataType dtype, int rank,
+                       const uint64_t* dims, const uint64_t* strides, const uint32_t* box) {
+    typedef CUresult (*Encode)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                               const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                               const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                               CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+    static std::mutex lock;
+    static Encode encode = nullptr;
+    enum { SLOTS = 32 };
+    static TensorMapKey keys[SLOTS];
+    static CUtensorMap maps[SLOTS];
+    static int used = 0, next = 0;
+    TensorMapKey key;
+    std::memset(&key, 0, sizeof(key));  // (padding too: keys compare as bytes)
+    key.ptr = ptr;
+    key.dtype = (int)dtype;
+    key.rank = rank;
+    for (int i = 0; i < rank; ++i) {
+        key.dims[i] = dims[i];
+        key.box[i] = box[i];
+        if (i + 1 < rank) key.strides[i] = strides[i];
+    }
+    std::lock_guard<std::mutex> guard(lock);
+    for (int i = 0; i < used; ++i) {
+        if (keys[i] == key) {
+            *map = maps[i];
+            return true;
+        }
+    }
+    if (!encode) {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                             &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess || !fn)
+            return false;
+        encode = reinterpret_cast<Encode>(fn);
+    }
+    cuuint32_t unit[3] = {1, 1, 1};
+    if (encode(map, dtype, (cuuint32_t)rank, const_cast<void*>(ptr), dims, strides, box, unit,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    const int slot = used < SLOTS ? used++ : (next++ % SLOTS);
+    keys[slot] = key;
+    maps[slot] = *map;
+    return true;
+}
+
+// The device's multiprocessors (a persistent grid's size), once per device.
+inline int sm_count() {
+    static std::atomic<int> counts[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    std::atomic<int>& c = counts[dev & 63];
+    int n = c.load(std::memory_order_relaxed);
+    if (n == 0) {
+        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 0;
+        c.store(n, std::memory_order_relaxed);
+    }
+    return n;
+}
+
+// Whether a pointer is 16-byte aligned (what TMA takes).
+inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
 }  // namespace tilec
 #endif  // TILEC_CUDA_H
