@@ -151,7 +151,7 @@ def compile_module(m: Module, target: str = "cpu", print_after=(), verify: bool 
                    stop_after: str | None = None, log=None, options: dict | None = None) -> Module:
     """Run PIPELINE, then the target's lowering steps; `print_after` names passes whose output
     is sent to `log`."""
-    t = get_target(target)
+    t = get_target(target).for_options(options)
     opts = {"target": t, "options": options or {}}
     passes = list(PIPELINE) + [(n, _lowering_step(fn, t, opts["options"])) for n, fn in t.lowering]
     validate_schedules(m)
@@ -191,7 +191,7 @@ def banner(src: Source, comment: str = "//") -> str:
 
 def render(src: Source, m: Module, target: str, options: dict | None = None) -> dict:
     """All generated files for `m` (compiled through the pipeline): {filename: text}."""
-    t = get_target(target)
+    t = get_target(target).for_options(options)
     if not t.buildable:
         buildable = [n for n in targets.names() if targets.get(n).buildable]
         raise error(f"target '{target}' cannot be rendered yet; buildable targets: "

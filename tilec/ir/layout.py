@@ -84,6 +84,17 @@ class MmaLayout:
 
 
 @dataclass(frozen=True)
+class WgmmaLayout(MmaLayout):
+    """The accumulators of wgmma m64nN (Hopper): consumer warpgroup g (warps 4g .. 4g + 3) holds
+    rows 64g .. 64g + 63 of all `cols` columns, each of its warps 16 rows, in the pattern of
+    mma.sync m16n8 tiles along the row: an MmaLayout of rows / 16 warps by 1."""
+
+    def __str__(self):
+        return (f"wgmma(warpgroups {self.warps_m // 4} of 64x{self.cols}, "
+                f"{self.slots()} registers)")
+
+
+@dataclass(frozen=True)
 class MmaRows:
     """One value per row of an MmaLayout tile, held by every lane that holds part of the row
     (the 4 lanes of a quad, in each of the warps_n warps)."""
@@ -216,6 +227,9 @@ class SharedLayout:
     swizzle: bool
     pad: int = 0
     packed: bool = False  # 4-bit elements, two per byte: `cols` counts bytes
+    # filled by TMA in its 128-byte swizzle (what wgmma descriptors read): rows of 64 16-bit
+    # values; a wider tile is stored as panels of 64 columns, one after the other
+    tma: bool = False
 
     def cpp_type(self, ctype: str) -> str:
         if self.swizzle:
@@ -227,6 +241,9 @@ class SharedLayout:
         return self.rows * (self.cols + self.pad)
 
     def __str__(self):
+        if self.tma:
+            return ("shared, TMA 128-byte swizzle" +
+                    (f", panels of 64 columns" if self.cols > 64 else ""))
         if self.swizzle:
             return "shared, 16-byte chunks XOR-swizzled by row"
         return ("shared, row-major" + (f", rows padded by {self.pad}" if self.pad else "") +

@@ -326,7 +326,7 @@ class Store:
 class For:
     vars: tuple
     extents: tuple
-    kind: str  # range | parallel | pipelined
+    kind: str  # range | parallel | pipelined | warp_specialized (Hopper: see passes/pipeline.py)
     body: tuple
     stages: int = 1
     by: object = None  # GPU parallel loops: the layout (ir/layout.py) that splits the iterations
@@ -383,6 +383,15 @@ class TileKernel:
     # a hand-written (tile-level) kernel: where its grid block is, for errors the passes and
     # renderers raise about it (None for kernels the tile pass made)
     loc: object = field(default=None, compare=False)
+    # Hopper (sm_90a) warp specialization: the number of consumer warpgroups (0: none). The
+    # block's last warpgroup is the producer: one of its threads issues the TMA copies of the
+    # `warp_specialized` loop; the consumer warpgroups (warps 0 ..) run everything else
+    warp_specialize: int = 0
+    # a persistent grid: one block per SM (times blocks_per_sm) walks the grid's tiles in order
+    persistent: bool = False
+    # tensors whose address must be 16-byte aligned for this variant (TMA); the launcher tests it
+    # with the variant's `when`
+    aligned: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,11 +586,15 @@ def print_stmts(stmts, indent: int) -> list:
             ext = ", ".join(fmt(x) for x in s.extents)
             if s.start is not None:
                 ext = f"{fmt(s.start)}, {ext}"
-            if s.kind == "pipelined":
+            if s.kind in ("pipelined", "warp_specialized"):
                 ext += f", stages={s.stages}"
             if s.by:
                 ext += f", by={s.by}"
             note = f"  # copies inside their tensors if {fmt(s.inside)}" if s.inside is not None else ""
+            if s.kind == "warp_specialized":
+                st = f"{s.vars[0]} % {s.stages}"
+                note = (f"  # producer: TMA copies into stage {st}, completing on full[{st}] "
+                        f"after empty[{st}]; consumers: wait full[{st}], wgmma, arrive empty[{st}]")
             out.append(f"{pad}for {', '.join(s.vars)} in {s.kind}({ext}):{note}")
             out += print_stmts(s.body, indent + 1)
         elif isinstance(s, If):
@@ -645,7 +658,8 @@ def print_kernel(k: TileKernel) -> str:
         lines += [f"# {c}" for c in k.comment.splitlines()]
     part = f", launch {k.part + 1} of the variant" if k.part else ""
     if k.when is not None:
-        lines.append(f"# variant of launch {k.slot}{part}, when {k.when}")
+        aligned = "".join(f" & aligned16({n})" for n in k.aligned)
+        lines.append(f"# variant of launch {k.slot}{part}, when {k.when}{aligned}")
     elif part:
         lines.append(f"# launch {k.slot}{part}")
     for sym, caps in k.capacities:
@@ -657,6 +671,12 @@ def print_kernel(k: TileKernel) -> str:
     lines.append(f"    with grid({grid}, threads={k.threads}) as ({', '.join(k.block_vars)}):")
     if k.swizzle:
         lines.append(f"        swizzle({k.swizzle})")
+    if k.persistent:
+        lines.append("        persistent()  # one block per SM walks the tiles in order")
+    if k.warp_specialize:
+        n = k.warp_specialize
+        lines.append(f"        warp_roles(consumers=warpgroups 0-{n - 1}, producer=warpgroup {n})"
+                     "  # the producer's first thread issues the copies")
     lines += print_stmts(k.body, 2)
     return "\n".join(lines)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from ..ir.layout import MmaLayout, SharedLayout, VecLayout, VecRows, warp_grids
+from ..ir.layout import MmaLayout, SharedLayout, VecLayout, VecRows, WgmmaLayout, warp_grids
 from ..ir.types import DTYPES
 from .rewrite import loads_in, map_stmts, stores_in
 
@@ -67,6 +67,8 @@ class Assign:
         self.loops = [s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "parallel"]
         self.by: dict = {}  # id(loop) -> layout
         self.warps = k.threads // target.resources.warp
+        # a warp-specialized kernel's loops run on its consumer warpgroups only
+        self.threads = k.threads - 128 if k.warp_specialize else k.threads
         self.params = {p.name: p for p in k.params if p.kind != "scalar"}
         self.vmax = _columns_per_access(p.dtype for p in self.params.values())
 
@@ -83,7 +85,7 @@ class Assign:
         return False
 
     def vec_layout(self, rows: int, cols: int | None, vmax: int | None = None) -> VecLayout:
-        threads, vmax = self.k.threads, vmax or self.vmax
+        threads, vmax = self.threads, vmax or self.vmax
         if cols is None:
             return VecLayout(rows, None, threads, vmax)
         vec = vmax
@@ -157,6 +159,9 @@ class Assign:
         rows_in_warp = len(gemms) > 1 or any(len(self.allocs[f].shape) == 1 for f in self.frags)
         for g in gemms:
             rows, cols = self.shape(g.c)
+            if self.k.warp_specialize:  # wgmma: 64 rows per consumer warpgroup
+                self.set(g.c, WgmmaLayout(rows, cols, rows // 16, 1))
+                continue
             self.set(g.c, mma_layout(rows, cols, self.warps, rows_in_warp))
         self.propagate()
         for f in sorted(self.frags):  # row kernels' cached rows, GEMV accumulators
@@ -176,7 +181,7 @@ class Assign:
         self.propagate()
         for f in sorted(self.frags):
             if f not in self.lay:
-                self.set(f, VecRows(self.k.threads))
+                self.set(f, VecRows(self.threads))
         self.propagate()
         for loop in self.loops:
             if id(loop) not in self.by:
@@ -205,6 +210,8 @@ class Assign:
 
     def shared_layout(self, a: T.Alloc, gemms) -> SharedLayout:
         rows, cols = self.shape(a.name)[-2:]
+        if self.k.warp_specialize and any(a.name in (g.a, g.b) for g in gemms):
+            return SharedLayout(rows, cols, DTYPES[a.dtype][1] // 8, True, tma=True)
         if a.dtype in ("u4", "i4"):  # staged packed weights: bytes, row-major
             return SharedLayout(rows, (cols + 1) // 2, 1, False, 0, packed=True)
         elem = max(DTYPES[a.dtype][1] // 8, 1)

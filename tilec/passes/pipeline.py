@@ -29,6 +29,17 @@ which the loop reads instead. Those copies are then issued ahead like the others
 
 Elsewhere (the CPU: out-of-order cores and hardware prefetch stand in for staged copies), and
 when S < 2, a pipelined loop becomes a plain `range` loop.
+
+In a warp-specialized kernel (Hopper, TileKernel.warp_specialize) the pipelined K loop of tile
+copies and a gemm becomes a `warp_specialized` loop, with no prologue and no waits: the producer
+warp's first thread walks it issuing the copies of iteration k into stage k % S by TMA once the
+stage is free (its `empty` mbarrier), and the consumer warpgroups walk it waiting for each stage
+to fill (its `full` mbarrier), multiplying it with wgmma and freeing it:
+
+    for k in warp_specialized(n, stages=S):
+        copy_async(src(k), A_s[k % S])           # producer: after empty[k % S]; on full[k % S]
+        copy_async(src(k), B_s[k % S])
+        gemm(A_s[k % S], B_s[k % S], acc)        # consumers: after full[k % S]; then empty
 """
 
 from __future__ import annotations
@@ -137,6 +148,22 @@ def _pipelined(loop: T.For, allocs: dict, params: dict):
                              inside=_inside(copies, allocs, params, k, n)), staged
 
 
+def _warp_specialized(loop: T.For) -> tuple:
+    """(loop, staged buffer names) for the pipelined K loop of a warp-specialized kernel."""
+    (k,) = loop.vars
+    stage_k = T.imod(T.Var(k), T.iconst(loop.stages))
+    body = []
+    for st in loop.body:
+        if isinstance(st, T.Copy):
+            body.append(replace(st, dst=T.Region(st.dst.buf, (stage_k,)), async_=True))
+        elif isinstance(st, T.Gemm):
+            body.append(replace(st, a_stage=stage_k, b_stage=stage_k))
+        else:
+            raise AssertionError(f"a warp-specialized K loop holds {type(st).__name__}")
+    return replace(loop, kind="warp_specialized", body=tuple(body)), \
+        {c.dst.buf for c in body if isinstance(c, T.Copy)}
+
+
 def _unit(e, var: str):
     """`base + var` or `var` with base free of loop variables -> base; else None."""
     if isinstance(e, T.Var) and e.name == var:
@@ -204,8 +231,8 @@ def stage_loads(loop: T.For, params: dict, taken: set) -> tuple:
     return allocs, replace(loop, body=tuple(body))
 
 
-def lower_body(stmts: tuple, target, params: dict) -> tuple:
-    if target.resources.async_copy:
+def lower_body(stmts: tuple, target, params: dict, warp_specialize: bool = False) -> tuple:
+    if target.resources.async_copy and not warp_specialize:
         taken = set(params) | {s.name for s in T.walk_stmts(stmts) if isinstance(s, T.Alloc)} | \
             {v for s in T.walk_stmts(stmts) if isinstance(s, T.For) for v in s.vars}
         new = []
@@ -219,7 +246,11 @@ def lower_body(stmts: tuple, target, params: dict) -> tuple:
     out, staged_all = [], {}
     for st in stmts:
         if isinstance(st, T.For) and st.kind == "pipelined":
-            if target.resources.async_copy:
+            if warp_specialize:
+                loop, staged = _warp_specialized(st)
+                staged_all.update((b, st.stages) for b in staged)
+                out.append(loop)
+            elif target.resources.async_copy:
                 prologue, loop, staged = _pipelined(st, allocs, params)
                 for b in staged:
                     staged_all[b] = st.stages
@@ -237,5 +268,5 @@ def run(prog: T.TileProgram, target, options) -> T.TileProgram:
     ks = []
     for k in prog.kernels:
         params = {p.name: p for p in k.params}
-        ks.append(replace(k, body=lower_body(k.body, target, params)))
+        ks.append(replace(k, body=lower_body(k.body, target, params, bool(k.warp_specialize))))
     return replace(prog, kernels=tuple(ks))

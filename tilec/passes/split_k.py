@@ -112,6 +112,27 @@ def gemm_tile(target):
     return knob
 
 
+def wgmma_tile(default: tuple) -> tuple:
+    """`TILEC_WGMMA` ("BMxBN,stages", e.g. "128x128,6"): the warp-specialized GEMM's block tile
+    (BM a multiple of 64 up to 192: one consumer warpgroup per 64 rows; BN 64, 128 or 256) and
+    depth in place of the target's `wgmma`, for measuring other choices on a device; "off": no
+    warp-specialized kernel."""
+    knob = _knob("TILEC_WGMMA", "BMxBN,stages", 2, str)
+    if knob is None:
+        return default
+    if knob == ():
+        return ()
+    try:
+        (bm, bn), stages = (int(v) for v in knob[0].split("x")), int(knob[1])
+    except ValueError:
+        raise error(f"TILEC_WGMMA={','.join(knob)!r}: expected BMxBN,stages") from None
+    if bm % 64 or not 64 <= bm <= 192 or bn not in (64, 128, 256) or stages < 2 or \
+            (bm + bn) * 64 * 2 * stages > 227 * 1024:
+        raise error(f"TILEC_WGMMA={','.join(knob)!r}: BM a multiple of 64 up to 192, BN 64, 128 "
+                    "or 256, at least 2 stages, all in 227 KiB of shared memory")
+    return (bm, bn, 64, stages, bm // 64)
+
+
 def gemv_mma(target) -> bool:
     """Whether GEMVs of 4-bit weights run the target's GEMV routine (T.GemvMma: CUDA's on the
     matrix units, the CPU's vector code): the target's `gemv_mma`, unless `TILEC_GEMV_MMA=off`

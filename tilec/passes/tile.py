@@ -343,6 +343,8 @@ class GroupLowering:
             cfg = self.gemm_config
             (bm, bn, bk), threads, stages, split, gemv = (cfg.tile, cfg.threads, cfg.stages,
                                                           cfg.split, cfg.gemv_unroll)
+            if cfg.wgmma and mma_dt is None:
+                raise NotWgmma()
         bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
         grid = [dim_to_expr(N.cdiv(bn)), dim_to_expr(M.cdiv(bm))]
         bvars = [bx, by]
@@ -401,6 +403,8 @@ class GroupLowering:
             self.on_chip(mm.id, tuple(bidx) + (r, c), T.Load(acc, (T.Var(i), T.Var(j)), mm.type.dtype))
             body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel",
                             tuple(self.store_outputs(self.grp.outputs, tuple(bidx) + (r, c), guard))))
+            if self.gemm_config is not None and self.gemm_config.wgmma:
+                return [self.wgmma_kernel(grid, bvars, threads, body, swizzle)]
             return [self.kernel(grid, bvars, threads, body,
                                 "GEMV (one row of A) with fused prologue/epilogue" if gemv else
                                 "GEMM with fused prologue/epilogue", swizzle)]
@@ -435,6 +439,38 @@ class GroupLowering:
                             "GEMM split over K: the sum of the partial products, then the epilogue",
                             extra=(replace(ws, kind="input", when=None),))
         return [partial, replace(total, part=1)]
+
+    def wgmma_kernel(self, grid, bvars, threads, body, swizzle) -> TileKernel:
+        """The warp-specialized GEMM kernel (resources.wgmma): both operands tile copies of 16-bit
+        tensors in memory (A not transposed), of at most 3 dims, whose row strides TMA can take
+        (16-byte multiples: the variant's run-time condition, with every extent below 2^31 for
+        TMA's 32-bit coordinates); else NotWgmma."""
+        loop = next(s for s in body if isinstance(s, For) and s.kind == "pipelined")
+        *copies, gemm = loop.body
+        if len(copies) != 2 or not all(isinstance(c, Copy) for c in copies) or \
+                not isinstance(gemm, Gemm) or gemm.transpose_a:
+            raise NotWgmma()
+        params = {p.name: p for p in self.kernel(grid, bvars, threads, body, "").params}
+        when, seen = None, set()
+        for c in copies:
+            p = params[c.src.buf]
+            if len(p.shape) > 3 or p.dtype not in ("f16", "bf16"):
+                raise NotWgmma()
+            conds = [Dim.bin("eq", p.shape[-1] % 8, 0)] + [Dim.bin("lt", d, 2 ** 31)
+                                                           for d in p.shape]
+            for cond in conds:
+                if cond == Dim.const(1) or cond in seen:
+                    continue
+                seen.add(cond)
+                if cond == Dim.const(0):
+                    raise NotWgmma()
+                when = cond if when is None else Dim.bin("and", when, cond)
+        consumers = self.target.resources.wgmma[4]
+        k = self.kernel(grid, bvars, threads, body,
+                        "GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), "
+                        "persistent", swizzle)
+        return replace(k, when=when, warp_specialize=consumers, persistent=True,
+                       aligned=tuple(sorted({c.src.buf for c in copies})))
 
     def gemv_body(self, mm, trip, span, first, k: str, row0, col0, bn: int, threads: int, bidx,
                   batch, mma_dt, unroll: int = 1) -> tuple:
@@ -826,6 +862,12 @@ class GemmVariant:
     stages: int
     split: tuple | None = None  # (blocks, least K tiles per split, blocks per SM): split over K
     gemv_unroll: int = 0  # > 0: a GEMV (one row of A) taking this many rows per step
+    wgmma: bool = False  # the warp-specialized TMA + wgmma kernel (resources.wgmma)
+
+
+class NotWgmma(Exception):
+    """The group's GEMM does not suit the warp-specialized kernel (an operand computed on chip,
+    A transposed, ...): that variant is left out."""
 
 
 def _transposed(g: Graph, oid: int) -> bool:
@@ -842,8 +884,17 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     (decode sizes: the launcher picks them by M at run time), each first split over K where the
     target splits and the grid is small (passes/split_k.py), before the default tile, unless the
     schedule fixes the tile. Config: a GemmVariant (None: the default tile)."""
-    if grp.kind != "gemm" or sched.tile:
+    if grp.kind != "gemm":
         return [("", None, None)]
+    # Hopper: the warp-specialized kernel, where the operands suit TMA at run time (its own
+    # tile: a schedule's tile, threads and stages are the mma.sync kernel's)
+    hopper = []
+    if target.resources.wgmma and sched.warp_specialize is not False:
+        bm, bn, bk, stages, consumers = target.resources.wgmma
+        hopper = [("_tma", None, GemmVariant((bm, bn, bk), 128 * (consumers + 1), stages,
+                                             wgmma=True))]
+    if sched.tile:
+        return hopper + [("", None, None)]
     mm = g.op_map()[grp.members[0]]
     batch, M, N = mm.type.shape[:-2], mm.type.shape[-2], mm.type.shape[-1]
     K = g.op_map()[mm.args[0]].type.shape[-1]
@@ -877,6 +928,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         out.append((name, small, replace(cfg, split=None)))
         if M.op == "const":
             break
+    out += hopper
     large = target.resources.gemm_large_tile
     if large:
         (bm, bn, bk), per_thread = large
@@ -891,8 +943,8 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if when == Dim.const(0):
             continue
         kept.append((suffix, None if when == Dim.const(1) else when, cfg))
-        if when is None or when == Dim.const(1):
-            break
+        if (when is None or when == Dim.const(1)) and not (cfg and cfg.wgmma):
+            break  # (the TMA variant's conditions come with its kernel: see tile_graph)
     return kept
 
 
@@ -963,7 +1015,12 @@ def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
     for n, grp in enumerate(plan.groups):
         for suffix, when, cfg in gemm_variants(g, grp, target, sched):
             names = Names(taken)
-            parts = GroupLowering(g, plan, grp, target, sched, names, cfg).lower()
+            try:
+                parts = GroupLowering(g, plan, grp, target, sched, names, cfg).lower()
+            except NotWgmma:
+                continue
+            if parts[0].when is not None:  # the variant's own run-time needs (TMA's strides)
+                when = parts[0].when if when is None else Dim.bin("and", when, parts[0].when)
             # a variant's own workspace is the launcher's too: the next variant names another
             taken |= {p.name for k in parts for p in k.params if p.kind == "workspace"}
             for p, k in enumerate(parts):

@@ -139,7 +139,11 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                     raise AssertionError(f"{parts[0].name}: a variant condition on the threads "
                                          "of a target that does not count them")
                 uses_threads = True
-            opts.append(dict(calls=calls, when=None if when is None else when.c(launcher_name)))
+            cond = None if when is None else when.c(launcher_name)
+            if parts[0].aligned:  # (a variant reading tensors by TMA: 16-byte aligned addresses)
+                ok = " && ".join(f"tilec::aligned16({cname(n)})" for n in parts[0].aligned)
+                cond = ok if cond is None else f"{cond} && {ok}"
+            opts.append(dict(calls=calls, when=cond))
         launches.append(opts)
     doc_lines = (g.doc or "").splitlines() or [""]
     info_args = []

@@ -43,6 +43,10 @@ class Resources:
     # chosen at run time before the default tile (more rows share each staged tile of B); ()
     # = none
     gemm_large_tile: tuple = ()
+    # (BM, BN, BK, stages, consumer warpgroups): GEMMs of 16-bit operands in memory run a
+    # warp-specialized kernel (TMA copies, wgmma, a persistent grid: Hopper sm_90a) when their
+    # operands suit TMA at run time; () = never
+    wgmma: tuple = ()
     # (blocks, least K tiles per split, blocks per SM): a decode variant also comes split over K
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never
     split_k: tuple = ()
@@ -143,6 +147,12 @@ class Target:
     runtime: str = ""  # module in tilec.runtimes that `tilec run` uses
     link_flags: str = ""  # what a program linking the library (static or shared) also needs
     options: dict = field(default_factory=dict)
+    # specialize(target, build options) -> the target those options build for (CUDA: Hopper's
+    # resources when every --arch is sm_90a); None: always this one
+    specialize: object = None
+
+    def for_options(self, options: dict | None) -> "Target":
+        return self.specialize(self, options or {}) if self.specialize else self
 
     @property
     def buildable(self) -> bool:

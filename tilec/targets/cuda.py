@@ -24,6 +24,7 @@ from ..passes import (
     overlap_gemm,
     pipeline,
     specialize,
+    split_k,
     version_masks,
 )
 from ..passes.hoist_guards import conjuncts, split_bound
@@ -153,6 +154,13 @@ class CudaRenderer(CStyleRenderer):
         # bound a 32-bit loop counter (the launcher checks they fit)
         self.launcher_values: set = set()
         self.int32_bounds: set = set()
+        # warp-specialized kernels: the byte offset of the mbarriers in shared memory, the
+        # tensor maps the TMA copies read ({tensor: (box rows, rank)}), and whether the
+        # statements being printed run on the consumer warpgroups alone (block barriers
+        # become a named barrier of theirs)
+        self.ws_barriers = 0
+        self.ws_maps: dict = {}
+        self.consumer_only = False
 
     def binary(self, e: T.Binary) -> str:
         if e.fn == "imod" and self.rotating:
@@ -398,6 +406,9 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"tilec::cp_async_wait<{s.pending}>();", depth)
 
     def s_Barrier(self, s, depth):
+        if self.consumer_only:
+            self.emit(f"tilec::sm90::consumer_sync<{self.k.warp_specialize * 128}>();", depth)
+            return
         self.emit("__syncthreads();", depth)
 
     def s_Allreduce(self, s: T.Allreduce, depth):
@@ -488,6 +499,130 @@ class CudaRenderer(CStyleRenderer):
         self.sequential(s, depth + 1)
         self.edge_version = False
         self.emit("}", depth)
+
+    # ---- Hopper: the warp-specialized kernel (TileKernel.warp_specialize) -------------------
+    def warp_specialized(self, body, depth: int):
+        """The body of a warp-specialized, persistent kernel: mbarriers set up, then the
+        producer warpgroup (its first thread issues every TMA copy of the `warp_specialized`
+        loop, tile after tile) and the consumer warpgroups (for each tile: the statements before
+        the loop, its gemm on wgmma, the statements after it: the epilogue). Both walk the same
+        tiles; one counter of K tiles per role runs the stage ring across tiles."""
+        k = self.k
+        (loop,) = [st for st in body if isinstance(st, T.For) and st.kind == "warp_specialized"]
+        at = body.index(loop)
+        pre = [st for st in body[:at] if not isinstance(st, T.Alloc)]
+        post = body[at + 1:]
+        S, consumers = loop.stages, k.warp_specialize
+        copies = [st for st in loop.body if isinstance(st, T.Copy)]
+        (g,) = [st for st in loop.body if isinstance(st, T.Gemm)]
+        lets = [st for st in pre if isinstance(st, T.Let)]
+        self.emit(f"// warp roles: warpgroups 0-{consumers - 1} multiply (wgmma) and run the epilogue; "
+                  f"warpgroup {consumers} loads (TMA)", depth)
+        self.emit(f"uint64_t* tilec_full = reinterpret_cast<uint64_t*>(tilec_smem + "
+                  f"{self.ws_barriers});  // full[s]: stage s has landed", depth)
+        self.emit(f"uint64_t* tilec_empty = tilec_full + {S};  // empty[s]: the consumers are done "
+                  "with stage s", depth)
+        self.emit("if (tilec_tid == 0) {", depth)
+        self.emit(f"for (int tilec_s = 0; tilec_s < {S}; ++tilec_s) {{", depth + 1)
+        self.emit("tilec::sm90::mbar_init(&tilec_full[tilec_s], 1);", depth + 2)
+        self.emit(f"tilec::sm90::mbar_init(&tilec_empty[tilec_s], {consumers * 128});", depth + 2)
+        self.emit("}", depth + 1)
+        self.emit("tilec::sm90::mbar_init_fence();", depth + 1)
+        self.emit("}", depth)
+        self.emit("__syncthreads();", depth)
+        self.emit("const int64_t tilec_tiles = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];",
+                  depth)
+        # producer
+        self.emit(f"if (tilec_warp >= {consumers * 4}) {{", depth)
+        self.emit(f"tilec::sm90::setmaxnreg_dec<{PRODUCER_REGS}>();", depth + 1)
+        self.emit(f"if (tilec_tid == {consumers * 128}) {{", depth + 1)
+        for c in copies:
+            self.emit(f"tilec::sm90::prefetch_tensor_map(&tilec_map_{cname(c.src.buf)});", depth + 2)
+        self.emit("uint32_t tilec_it = 0;  // K tiles issued: stage tilec_it % "
+                  f"{S}, pass tilec_it / {S}", depth + 2)
+        self.tile_loop(depth + 2)
+        for st in lets:
+            self.stmts([st], depth + 3)
+        nbytes = sum(self.allocs[c.dst.buf].layout.size() * BYTES[self.allocs[c.dst.buf].dtype]
+                     for c in copies)
+        self.loop_body = loop.body
+        self.loop_head(loop.vars[0], loop.extents[0], depth + 3)
+        d = depth + 4
+        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d)
+        self.emit(f"tilec::sm90::mbar_wait(&tilec_empty[tilec_s], ((tilec_it / {S}) & 1) ^ 1);", d)
+        self.emit(f"tilec::sm90::mbar_arrive_expect_tx(&tilec_full[tilec_s], {nbytes});", d)
+        for c in copies:
+            self.tma_copy(c, d)
+        self.emit("++tilec_it;", d)
+        self.emit("}", depth + 3)
+        self.emit("}", depth + 2)
+        self.emit("}", depth + 1)
+        # consumers
+        self.emit("} else {", depth)
+        self.emit(f"tilec::sm90::setmaxnreg_inc<{consumer_regs(consumers)}>();", depth + 1)
+        self.emit("uint32_t tilec_it = 0;  // K tiles consumed", depth + 1)
+        self.tile_loop(depth + 1)
+        self.stmts(tuple(pre), depth + 2)
+        self.loop_body = loop.body
+        self.emit("uint32_t tilec_prev = 0;  // the stage of the previous K tile", depth + 2)
+        self.loop_head(loop.vars[0], loop.extents[0], depth + 2)
+        d = depth + 3
+        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
+        bk = _const(a.shape[-1])
+        b_mn = not g.transpose_b
+        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d)
+        self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d)
+        self.emit("tilec::sm90::wgmma_fence();", d)
+        self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} "
+                  f"({'rows of N' if b_mn else 'rows of K'}), {bk // 16} wgmmas", d)
+        self.emit(f"tilec::sm90::wgmma_tile<{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
+                  f"{str(a.dtype == 'bf16').lower()}>({cname(g.c)}, "
+                  f"{cname(g.a)} + tilec_s * {a.layout.size()} + (tilec_warp / 4) * {64 * bk}, "
+                  f"{cname(g.b)} + tilec_s * {b.layout.size()});", d)
+        self.emit("tilec::sm90::wgmma_commit();", d)
+        self.emit("tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done", d)
+        self.emit(f"if ({cname(loop.vars[0])} > 0) tilec::sm90::mbar_arrive(&tilec_empty[tilec_prev]);",
+                  d)
+        self.emit("tilec_prev = tilec_s;", d)
+        self.emit("++tilec_it;", d)
+        self.emit("}", depth + 2)
+        self.emit("tilec::sm90::wgmma_wait<0>();", depth + 2)
+        self.emit(f"tilec::sm90::fence_regs<{c.layout.slots()}>({cname(g.c)});", depth + 2)
+        self.emit(f"if ({self.expr(loop.extents[0])} > 0) "
+                  "tilec::sm90::mbar_arrive(&tilec_empty[tilec_prev]);", depth + 2)
+        self.consumer_only = True
+        self.stmts(tuple(post), depth + 2)
+        self.consumer_only = False
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
+
+    def tile_loop(self, depth: int):
+        """The persistent loop over the grid's tiles, with the block variables of each."""
+        self.emit("for (int64_t tilec_b = blockIdx.x; tilec_b < tilec_tiles; tilec_b += gridDim.x) {",
+                  depth)
+        for name, e in block_vars(self.k):
+            self.emit(f"const int64_t {name} = {e};", depth + 1)
+            if name in map(cname, self.k.block_vars):  # (a role may not read each)
+                self.emit(f"(void){name};", depth + 1)
+
+    def tma_copy(self, c: T.Copy, depth: int):
+        """A tile copy by TMA: boxes of 64 columns (one 128-byte swizzle row) by the window's
+        rows, one per 64-column panel of the tile; coordinates innermost first."""
+        dst = self.allocs[c.dst.buf]
+        rows, cols = (_const(x) for x in dst.shape[-2:])
+        offs = [f"(int32_t)({self.expr(o)})" for o in c.src.offsets]
+        rank = len(offs)
+        stage = f"{cname(dst.name)} + tilec_s * {dst.layout.size()}"
+        self.emit(f"// copy {T.fmt(T.Load(c.src.buf, c.src.offsets, dst.dtype))} -> "
+                  f"{c.dst.buf}[stage]" + (f": {cols // 64} panels of 64 columns" if cols > 64
+                                            else ""), depth)
+        self.ws_maps[c.src.buf] = (rows, rank)
+        for p in range(cols // 64):
+            x = offs[-1] if p == 0 else f"{offs[-1]} + {64 * p}"
+            coords = ", ".join([x] + offs[-2::-1])
+            self.emit(f"tilec::sm90::tma_load_{rank}d({stage}" +
+                      (f" + {p * rows * 64}" if p else "") +
+                      f", &tilec_map_{cname(c.src.buf)}, &tilec_full[tilec_s], {coords});", depth)
 
     def s_GemvMma(self, s: T.GemvMma, depth):
         a, q, sc = self.globals[s.a], self.globals[s.q], self.globals[s.s]
@@ -1240,16 +1375,30 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
     body = tuple(st for st in k.body if not any(st is h for h in host))
     em = CudaRenderer(k, target)
     em.launcher_values = T.shape_dims(k) | {h.name for h in host}
-    if not em.version_whole(body, 1):
-        em.stmts(body, 1)
+    # shared buffers: 128-byte aligned; TMA's 128-byte swizzle needs 1024 (and the mbarriers
+    # of a warp-specialized kernel follow them)
     shared, frags, off = [], [], 0
+    align = 1024 if k.warp_specialize else 128
     for a in em.allocs.values():
         if a.scope == "shared":
             n = a.layout.size() * (_const(a.shape[0]) if len(a.shape) == 3 else 1)
             size = n * (BYTES[a.dtype] if a.dtype not in ("u4", "i4") else 1)
             shared.append(dict(name=cname(a.name), ctype=STORE[a.dtype], offset=off,
                                what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}"))
-            off += (size + 127) // 128 * 128
+            off += (size + align - 1) // align * align
+    maps = []
+    if k.warp_specialize:
+        em.ws_barriers = off
+        stages = next(st.stages for st in T.walk_stmts(body)
+                      if isinstance(st, T.For) and st.kind == "warp_specialized")
+        off += 16 * stages  # full[S], empty[S]
+        em.warp_specialized(body, 1)
+        maps = tensor_maps(k, em.ws_maps)
+    elif not em.version_whole(body, 1):
+        em.stmts(body, 1)
+    for a in em.allocs.values():
+        if a.scope == "shared":
+            continue
         elif a.dtype in SIXTEEN:  # two 16-bit values per register
             frags.append(dict(name=cname(a.name), ctype="uint32_t", slots=(a.layout.slots() + 1) // 2,
                               what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}, "
@@ -1270,18 +1419,60 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
     kparams = params + [f"int64_t {cname(s)}" if s in used else f"int64_t /*{s}*/"
                         for s in symbols]
     kparams += [f"int64_t {n}" for n in host_names] + [f"int64_t tilec_g{n}" for n in range(3)]
+    kparams = [f"const __grid_constant__ CUtensorMap tilec_map_{cname(t)}" for t in em.ws_maps] + \
+        kparams
     params += [f"int64_t {cname(s)}" for s in symbols]  # the host launcher passes them all
     grid = [em.expr(g) for g in k.grid] + ["1"] * (3 - len(k.grid))
     # matrix kernels: registers matter more than a second block per SM (no spills)
     gemm = any(isinstance(s, T.Gemm) for s in T.walk_stmts(k.body))
     bounds = f"{k.threads}, {k.blocks_per_sm}" if gemm or k.blocks_per_sm > 1 else f"{k.threads}"
     return dict(name=k.name, comment=k.comment, params=params, kparams=kparams, bounds=bounds,
-                args=[cname(p.name) for p in k.params] + [cname(s) for s in symbols] + host_names +
-                ["tilec_g0", "tilec_g1", "tilec_g2"], grid=grid,
+                args=[f"tilec_map_{cname(t)}" for t in em.ws_maps] +
+                [cname(p.name) for p in k.params] + [cname(s) for s in symbols] + host_names +
+                ["tilec_g0", "tilec_g1", "tilec_g2"], grid=grid, maps=maps,
+                persistent=k.persistent, blocks_per_sm=k.blocks_per_sm,
+                smem_align=1024 if k.warp_specialize else 128,
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
         block_vars=block_vars(k), threads=k.threads, smem=off, shared=shared, frags=frags,
         plans=list(em.copy_plans.values()), body=em.lines, tile_ir=T.print_kernel(k).splitlines())
+
+
+# setmaxnreg: the producer warpgroup keeps 40 registers a thread; the consumer warpgroups share
+# the rest of the SM's 64K (a multiple of 8, at most 240)
+PRODUCER_REGS = 40
+
+
+def consumer_regs(consumers: int) -> int:
+    return min(240, (65536 - 128 * PRODUCER_REGS) // (128 * consumers) // 8 * 8)
+
+
+def tensor_maps(k: T.TileKernel, used: dict) -> list:
+    """The launcher's lines that build the tensor maps of a warp-specialized kernel's TMA copies
+    (cached by tilec::tensor_map): each tensor row-major, boxes of 64 columns by the copied
+    window's rows; a map the driver refuses is TILEC_ERR_UNSUPPORTED."""
+    params = {p.name: p for p in k.params}
+    out = []
+    for name, (rows, rank) in used.items():
+        p = params[name]
+        dims = [f"(uint64_t)({pdim(d)})" for d in reversed(p.shape)]
+        strides, acc = [], f"(uint64_t)({pdim(p.shape[-1])}) * {BYTES[p.dtype]}"
+        for d in list(reversed(p.shape))[1:]:
+            strides.append(acc)
+            acc = f"{acc} * (uint64_t)({pdim(d)})"
+        box = ["64", str(rows)] + ["1"] * (rank - 2)
+        dt = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}[p.dtype]
+        m = f"tilec_map_{cname(name)}"
+        out += [f"CUtensorMap {m};  // {name}: boxes of 64 columns x {rows} rows, 128-byte swizzle",
+                "{",
+                f"    const uint64_t tilec_dims[{rank}] = {{{', '.join(dims)}}};",
+                f"    const uint64_t tilec_strides[{rank - 1}] = {{{', '.join(strides)}}};",
+                f"    const uint32_t tilec_box[{rank}] = {{{', '.join(box)}}};",
+                f"    if (!tilec::tensor_map(&{m}, {cname(name)}, {dt}, {rank}, tilec_dims, "
+                "tilec_strides, tilec_box))",
+                "        return TILEC_ERR_UNSUPPORTED;",
+                "}"]
+    return out
 
 
 def block_vars(k: T.TileKernel) -> list:
@@ -1335,6 +1526,19 @@ def render(target, src, m, env, banner, options) -> dict:
         gencode=" ".join(_gencode(a) for a in archs) +
         f" -gencode arch=compute_{last},code=compute_{last}", archs=", ".join(archs))
     return files
+
+
+def _for_arch(target, options: dict):
+    """Hopper's resources when every architecture built is sm_90a (wgmma and setmaxnreg exist
+    only there): GEMMs get the warp-specialized TMA + wgmma kernel."""
+    archs = options.get("arch") or target.default_arch
+    if archs and all(a == "sm_90a" for a in archs):
+        # 128 x 256 tiles, K tiles of 64 (one 128-byte swizzle row), 4 stages (192 KiB of
+        # shared memory), two consumer warpgroups of 64 x 256 accumulators each (128 registers
+        # of a thread's 232) and a producer warpgroup
+        wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2))
+        return replace(target, resources=replace(target.resources, wgmma=wgmma))
+    return target
 
 
 CUDA = Target(
@@ -1410,4 +1614,5 @@ CUDA = Target(
     default_arch=("sm_80", "sm_90"),
     runtime="cuda",
     link_flags="-lcudart",
+    specialize=_for_arch,
 )

@@ -1,0 +1,160 @@
+"""The Hopper (sm_90a) path of the CUDA target: warp-specialized GEMMs on TMA and wgmma.
+
+Without a GPU (CI): with `--arch sm_90a` a GEMM group gets a warp-specialized, persistent variant
+(the Tile IR says so), its CUDA source compiles warning-free for sm_90a without spills, and its
+PTX holds wgmma, TMA copies and setmaxnreg (the SASS holds HGMMA where cuobjdump exists); other
+architecture lists, `warp_specialize off` and operands TMA cannot read keep the mma.sync kernel.
+
+With a GPU (`pytest -m gpu`, an H100/H200): the variant alone (the others removed, so a launch
+condition that fails is an error, not a silent fallback) matches the reference at sizes that are
+and are not tile multiples, f16 and bf16, B row-major and transposed, batched.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+from conftest import check_text, compile_text
+from test_cuda import need_gpu, need_nvcc, nvcc_each
+
+from tilec import driver
+from tilec.ir import tile as T
+from tilec.passes import tile as tile_pass
+
+HOPPER = {"arch": ("sm_90a",)}
+
+GEMMS = """
+kernel hop_bias_relu(A: f16[M, K], B: f16[K, N], bias: f16[N]) -> C: f16[M, N]:
+    C = relu(A @ B + bias)
+
+kernel hop_bf16_bt(A: bf16[M, K], W: bf16[N, K]) -> C: f32[M, N]:
+    C = A @ W.T
+
+kernel hop_batched(A: f16[Z, M, K], B: f16[Z, K, N]) -> C: f16[Z, M, N]:
+    C = A @ B * 0.5
+"""
+
+
+def _kernels(text: str, options=HOPPER) -> list:
+    _, _, m = compile_text(text, "hop.tile", "cuda", options=options)
+    return [k for p in m.programs for k in p.kernels]
+
+
+def test_gemms_get_a_warp_specialized_persistent_variant():
+    ks = {k.name: k for k in _kernels(GEMMS)}
+    for name in ("hop_bias_relu", "hop_bf16_bt", "hop_batched"):
+        k = ks[f"{name}_k0_tma"]
+        assert k.warp_specialize == 2 and k.persistent and k.threads == 384
+        text = T.print_kernel(k)
+        assert re.search(r"for k in warp_specialized\(\w+, stages=4\)", text)
+        assert "wgmma(warpgroups 2 of 64x256" in text and "TMA 128-byte swizzle" in text
+        assert "warp_roles(consumers=warpgroups 0-1, producer=warpgroup 2)" in text
+        # TMA needs 16-byte row strides and addresses: the variant says so; the mma.sync kernel
+        # stays as the fallback
+        assert "% 8 == 0" in str(k.when) and k.aligned
+        assert f"{name}_k0" in ks
+
+
+@pytest.mark.parametrize("options, sched", [
+    ({"arch": ("sm_90",)}, ""), ({"arch": ("sm_80", "sm_90a")}, ""),
+    (HOPPER, "schedule t:\n    target cuda:\n        warp_specialize off\n")])
+def test_other_archs_and_warp_specialize_off_keep_mma_sync(options, sched):
+    text = "kernel t(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:\n    C = A @ B\n" + sched
+    assert not any(k.warp_specialize for k in _kernels(text, options))
+
+
+@pytest.mark.parametrize("text", [
+    # A transposed; an operand computed on chip (f32 inputs converted); a 4-D operand
+    "kernel t(A: f16[K, M], B: f16[K, N]) -> C: f16[M, N]:\n    C = A.T @ B\n",
+    "kernel t(A: f32[M, K], B: f16[K, N]) -> C: f32[M, N]:\n    C = f16(A) @ B\n",
+    "kernel t(A: f16[Y, Z, M, K], B: f16[Y, Z, K, N]) -> C: f16[Y, Z, M, N]:\n    C = A @ B\n"])
+def test_operands_tma_cannot_read_keep_mma_sync(text):
+    ks = _kernels(text)
+    assert ks and not any(k.warp_specialize for k in ks)
+
+
+def _kernel_source(text: str) -> str:
+    src, _, m = compile_text(text, "hop.tile", "cuda", options=HOPPER)
+    files = driver.render(src, m, "cuda", HOPPER)
+    return next(v for k, v in files.items() if k.endswith(".cu"))
+
+
+def test_warp_specialized_source_structure():
+    cu = _kernel_source(GEMMS)
+    k = cu[cu.index("hop_bias_relu_k0_tma("):]
+    k = k[:k.index("\n}\n")]
+    # roles: registers move to the consumers; the producer's one thread waits for free stages
+    assert k.index("setmaxnreg_dec<40>") < k.index("setmaxnreg_inc<232>")
+    assert re.search(r"mbar_wait\(&tilec_empty\[tilec_s\], \(\(tilec_it / 4\) & 1\) \^ 1\)", k)
+    assert re.search(r"mbar_wait\(&tilec_full\[tilec_s\], \(tilec_it / 4\) & 1\)", k)
+    # B row-major: 4 panels of 64 columns, one expected-bytes arrival per stage (A 16 + B 32 KiB)
+    assert len(re.findall(r"tma_load_2d\(B_s", k)) == 4
+    assert "mbar_arrive_expect_tx(&tilec_full[tilec_s], 49152)" in k
+    assert "wgmma_tile<256, 64, true, false>" in k
+    # the persistent loop over tiles in both roles, and no block-wide barrier after the split
+    assert k.count("tilec_b += gridDim.x") == 2
+    assert "__syncthreads" not in k[k.index("if (tilec_warp >= 8)"):]
+    # the launcher: cached tensor maps, a grid of at most one block per SM
+    assert "tilec::tensor_map(&tilec_map_A" in cu and "tilec::sm_count()" in cu
+    assert re.search(r"tilec::aligned16\(A\) && tilec::aligned16\(B\)", cu)
+
+
+@pytest.mark.nvcc
+def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma():
+    need_nvcc()
+    built = set()
+    for f, r, folder in nvcc_each(GEMMS, "hop.tile", [
+            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"],
+            HOPPER):
+        assert r.returncode == 0, r.stderr
+        assert "warning" not in r.stderr.lower(), r.stderr
+        for name in re.findall(r"__launch_bounds__\(\d+, \d+\) (\w+)_k0_tma\(",
+                               (folder / f).read_text()):
+            built.add(name)
+            m = re.search(rf"Compiling entry function '\w*{name}_k0_tma\w*'[^\n]*\n[^\n]*\n"
+                          r"[^\n]*?(\d+) bytes spill stores[^\n]*\n[^\n]*Used (\d+) registers",
+                          r.stderr)
+            assert m and m.group(1) == "0", r.stderr
+        if shutil.which("cuobjdump"):
+            sass = subprocess.run(["cuobjdump", "--dump-sass", str(folder / "k.o")],
+                                  capture_output=True, text=True).stdout
+            assert "HGMMA" in sass and "UTMALDG" in sass
+    assert built == {"hop_bias_relu", "hop_bf16_bt", "hop_batched"}
+    ptx = ""
+    for _, r, folder in nvcc_each(GEMMS, "hop.tile", [
+            "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
+        ptx += (folder / "k.ptx").read_text()
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.f16\.f16", ptx)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16", ptx)
+    assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.bulk.tensor.3d" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+
+
+# ---- on the GPU ----------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_warp_specialized_gemms_on_gpu(monkeypatch):
+    need_gpu()
+    keep = tile_pass.gemm_variants
+    monkeypatch.setattr(tile_pass, "gemm_variants",
+                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+    for dims in (dict(M=256, N=512, K=256, Z=2), dict(M=200, N=136, K=72, Z=1),
+                 dict(M=1, N=8, K=8, Z=3), dict(M=130, N=1000, K=1000, Z=1),
+                 dict(M=1000, N=264, K=520, Z=2)):
+        check_text(GEMMS, dims, name="hop_only.tile", target="cuda", options=HOPPER)
+
+
+@pytest.mark.gpu
+def test_gemm_samples_on_gpu_for_sm90a():
+    """The GEMM samples built for sm_90a (the TMA variant where the strides allow it, the
+    mma.sync one elsewhere: K = 70 here) match the reference."""
+    need_gpu()
+    from conftest import SAMPLES
+    for name, sizes in (("gemm_bias_relu", [dict(M=200, N=130, K=72), dict(M=256, N=384, K=320),
+                                             dict(M=100, N=70, K=70)]),
+                        ("batched_matmul", [dict(B=2, M=130, N=72, K=64)])):
+        text = (SAMPLES / f"{name}.tile").read_text()
+        for dims in sizes:
+            check_text(text, dims, name=f"{name}.tile", target="cuda", options=HOPPER)
