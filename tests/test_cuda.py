@@ -31,6 +31,9 @@ from tilec.passes.rewrite import used_names
 SAMPLE_FILES = sorted(SAMPLES.glob("*.tile"))
 TILE_SAMPLES = sorted((SAMPLES / "tile").glob("*.tile"))
 ON_CI = os.environ.get("CI", "").lower() == "true"
+# the architecture the GPU tests build for: sm_90 (mma.sync), or sm_90a on an H100/H200 (the
+# warp-specialized TMA + wgmma GEMMs where the operands allow; bench/device_run.sh runs both)
+GPU_OPTIONS = {"arch": (os.environ.get("TILEC_GPU_ARCH", "sm_90"),)}
 
 
 def need_nvcc():
@@ -68,13 +71,14 @@ def test_sample_compiles_for_sm80_and_sm90(path):
     assert (out / f"lib{path.stem}.so").exists() and (out / f"lib{path.stem}.a").exists()
 
 
-def nvcc_each(text: str, name: str, flags: list):
-    """Yield (file, nvcc's result, folder) for each .cu source of text's CUDA target (sm_90),
-    compiled with `flags` in a temporary folder that holds the sources."""
+def nvcc_each(text: str, name: str, flags: list, options=None):
+    """Yield (file, nvcc's result, folder) for each .cu source of text's CUDA target (sm_90, or
+    the build `options`), compiled with `flags` in a temporary folder that holds the sources."""
     import tempfile
     from pathlib import Path
-    src, _, m = compile_text(text, name, "cuda")
-    files = driver.render(src, m, "cuda", {"arch": ("sm_90",)})
+    options = options or {"arch": ("sm_90",)}
+    src, _, m = compile_text(text, name, "cuda", options=options)
+    files = driver.render(src, m, "cuda", options)
     with tempfile.TemporaryDirectory() as tmp:
         driver.write_files(Path(tmp), files)
         for f in files:
@@ -581,7 +585,7 @@ def test_sample_on_gpu(path):
     assert path.stem in GPU_SIZES
     for dims in GPU_SIZES[path.stem] + [None]:  # None: the runner's default (100-ish) sizes
         check_text(path.read_text(), dims, name=path.name, target="cuda",
-                   options={"arch": ("sm_90",)})
+                   options=GPU_OPTIONS)
 
 
 TILE_GPU_SIZES = [dict(M=256, N=256, K=256, B=1, H=2, L=256, S=128),
@@ -595,7 +599,7 @@ def test_tile_sample_on_gpu(path):
     need_gpu()
     for dims in TILE_GPU_SIZES + [None]:
         check_text(path.read_text(), dims, name=path.name, target="cuda",
-                   options={"arch": ("sm_90",)})
+                   options=GPU_OPTIONS)
 
 
 @pytest.mark.gpu
@@ -606,7 +610,7 @@ def test_hand_written_gemv_mma_on_gpu():
     from test_tile_level import GEMV_MMA
     for dims in (dict(M=1, K=384, N=264), dict(M=2, K=256, N=261), dict(M=1, K=1280, N=7)):
         check_text(GEMV_MMA, dims, name="gemv_mma.tile", target="cuda",
-                   options={"arch": ("sm_90",)})
+                   options=GPU_OPTIONS)
 
 
 GEMV_KMAJOR = """
@@ -635,10 +639,10 @@ def test_kmajor_gemv_on_gpu():
     for dims in (dict(M=1, K=1216, N=512), dict(M=1, K=1216, N=520), dict(M=1, K=64, N=64),
                  dict(M=1, K=8192, N=48)):
         check_text(GEMV_KMAJOR, dims, name="gemv_kmajor.tile", target="cuda",
-                   options={"arch": ("sm_90",)})
+                   options=GPU_OPTIONS)
     for dims in (dict(M=1, K=200, N=40), dict(M=1, K=1024, N=72)):
         check_text(GEMV_KMAJOR_ANY, dims, name="gemv_kmajor_any.tile", target="cuda",
-                   options={"arch": ("sm_90",)})
+                   options=GPU_OPTIONS)
 
 
 GEMV_GROUPS = """
@@ -660,7 +664,7 @@ def test_decode_gemv_groups_on_gpu():
     need_gpu()
     for dims in (dict(M=1, K=1216, N=512), dict(M=1, K=1216, N=520), dict(M=1, K=64, N=64)):
         check_text(GEMV_GROUPS, dims, name="gemv_groups.tile", target="cuda",
-                   options={"arch": ("sm_90",)})
+                   options=GPU_OPTIONS)
 
 
 @pytest.mark.gpu
@@ -669,7 +673,7 @@ def test_cuda_dump_matches_reference_on_gpu(path):
     """Each kernel of the CUDA tiling's dump, built and run on its own, matches the Tile IR
     interpreter."""
     need_gpu()
-    check_text(cuda_dump(path), None, name="dump.tile", target="cuda", options={"arch": ("sm_90",)})
+    check_text(cuda_dump(path), None, name="dump.tile", target="cuda", options=GPU_OPTIONS)
 
 
 @pytest.mark.gpu
@@ -678,7 +682,7 @@ def test_regression_program_on_gpu(name):
     need_gpu()
     text, dims, seed, _ = REGRESSIONS[name]
     check_text(text.replace("target cpu:", "target cuda:"), dims, seed, target="cuda",
-               options={"arch": ("sm_90",)})
+               options=GPU_OPTIONS)
 
 
 @pytest.mark.gpu
@@ -688,7 +692,7 @@ def test_causal_skipping_on_gpu(shift):
     from test_fusion import CAUSAL_SHIFTED
     text = CAUSAL_SHIFTED.replace("SHIFT", str(shift)).replace("f32", "f16")
     for dims in (dict(L=200, S=200, D=64), dict(L=64, S=300, D=32), dict(L=1, S=1, D=1)):
-        check_text(text, dims, target="cuda", options={"arch": ("sm_90",)})
+        check_text(text, dims, target="cuda", options=GPU_OPTIONS)
 
 
 @pytest.mark.gpu
@@ -698,7 +702,7 @@ def test_a_loop_of_2_31_tiles_is_unsupported_on_gpu():
     need_gpu()
     import ctypes
     _, out = build_text((SAMPLES / "attention.tile").read_text(), "attention.tile", "cuda",
-                        {"arch": ("sm_90",)})
+                        GPU_OPTIONS)
     f = ctypes.CDLL(str(out / "libattention.so")).attention
     f.restype = ctypes.c_int
     P, I64 = ctypes.c_void_p, ctypes.c_int64
@@ -713,7 +717,7 @@ def test_attention_variants_on_gpu():
     need_gpu()
     from test_fusion import ATTENTION_VARIANTS
     for dims in (dict(H=2, L=64, S=128, D=32, E=48, B=2), dict(H=2, L=70, S=33, D=5, E=7, B=1)):
-        check_text(ATTENTION_VARIANTS, dims, target="cuda", options={"arch": ("sm_90",)})
+        check_text(ATTENTION_VARIANTS, dims, target="cuda", options=GPU_OPTIONS)
 
 
 @pytest.mark.nvcc
@@ -805,7 +809,7 @@ def test_sixteen_bit_results_are_bit_exact_on_gpu():
     on whole aligned groups (N = 64) and on the value-by-value path (odd N: unaligned words)."""
     need_gpu()
     for dims in (dict(K=128, N=64, R=9, C=4096), dict(K=96, N=51, R=17, C=1001)):
-        res = check_text(EXACT16, dims, target="cuda", options={"arch": ("sm_90",)})
+        res = check_text(EXACT16, dims, target="cuda", options=GPU_OPTIONS)
         for name, r in res.items():
             assert all(e == 0 for e in r.errors.values()), (name, dims, r.errors)
 
@@ -952,7 +956,7 @@ def test_tf32_gemms_on_gpu():
     for dims in (dict(M=128, K=256, N=128, Bt=2, D=64), dict(M=100, K=300, N=72, Bt=3, D=100),
                  dict(M=17, K=40, N=9, Bt=1, D=128), dict(M=5, K=1000, N=130, Bt=2, D=32)):
         results = check_text(TF32 + TF32_SCHEDULES, dims, name="tf32.tile", target="cuda",
-                             options={"arch": ("sm_90",)})
+                             options=GPU_OPTIONS)
         for name, r in results.items():
             assert r.tolerances["C"] == interp.tolerance("f16")
             assert 1e-6 < r.errors["C"] < 3e-3, (name, dims, r.errors)
