@@ -102,9 +102,42 @@ def test_warp_specialized_source_structure():
     assert re.search(r"tilec::aligned16\(A\) && tilec::aligned16\(B\)", cu)
 
 
+def test_ping_pong_takes_turns_on_its_own_tiles(monkeypatch):
+    """TILEC_WGMMA=...,pingpong: each consumer warpgroup walks every other tile of the block,
+    skipping the other's K tiles in the ring, after the other's K loop (order barriers)."""
+    monkeypatch.setenv("TILEC_WGMMA", "128x128,6,pingpong")
+    (k,) = [k for k in _kernels(GEMMS) if k.name == "hop_bias_relu_k0_tma"]
+    assert k.pingpong and "ping-pong: each of 2 warpgroups 128x128" in T.print_kernel(k)
+    cu = _kernel_source(GEMMS)
+    body = cu[cu.index("hop_bias_relu_k0_tma("):]
+    body = body[:body.index("\n}\n")]
+    assert "mbar_init(&tilec_empty[tilec_s], 128)" in body
+    assert "tilec_b = blockIdx.x + (int64_t)tilec_wg * gridDim.x" in body
+    assert "tilec_b += 2 * (int64_t)gridDim.x" in body
+    assert "uint32_t tilec_it = tilec_wg * (uint32_t)host2" in body
+    assert body.index("mbar_wait(&tilec_order[tilec_wg]") < body.index("mbar_wait(&tilec_full")
+    assert body.index("mbar_arrive(&tilec_order[1 - tilec_wg])") < body.index("wgmma_wait<0>")
+    # two wgmma rows of 64 per K tile: the second half's accumulators and A rows
+    assert "wgmma_tile<128, 64, true, false>(acc + 64, A_s + tilec_s * 8192 + 4096" in body
+
+
+@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong"])
+def test_bad_or_good_wgmma_knob(monkeypatch, knob):
+    from tilec.diagnostics import TilecError
+    monkeypatch.setenv("TILEC_WGMMA", knob or "128x320,4")
+    if knob:
+        assert any(k.pingpong for k in _kernels(GEMMS))
+    else:
+        with pytest.raises(TilecError, match="TILEC_WGMMA"):
+            _kernels(GEMMS)
+
+
 @pytest.mark.nvcc
-def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma():
+@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "192x128,5"])
+def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch, knob):
     need_nvcc()
+    if knob:
+        monkeypatch.setenv("TILEC_WGMMA", knob)
     built = set()
     for f, r, folder in nvcc_each(GEMMS, "hop.tile", [
             "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"],
@@ -127,16 +160,22 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma():
     for _, r, folder in nvcc_each(GEMMS, "hop.tile", [
             "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
         ptx += (folder / "k.ptx").read_text()
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.f16\.f16", ptx)
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.bf16\.bf16", ptx)
+    n = 128 if knob else 256
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16", ptx)
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.bf16\.bf16", ptx)
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.bulk.tensor.3d" in ptx
-    assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+    assert f"setmaxnreg.inc.sync.aligned.u32 {152 if knob == '192x128,5' else 232}" in ptx
 
 
 # ---- on the GPU ----------------------------------------------------------------------------
 @pytest.mark.gpu
-def test_warp_specialized_gemms_on_gpu(monkeypatch):
+@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "64x256,5,pingpong", "192x128,5"])
+def test_warp_specialized_gemms_on_gpu(monkeypatch, knob):
+    """The default tile, and (TILEC_WGMMA) ping-pong with 2 and 1 wgmma rows of 64 per warpgroup
+    and 3 cooperative consumer warpgroups (152 registers each)."""
     need_gpu()
+    if knob:
+        monkeypatch.setenv("TILEC_WGMMA", knob)
     keep = tile_pass.gemm_variants
     monkeypatch.setattr(tile_pass, "gemm_variants",
                         lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))

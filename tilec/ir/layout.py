@@ -85,11 +85,27 @@ class MmaLayout:
 
 @dataclass(frozen=True)
 class WgmmaLayout(MmaLayout):
-    """The accumulators of wgmma m64nN (Hopper): consumer warpgroup g (warps 4g .. 4g + 3) holds
-    rows 64g .. 64g + 63 of all `cols` columns, each of its warps 16 rows, in the pattern of
-    mma.sync m16n8 tiles along the row: an MmaLayout of rows / 16 warps by 1."""
+    """The accumulators of wgmma m64nN (Hopper), in the pattern of mma.sync m16n8 tiles along
+    each warp's 16 rows. Shared (the default): consumer warpgroup g (warps 4g .. 4g + 3) holds
+    rows 64g .. 64g + 63 of all `cols` columns, an MmaLayout of rows / 16 warps by 1. Ping-pong
+    (`pingpong`): each consumer warpgroup holds a whole tile of its own, its warp w rows
+    64h + 16w .. 64h + 16w + 15 of each 64-row half h (warps_m = 4: the row formula differs)."""
+
+    pingpong: bool = False
+
+    def row(self, q: str) -> str:
+        if not self.pingpong:
+            return super().row(q)
+        return (f"({q}) / {self.ni * 2} * 64 + (tilec_warp % 4) * 16 + ({q}) % 2 * 8 + "
+                "(tilec_lane >> 2)")
+
+    def rows_layout(self):
+        return None if self.pingpong else super().rows_layout()
 
     def __str__(self):
+        if self.pingpong:
+            return (f"wgmma(ping-pong: each of 2 warpgroups {self.rows}x{self.cols}, "
+                    f"{self.slots()} registers)")
         return (f"wgmma(warpgroups {self.warps_m // 4} of 64x{self.cols}, "
                 f"{self.slots()} registers)")
 

@@ -387,6 +387,9 @@ class TileKernel:
     # block's last warpgroup is the producer: one of its threads issues the TMA copies of the
     # `warp_specialized` loop; the consumer warpgroups (warps 0 ..) run everything else
     warp_specialize: int = 0
+    # ... ping-pong: each consumer warpgroup computes whole tiles of its own (the block's tiles
+    # alternate between them), so one's epilogue runs while the other multiplies
+    pingpong: bool = False
     # a persistent grid: one block per SM (times blocks_per_sm) walks the grid's tiles in order
     persistent: bool = False
     # tensors whose address must be 16-byte aligned for this variant (TMA); the launcher tests it
@@ -675,8 +678,10 @@ def print_kernel(k: TileKernel) -> str:
         lines.append("        persistent()  # one block per SM walks the tiles in order")
     if k.warp_specialize:
         n = k.warp_specialize
-        lines.append(f"        warp_roles(consumers=warpgroups 0-{n - 1}, producer=warpgroup {n})"
-                     "  # the producer's first thread issues the copies")
+        lines.append(f"        warp_roles(consumers=warpgroups 0-{n - 1}, producer=warpgroup {n}"
+                     + (", ping-pong" if k.pingpong else "") + ")"
+                     "  # the producer's first thread issues the copies" +
+                     ("; the consumers take turns, a tile each" if k.pingpong else ""))
     lines += print_stmts(k.body, 2)
     return "\n".join(lines)
 

@@ -67,8 +67,9 @@ class Assign:
         self.loops = [s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "parallel"]
         self.by: dict = {}  # id(loop) -> layout
         self.warps = k.threads // target.resources.warp
-        # a warp-specialized kernel's loops run on its consumer warpgroups only
-        self.threads = k.threads - 128 if k.warp_specialize else k.threads
+        # a warp-specialized kernel's loops run on its consumer warpgroups only (ping-pong: on
+        # one of them)
+        self.threads = 128 if k.pingpong else k.threads - 128 if k.warp_specialize else k.threads
         self.params = {p.name: p for p in k.params if p.kind != "scalar"}
         self.vmax = _columns_per_access(p.dtype for p in self.params.values())
 
@@ -159,8 +160,9 @@ class Assign:
         rows_in_warp = len(gemms) > 1 or any(len(self.allocs[f].shape) == 1 for f in self.frags)
         for g in gemms:
             rows, cols = self.shape(g.c)
-            if self.k.warp_specialize:  # wgmma: 64 rows per consumer warpgroup
-                self.set(g.c, WgmmaLayout(rows, cols, rows // 16, 1))
+            if self.k.warp_specialize:  # wgmma: 64 rows per consumer warpgroup, or all rows
+                self.set(g.c, WgmmaLayout(rows, cols, 4, 1, True) if self.k.pingpong else
+                         WgmmaLayout(rows, cols, rows // 16, 1))
                 continue
             self.set(g.c, mma_layout(rows, cols, self.warps, rows_in_warp))
         self.propagate()
@@ -189,6 +191,10 @@ class Assign:
         for name, a in self.allocs.items():
             if a.scope == "shared":
                 self.lay[name] = self.shared_layout(a, gemms)
+        if self.k.pingpong and any(not isinstance(L, WgmmaLayout) for L in self.by.values()):
+            # (tilec_tid counts both consumer warpgroups: a vector layout of one would be wrong)
+            raise AssertionError(f"{self.k.name}: a ping-pong kernel's loops must be split by its "
+                                 "accumulators' layout")
 
         def annotate(st):
             if isinstance(st, T.Alloc) and st.name in self.lay:

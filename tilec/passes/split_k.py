@@ -113,24 +113,33 @@ def gemm_tile(target):
 
 
 def wgmma_tile(default: tuple) -> tuple:
-    """`TILEC_WGMMA` ("BMxBN,stages", e.g. "128x128,6"): the warp-specialized GEMM's block tile
-    (BM a multiple of 64 up to 192: one consumer warpgroup per 64 rows; BN 64, 128 or 256) and
-    depth in place of the target's `wgmma`, for measuring other choices on a device; "off": no
-    warp-specialized kernel."""
-    knob = _knob("TILEC_WGMMA", "BMxBN,stages", 2, str)
-    if knob is None:
+    """`TILEC_WGMMA` ("BMxBN,stages[,pingpong]", e.g. "128x128,6,pingpong"): the warp-specialized
+    GEMM's block tile and depth in place of the target's `wgmma`, for measuring other choices on
+    a device. Cooperative (the default form): BM a multiple of 64 up to 192, one consumer
+    warpgroup per 64 rows; ping-pong: BM 64 or 128, two consumer warpgroups each on tiles of its
+    own. BN 64, 128 or 256 (ping-pong with BM 128: at most 128, the accumulators' registers).
+    "off": no warp-specialized kernel."""
+    env = os.environ.get("TILEC_WGMMA", "").strip()
+    if not env:
         return default
-    if knob == ():
+    if env in ("off", "0"):
         return ()
+    bad = error(f"TILEC_WGMMA={env!r}: expected BMxBN,stages or BMxBN,stages,pingpong (BM a "
+                "multiple of 64 up to 192, or 64/128 for ping-pong; BN 64, 128 or 256; at least 2 "
+                "stages; all in 227 KiB of shared memory)")
+    parts = env.split(",")
     try:
-        (bm, bn), stages = (int(v) for v in knob[0].split("x")), int(knob[1])
-    except ValueError:
-        raise error(f"TILEC_WGMMA={','.join(knob)!r}: expected BMxBN,stages") from None
-    if bm % 64 or not 64 <= bm <= 192 or bn not in (64, 128, 256) or stages < 2 or \
+        bm, bn = (int(v) for v in parts[0].split("x"))
+        stages = int(parts[1])
+    except (ValueError, IndexError):
+        raise bad from None
+    pingpong = parts[2:] == ["pingpong"]
+    if len(parts) not in (2, 3) or (len(parts) == 3 and not pingpong) or bm % 64 or \
+            not 64 <= bm <= (128 if pingpong else 192) or bn not in (64, 128, 256) or \
+            (pingpong and bm * bn > 128 * 128 and bm > 64) or stages < 2 or \
             (bm + bn) * 64 * 2 * stages > 227 * 1024:
-        raise error(f"TILEC_WGMMA={','.join(knob)!r}: BM a multiple of 64 up to 192, BN 64, 128 "
-                    "or 256, at least 2 stages, all in 227 KiB of shared memory")
-    return (bm, bn, 64, stages, bm // 64)
+        raise bad
+    return (bm, bn, 64, stages, 2 if pingpong else bm // 64, pingpong)
 
 
 def gemv_mma(target) -> bool:

@@ -43,9 +43,11 @@ class Resources:
     # chosen at run time before the default tile (more rows share each staged tile of B); ()
     # = none
     gemm_large_tile: tuple = ()
-    # (BM, BN, BK, stages, consumer warpgroups): GEMMs of 16-bit operands in memory run a
-    # warp-specialized kernel (TMA copies, wgmma, a persistent grid: Hopper sm_90a) when their
-    # operands suit TMA at run time; () = never
+    # (BM, BN, BK, stages, consumer warpgroups, ping-pong): GEMMs of 16-bit operands in memory
+    # run a warp-specialized kernel (TMA copies, wgmma, a persistent grid: Hopper sm_90a) when
+    # their operands suit TMA at run time; ping-pong: each of the 2 consumer warpgroups computes
+    # whole BM x BN tiles of its own, alternating (one's epilogue overlaps the other's
+    # products), else they share each tile, 64 rows each; () = never
     wgmma: tuple = ()
     # (blocks, least K tiles per split, blocks per SM): a decode variant also comes split over K
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never

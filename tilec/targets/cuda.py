@@ -406,8 +406,11 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"tilec::cp_async_wait<{s.pending}>();", depth)
 
     def s_Barrier(self, s, depth):
+        if self.consumer_only and self.k.pingpong:  # (one warpgroup: its own named barrier)
+            self.emit("tilec::sm90::consumer_sync<128>(1 + tilec_wg);", depth)
+            return
         if self.consumer_only:
-            self.emit(f"tilec::sm90::consumer_sync<{self.k.warp_specialize * 128}>();", depth)
+            self.emit(f"tilec::sm90::consumer_sync<{self.k.warp_specialize * 128}>(1);", depth)
             return
         self.emit("__syncthreads();", depth)
 
@@ -522,11 +525,22 @@ class CudaRenderer(CStyleRenderer):
                   f"{self.ws_barriers});  // full[s]: stage s has landed", depth)
         self.emit(f"uint64_t* tilec_empty = tilec_full + {S};  // empty[s]: the consumers are done "
                   "with stage s", depth)
+        if k.pingpong:
+            # the warpgroups' turns: each waits for the other's K loop to end before its own (a
+            # wait on the ring's barriers by parity must be at most one pass ahead, and the
+            # turns keep one warpgroup's products beside the other's epilogue)
+            self.emit(f"uint64_t* tilec_order = tilec_empty + {S};  // order[g]: warpgroup g's turn",
+                      depth)
         self.emit("if (tilec_tid == 0) {", depth)
         self.emit(f"for (int tilec_s = 0; tilec_s < {S}; ++tilec_s) {{", depth + 1)
         self.emit("tilec::sm90::mbar_init(&tilec_full[tilec_s], 1);", depth + 2)
-        self.emit(f"tilec::sm90::mbar_init(&tilec_empty[tilec_s], {consumers * 128});", depth + 2)
+        # (ping-pong: one warpgroup reads each stage)
+        self.emit(f"tilec::sm90::mbar_init(&tilec_empty[tilec_s], "
+                  f"{128 if k.pingpong else consumers * 128});", depth + 2)
         self.emit("}", depth + 1)
+        if k.pingpong:  # order[g]: warpgroup g may start its next tile's products
+            self.emit("tilec::sm90::mbar_init(&tilec_order[0], 128);", depth + 1)
+            self.emit("tilec::sm90::mbar_init(&tilec_order[1], 128);", depth + 1)
         self.emit("tilec::sm90::mbar_init_fence();", depth + 1)
         self.emit("}", depth)
         self.emit("__syncthreads();", depth)
@@ -560,9 +574,23 @@ class CudaRenderer(CStyleRenderer):
         # consumers
         self.emit("} else {", depth)
         self.emit(f"tilec::sm90::setmaxnreg_inc<{consumer_regs(consumers)}>();", depth + 1)
-        self.emit("uint32_t tilec_it = 0;  // K tiles consumed", depth + 1)
-        self.tile_loop(depth + 1)
+        if k.pingpong:
+            # warpgroup g takes the block's tiles g, g + 2, ...: the K tiles of the block's j-th
+            # tile are the ring's j * n .. j * n + n - 1 (n K tiles per tile)
+            n = self.expr(loop.extents[0])
+            self.emit("const int tilec_wg = tilec_warp / 4;  // this consumer warpgroup", depth + 1)
+            self.emit(f"uint32_t tilec_it = tilec_wg * (uint32_t){n};  // the ring's K tile",
+                      depth + 1)
+            self.emit("uint32_t tilec_turn = 0;  // this warpgroup's tiles so far", depth + 1)
+            self.tile_loop(depth + 1, "tilec_wg", 2)
+        else:
+            self.emit("uint32_t tilec_it = 0;  // K tiles consumed", depth + 1)
+            self.tile_loop(depth + 1)
         self.stmts(tuple(pre), depth + 2)
+        if k.pingpong:
+            self.emit("if (tilec_wg == 1 || tilec_turn > 0)  // after the other's K loop", depth + 2)
+            self.emit("tilec::sm90::mbar_wait(&tilec_order[tilec_wg], "
+                      "(tilec_turn - (tilec_wg == 0 ? 1 : 0)) & 1);", depth + 3)
         self.loop_body = loop.body
         self.emit("uint32_t tilec_prev = 0;  // the stage of the previous K tile", depth + 2)
         self.loop_head(loop.vars[0], loop.extents[0], depth + 2)
@@ -573,12 +601,24 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d)
         self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d)
         self.emit("tilec::sm90::wgmma_fence();", d)
-        self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} "
-                  f"({'rows of N' if b_mn else 'rows of K'}), {bk // 16} wgmmas", d)
-        self.emit(f"tilec::sm90::wgmma_tile<{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
-                  f"{str(a.dtype == 'bf16').lower()}>({cname(g.c)}, "
-                  f"{cname(g.a)} + tilec_s * {a.layout.size()} + (tilec_warp / 4) * {64 * bk}, "
-                  f"{cname(g.b)} + tilec_s * {b.layout.size()});", d)
+        tparams = (f"{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
+                   f"{str(a.dtype == 'bf16').lower()}")
+        if k.pingpong:  # the warpgroup's own tile: one wgmma row of 64 per half
+            halves = c.layout.rows // 64
+            self.emit(f"// this warpgroup's tile: {g.a} ({halves} x 64 rows) times {g.b} "
+                      f"({'rows of N' if b_mn else 'rows of K'}), {halves * bk // 16} wgmmas", d)
+            for h in range(halves):
+                self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}" +
+                          (f" + {h * c.layout.cols // 2}" if h else "") + ", "
+                          f"{cname(g.a)} + tilec_s * {a.layout.size()}" +
+                          (f" + {h * 64 * bk}" if h else "") +
+                          f", {cname(g.b)} + tilec_s * {b.layout.size()});", d)
+        else:
+            self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} "
+                      f"({'rows of N' if b_mn else 'rows of K'}), {bk // 16} wgmmas", d)
+            self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}, "
+                      f"{cname(g.a)} + tilec_s * {a.layout.size()} + (tilec_warp / 4) * {64 * bk}, "
+                      f"{cname(g.b)} + tilec_s * {b.layout.size()});", d)
         self.emit("tilec::sm90::wgmma_commit();", d)
         self.emit("tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done", d)
         self.emit(f"if ({cname(loop.vars[0])} > 0) tilec::sm90::mbar_arrive(&tilec_empty[tilec_prev]);",
@@ -586,6 +626,9 @@ class CudaRenderer(CStyleRenderer):
         self.emit("tilec_prev = tilec_s;", d)
         self.emit("++tilec_it;", d)
         self.emit("}", depth + 2)
+        if k.pingpong:
+            self.emit("tilec::sm90::mbar_arrive(&tilec_order[1 - tilec_wg]);  // the other's turn",
+                      depth + 2)
         self.emit("tilec::sm90::wgmma_wait<0>();", depth + 2)
         self.emit(f"tilec::sm90::fence_regs<{c.layout.slots()}>({cname(g.c)});", depth + 2)
         self.emit(f"if ({self.expr(loop.extents[0])} > 0) "
@@ -593,12 +636,18 @@ class CudaRenderer(CStyleRenderer):
         self.consumer_only = True
         self.stmts(tuple(post), depth + 2)
         self.consumer_only = False
+        if k.pingpong:
+            self.emit(f"tilec_it += (uint32_t){n};  // (the other warpgroup's tile)", depth + 2)
+            self.emit("++tilec_turn;", depth + 2)
         self.emit("}", depth + 1)
         self.emit("}", depth)
 
-    def tile_loop(self, depth: int):
-        """The persistent loop over the grid's tiles, with the block variables of each."""
-        self.emit("for (int64_t tilec_b = blockIdx.x; tilec_b < tilec_tiles; tilec_b += gridDim.x) {",
+    def tile_loop(self, depth: int, first: str | None = None, every: int = 1):
+        """The persistent loop over the grid's tiles, with the block variables of each: the
+        block's tiles from its `first` (0 if None) on, every `every`-th."""
+        start = "blockIdx.x" if first is None else f"blockIdx.x + (int64_t){first} * gridDim.x"
+        step = "gridDim.x" if every == 1 else f"{every} * (int64_t)gridDim.x"
+        self.emit(f"for (int64_t tilec_b = {start}; tilec_b < tilec_tiles; tilec_b += {step}) {{",
                   depth)
         for name, e in block_vars(self.k):
             self.emit(f"const int64_t {name} = {e};", depth + 1)
@@ -1391,7 +1440,7 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
         em.ws_barriers = off
         stages = next(st.stages for st in T.walk_stmts(body)
                       if isinstance(st, T.For) and st.kind == "warp_specialized")
-        off += 16 * stages  # full[S], empty[S]
+        off += 16 * stages + (16 if k.pingpong else 0)  # full[S], empty[S] (, order[2])
         em.warp_specialized(body, 1)
         maps = tensor_maps(k, em.ws_maps)
     elif not em.version_whole(body, 1):
@@ -1536,7 +1585,7 @@ def _for_arch(target, options: dict):
         # 128 x 256 tiles, K tiles of 64 (one 128-byte swizzle row), 4 stages (192 KiB of
         # shared memory), two consumer warpgroups of 64 x 256 accumulators each (128 registers
         # of a thread's 232) and a producer warpgroup
-        wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2))
+        wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2, False))
         return replace(target, resources=replace(target.resources, wgmma=wgmma))
     return target
 

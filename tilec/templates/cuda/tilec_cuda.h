@@ -1649,10 +1649,11 @@ TILEC_DEV void setmaxnreg_inc() {
 #endif
 }
 
-// A barrier of the consumer warpgroups alone (the producer never reaches it): named barrier 1.
+// A barrier of the consumer warpgroups alone (the producer never reaches it): named barrier
+// `id` (1, or 1 + the warpgroup for one ping-pong warpgroup) of THREADS threads.
 template <int THREADS>
-TILEC_DEV void consumer_sync() {
-    asm volatile("bar.sync 1, %0;" :: "n"(THREADS) : "memory");
+TILEC_DEV void consumer_sync(int id) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "n"(THREADS) : "memory");
 }
 
 // wgmma matrix descriptors of a 128-byte-swizzled shared tile: start address, leading and
