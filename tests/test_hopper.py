@@ -111,7 +111,7 @@ def test_ping_pong_takes_turns_on_its_own_tiles(monkeypatch):
     cu = _kernel_source(GEMMS)
     body = cu[cu.index("hop_bias_relu_k0_tma("):]
     body = body[:body.index("\n}\n")]
-    assert "mbar_init(&tilec_empty[tilec_s], 128)" in body
+    assert "mbar_init(&tilec_empty[tilec_s], 4)" in body  # one warpgroup's 4 warps
     assert "tilec_b = blockIdx.x + (int64_t)tilec_wg * gridDim.x" in body
     assert "tilec_b += 2 * (int64_t)gridDim.x" in body
     assert "uint32_t tilec_it = tilec_wg * (uint32_t)host2" in body
@@ -119,6 +119,27 @@ def test_ping_pong_takes_turns_on_its_own_tiles(monkeypatch):
     assert body.index("mbar_arrive(&tilec_order[1 - tilec_wg])") < body.index("wgmma_wait<0>")
     # two wgmma rows of 64 per K tile: the second half's accumulators and A rows
     assert "wgmma_tile<128, 64, true, false>(acc + 64, A_s + tilec_s * 8192 + 4096" in body
+
+
+def test_clusters_share_the_b_tile_by_multicast(monkeypatch):
+    """TILEC_WGMMA=...,cluster2: blocks pair up on neighbouring M tiles; each loads half of the B
+    tile (half its panels, or half the rows of a one-panel tile) for both, and frees each stage
+    in both blocks; batched GEMMs keep no cluster."""
+    monkeypatch.setenv("TILEC_WGMMA", "128x256,4,cluster2")
+    ks = {k.name: k for k in _kernels(GEMMS)}
+    assert ks["hop_bias_relu_k0_tma"].cluster == 2 and ks["hop_batched_k0_tma"].cluster == 1
+    src, _, m = compile_text(GEMMS, "hop.tile", "cuda", options=HOPPER)
+    files = driver.render(src, m, "cuda", HOPPER)
+    for name, boxes in (("hop_bias_relu", 4), ("hop_bf16_bt", 2)):
+        cu = files[f"{name}.cu"]
+        body = cu[cu.index(f"{name}_k0_tma("):]
+        body = body[:body.index("\n}\n")]
+        loads = re.findall(r"if \(tilec_rank == (\d)\) tilec::sm90::tma_load_2d_multicast\(", body)
+        assert sorted(loads) == sorted(["0", "1"] * (boxes // 2))
+        assert "mbar_init(&tilec_empty[tilec_s], 16)" in body  # 8 consumer warps x 2 blocks
+        assert "mbar_arrive_remote(&tilec_empty[tilec_prev], tilec_rank ^ 1)" in body
+        assert body.count("cluster_sync()") == 2  # after the barriers' set-up, before leaving
+        assert "by = 2 * (" in body and "tilec::launch_pairs(" in cu
 
 
 @pytest.mark.parametrize("knob", ["", "128x128,6,pingpong"])
@@ -133,7 +154,7 @@ def test_bad_or_good_wgmma_knob(monkeypatch, knob):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "192x128,5"])
+@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "192x128,5", "128x256,4,cluster2"])
 def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch, knob):
     need_nvcc()
     if knob:
@@ -160,7 +181,7 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
     for _, r, folder in nvcc_each(GEMMS, "hop.tile", [
             "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
         ptx += (folder / "k.ptx").read_text()
-    n = 128 if knob else 256
+    n = 128 if knob and "cluster2" not in knob else 256
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16", ptx)
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.bf16\.bf16", ptx)
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.bulk.tensor.3d" in ptx
@@ -169,10 +190,12 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
 
 # ---- on the GPU ----------------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "64x256,5,pingpong", "192x128,5"])
+@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "64x256,5,pingpong", "192x128,5",
+                                  "128x256,4,cluster2"])
 def test_warp_specialized_gemms_on_gpu(monkeypatch, knob):
-    """The default tile, and (TILEC_WGMMA) ping-pong with 2 and 1 wgmma rows of 64 per warpgroup
-    and 3 cooperative consumer warpgroups (152 registers each)."""
+    """The default tile, and (TILEC_WGMMA) ping-pong with 2 and 1 wgmma rows of 64 per warpgroup,
+    3 cooperative consumer warpgroups (152 registers each), and clusters of 2 blocks sharing B
+    tiles by multicast (odd M tile counts: a block of the last pair computes no row)."""
     need_gpu()
     if knob:
         monkeypatch.setenv("TILEC_WGMMA", knob)
@@ -181,7 +204,7 @@ def test_warp_specialized_gemms_on_gpu(monkeypatch, knob):
                         lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
     for dims in (dict(M=256, N=512, K=256, Z=2), dict(M=200, N=136, K=72, Z=1),
                  dict(M=1, N=8, K=8, Z=3), dict(M=130, N=1000, K=1000, Z=1),
-                 dict(M=1000, N=264, K=520, Z=2)):
+                 dict(M=1000, N=264, K=520, Z=2), dict(M=2100, N=2000, K=256, Z=1)):
         check_text(GEMMS, dims, name="hop_only.tile", target="cuda", options=HOPPER)
 
 

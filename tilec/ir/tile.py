@@ -390,6 +390,9 @@ class TileKernel:
     # ... ping-pong: each consumer warpgroup computes whole tiles of its own (the block's tiles
     # alternate between them), so one's epilogue runs while the other multiplies
     pingpong: bool = False
+    # ... thread block clusters of this many blocks (2: neighbouring M tiles, the B tile loaded
+    # half by each block for both, TMA multicast); 1: none
+    cluster: int = 1
     # a persistent grid: one block per SM (times blocks_per_sm) walks the grid's tiles in order
     persistent: bool = False
     # tensors whose address must be 16-byte aligned for this variant (TMA); the launcher tests it
@@ -676,6 +679,9 @@ def print_kernel(k: TileKernel) -> str:
         lines.append(f"        swizzle({k.swizzle})")
     if k.persistent:
         lines.append("        persistent()  # one block per SM walks the tiles in order")
+    if k.cluster > 1:
+        lines.append(f"        cluster({k.cluster})  # blocks on neighbouring M tiles; each loads "
+                     "part of the B tile for all (TMA multicast)")
     if k.warp_specialize:
         n = k.warp_specialize
         lines.append(f"        warp_roles(consumers=warpgroups 0-{n - 1}, producer=warpgroup {n}"

@@ -465,12 +465,16 @@ class GroupLowering:
                 if cond == Dim.const(0):
                     raise NotWgmma()
                 when = cond if when is None else Dim.bin("and", when, cond)
-        *_, consumers, pingpong = self.target.resources.wgmma
+        *_, consumers, pingpong, cluster = self.target.resources.wgmma
+        if len(grid) > 2:  # (clusters pair M tiles of one matrix: batched GEMMs take none)
+            cluster = 1
         k = self.kernel(grid, bvars, threads, body,
                         "GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), "
-                        "persistent" + (", ping-pong" if pingpong else ""), swizzle)
+                        "persistent" + (", ping-pong" if pingpong else "") +
+                        (f", clusters of {cluster}" if cluster > 1 else ""), swizzle)
         return replace(k, when=when, warp_specialize=consumers, pingpong=pingpong,
-                       persistent=True, aligned=tuple(sorted({c.src.buf for c in copies})))
+                       cluster=cluster, persistent=True,
+                       aligned=tuple(sorted({c.src.buf for c in copies})))
 
     def gemv_body(self, mm, trip, span, first, k: str, row0, col0, bn: int, threads: int, bidx,
                   batch, mma_dt, unroll: int = 1) -> tuple:
@@ -890,7 +894,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     # tile: a schedule's tile, threads and stages are the mma.sync kernel's)
     hopper = []
     if target.resources.wgmma and sched.warp_specialize is not False:
-        bm, bn, bk, stages, consumers, _ = target.resources.wgmma
+        bm, bn, bk, stages, consumers, *_ = target.resources.wgmma
         hopper = [("_tma", None, GemmVariant((bm, bn, bk), 128 * (consumers + 1), stages,
                                              wgmma=True))]
     if sched.tile:

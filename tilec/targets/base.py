@@ -43,11 +43,12 @@ class Resources:
     # chosen at run time before the default tile (more rows share each staged tile of B); ()
     # = none
     gemm_large_tile: tuple = ()
-    # (BM, BN, BK, stages, consumer warpgroups, ping-pong): GEMMs of 16-bit operands in memory
+    # (BM, BN, BK, stages, consumer warpgroups, ping-pong, cluster): GEMMs of 16-bit operands in memory
     # run a warp-specialized kernel (TMA copies, wgmma, a persistent grid: Hopper sm_90a) when
     # their operands suit TMA at run time; ping-pong: each of the 2 consumer warpgroups computes
     # whole BM x BN tiles of its own, alternating (one's epilogue overlaps the other's
-    # products), else they share each tile, 64 rows each; () = never
+    # products), else they share each tile, 64 rows each; cluster 2: pairs of blocks on
+    # neighbouring M tiles load half of the B tile each for both (TMA multicast); () = never
     wgmma: tuple = ()
     # (blocks, least K tiles per split, blocks per SM): a decode variant also comes split over K
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never

@@ -160,6 +160,7 @@ class CudaRenderer(CStyleRenderer):
         # become a named barrier of theirs)
         self.ws_barriers = 0
         self.ws_maps: dict = {}
+        self.ws_gemm = None
         self.consumer_only = False
 
     def binary(self, e: T.Binary) -> str:
@@ -518,6 +519,7 @@ class CudaRenderer(CStyleRenderer):
         S, consumers = loop.stages, k.warp_specialize
         copies = [st for st in loop.body if isinstance(st, T.Copy)]
         (g,) = [st for st in loop.body if isinstance(st, T.Gemm)]
+        self.ws_gemm = g
         lets = [st for st in pre if isinstance(st, T.Let)]
         self.emit(f"// warp roles: warpgroups 0-{consumers - 1} multiply (wgmma) and run the epilogue; "
                   f"warpgroup {consumers} loads (TMA)", depth)
@@ -535,17 +537,32 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"for (int tilec_s = 0; tilec_s < {S}; ++tilec_s) {{", depth + 1)
         self.emit("tilec::sm90::mbar_init(&tilec_full[tilec_s], 1);", depth + 2)
         # (ping-pong: one warpgroup reads each stage)
+        # one arrival per consumer warp (its first lane, once the warpgroup's wgmmas that read
+        # the stage are complete); clusters: the consumer warps of every block of the cluster
+        # free a stage, since each block writes part of the B tile into all of them
         self.emit(f"tilec::sm90::mbar_init(&tilec_empty[tilec_s], "
-                  f"{128 if k.pingpong else consumers * 128});", depth + 2)
+                  f"{4 if k.pingpong else consumers * 4 * k.cluster});", depth + 2)
         self.emit("}", depth + 1)
         if k.pingpong:  # order[g]: warpgroup g may start its next tile's products
             self.emit("tilec::sm90::mbar_init(&tilec_order[0], 128);", depth + 1)
             self.emit("tilec::sm90::mbar_init(&tilec_order[1], 128);", depth + 1)
         self.emit("tilec::sm90::mbar_init_fence();", depth + 1)
         self.emit("}", depth)
-        self.emit("__syncthreads();", depth)
-        self.emit("const int64_t tilec_tiles = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];",
-                  depth)
+        if k.cluster > 1:
+            # (the other block's copies and arrivals reach these barriers: they must exist)
+            self.emit("tilec::sm90::cluster_sync();", depth)
+            self.emit("const uint32_t tilec_rank = tilec::sm90::cluster_rank();  // in the cluster",
+                      depth)
+            self.emit(f"// the cluster's tiles: {k.cluster} neighbouring M tiles, rank r on the "
+                      "r-th", depth)
+            self.emit(f"const int64_t tilec_cgrid[3] = {{ tilec_grid[0], (tilec_grid[1] + "
+                      f"{k.cluster - 1}) / {k.cluster}, tilec_grid[2] }};", depth)
+            self.emit("const int64_t tilec_tiles = tilec_cgrid[0] * tilec_cgrid[1] * tilec_cgrid[2];",
+                      depth)
+        else:
+            self.emit("__syncthreads();", depth)
+            self.emit("const int64_t tilec_tiles = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];",
+                      depth)
         # producer
         self.emit(f"if (tilec_warp >= {consumers * 4}) {{", depth)
         self.emit(f"tilec::sm90::setmaxnreg_dec<{PRODUCER_REGS}>();", depth + 1)
@@ -621,8 +638,7 @@ class CudaRenderer(CStyleRenderer):
                       f"{cname(g.b)} + tilec_s * {b.layout.size()});", d)
         self.emit("tilec::sm90::wgmma_commit();", d)
         self.emit("tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done", d)
-        self.emit(f"if ({cname(loop.vars[0])} > 0) tilec::sm90::mbar_arrive(&tilec_empty[tilec_prev]);",
-                  d)
+        self.emit(f"if ({cname(loop.vars[0])} > 0) {self.release('tilec_prev')}", d)
         self.emit("tilec_prev = tilec_s;", d)
         self.emit("++tilec_it;", d)
         self.emit("}", depth + 2)
@@ -631,8 +647,7 @@ class CudaRenderer(CStyleRenderer):
                       depth + 2)
         self.emit("tilec::sm90::wgmma_wait<0>();", depth + 2)
         self.emit(f"tilec::sm90::fence_regs<{c.layout.slots()}>({cname(g.c)});", depth + 2)
-        self.emit(f"if ({self.expr(loop.extents[0])} > 0) "
-                  "tilec::sm90::mbar_arrive(&tilec_empty[tilec_prev]);", depth + 2)
+        self.emit(f"if ({self.expr(loop.extents[0])} > 0) {self.release('tilec_prev')}", depth + 2)
         self.consumer_only = True
         self.stmts(tuple(post), depth + 2)
         self.consumer_only = False
@@ -641,15 +656,34 @@ class CudaRenderer(CStyleRenderer):
             self.emit("++tilec_turn;", depth + 2)
         self.emit("}", depth + 1)
         self.emit("}", depth)
+        if k.cluster > 1:  # (no block leaves while the other may still reach its barriers)
+            self.emit("tilec::sm90::cluster_sync();", depth)
+
+    def release(self, stage: str) -> str:
+        """A consumer warp's arrival on the `empty` barrier of `stage` (in every block of a
+        cluster), by its first lane: 256 arrivals per stage, twice over in a cluster, slowed
+        the cluster kernel to 0.69x cuBLAS (docs/PERFORMANCE.md)."""
+        out = f"tilec::sm90::mbar_arrive(&tilec_empty[{stage}]);"
+        if self.k.cluster == 2:
+            out += f" tilec::sm90::mbar_arrive_remote(&tilec_empty[{stage}], tilec_rank ^ 1);"
+        return f"{{ __syncwarp(); if (tilec_lane == 0) {{ {out} }} }}"
 
     def tile_loop(self, depth: int, first: str | None = None, every: int = 1):
         """The persistent loop over the grid's tiles, with the block variables of each: the
         block's tiles from its `first` (0 if None) on, every `every`-th."""
         start = "blockIdx.x" if first is None else f"blockIdx.x + (int64_t){first} * gridDim.x"
         step = "gridDim.x" if every == 1 else f"{every} * (int64_t)gridDim.x"
+        c = self.k.cluster
+        if c > 1:  # the cluster's tiles: tilec_b counts clusters, block rank r takes M tile r
+            start, step = f"blockIdx.x / {c}", f"gridDim.x / {c}"
         self.emit(f"for (int64_t tilec_b = {start}; tilec_b < tilec_tiles; tilec_b += {step}) {{",
                   depth)
+        m_var = cname(self.k.block_vars[1])
         for name, e in block_vars(self.k):
+            if c > 1:
+                e = e.replace("tilec_grid[", "tilec_cgrid[")
+                if name == m_var:
+                    e = f"{c} * ({e}) + tilec_rank"
             self.emit(f"const int64_t {name} = {e};", depth + 1)
             if name in map(cname, self.k.block_vars):  # (a role may not read each)
                 self.emit(f"(void){name};", depth + 1)
@@ -665,13 +699,28 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"// copy {T.fmt(T.Load(c.src.buf, c.src.offsets, dst.dtype))} -> "
                   f"{c.dst.buf}[stage]" + (f": {cols // 64} panels of 64 columns" if cols > 64
                                             else ""), depth)
-        self.ws_maps[c.src.buf] = (rows, rank)
-        for p in range(cols // 64):
-            x = offs[-1] if p == 0 else f"{offs[-1]} + {64 * p}"
-            coords = ", ".join([x] + offs[-2::-1])
-            self.emit(f"tilec::sm90::tma_load_{rank}d({stage}" +
-                      (f" + {p * rows * 64}" if p else "") +
-                      f", &tilec_map_{cname(c.src.buf)}, &tilec_full[tilec_s], {coords});", depth)
+        # boxes: (element offset in the stage, column offset, row offset); in a cluster the
+        # B tile's boxes are shared out over the blocks (halves of a one-panel tile's rows),
+        # each written to every block
+        shared = self.k.cluster > 1 and c.dst.buf == self.ws_gemm.b
+        box_rows = rows // 2 if shared and cols == 64 else rows
+        boxes = [(p * rows * 64, 64 * p, 0) for p in range(cols // 64)]
+        if box_rows < rows:
+            boxes = [(h * box_rows * 64, 0, h * box_rows) for h in range(2)]
+        self.ws_maps[c.src.buf] = (box_rows, rank)
+        for n, (at, dx, dy) in enumerate(boxes):
+            x = offs[-1] if dx == 0 else f"{offs[-1]} + {dx}"
+            y = offs[-2] if dy == 0 else f"{offs[-2]} + {dy}"
+            coords = ", ".join([x, y] + offs[-3::-1])
+            dst_at = stage + (f" + {at}" if at else "")
+            if shared:
+                self.emit(f"if (tilec_rank == {n % self.k.cluster}) "
+                          f"tilec::sm90::tma_load_{rank}d_multicast({dst_at}, "
+                          f"&tilec_map_{cname(c.src.buf)}, &tilec_full[tilec_s], {coords}, "
+                          f"{(1 << self.k.cluster) - 1});", depth)
+                continue
+            self.emit(f"tilec::sm90::tma_load_{rank}d({dst_at}, &tilec_map_{cname(c.src.buf)}, "
+                      f"&tilec_full[tilec_s], {coords});", depth)
 
     def s_GemvMma(self, s: T.GemvMma, depth):
         a, q, sc = self.globals[s.a], self.globals[s.q], self.globals[s.s]
@@ -1479,7 +1528,7 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
                 args=[f"tilec_map_{cname(t)}" for t in em.ws_maps] +
                 [cname(p.name) for p in k.params] + [cname(s) for s in symbols] + host_names +
                 ["tilec_g0", "tilec_g1", "tilec_g2"], grid=grid, maps=maps,
-                persistent=k.persistent, blocks_per_sm=k.blocks_per_sm,
+                persistent=k.persistent, blocks_per_sm=k.blocks_per_sm, cluster=k.cluster,
                 smem_align=1024 if k.warp_specialize else 128,
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
@@ -1585,7 +1634,7 @@ def _for_arch(target, options: dict):
         # 128 x 256 tiles, K tiles of 64 (one 128-byte swizzle row), 4 stages (192 KiB of
         # shared memory), two consumer warpgroups of 64 x 256 accumulators each (128 registers
         # of a thread's 232) and a producer warpgroup
-        wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2, False))
+        wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2, False, 1))
         return replace(target, resources=replace(target.resources, wgmma=wgmma))
     return target
 

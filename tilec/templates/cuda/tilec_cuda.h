@@ -1628,6 +1628,45 @@ TILEC_DEV void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int
 #endif
 }
 
+// The same, written to the same shared-memory offset of every block of the cluster in `mask`
+// (bit r: block rank r), completing each one's mbarrier at `bar`'s offset.
+TILEC_DEV void tma_load_2d_multicast(void* dst, const CUtensorMap* map, uint64_t* bar, int32_t x,
+                                     int32_t y, uint16_t mask) {
+#ifdef TILEC_SM90A
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
+                 :: "r"(smem_addr(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)),
+                    "r"(x), "r"(y), "h"(mask) : "memory");
+#endif
+}
+
+// Thread block clusters: this block's rank, a barrier of every thread of the cluster, and an
+// arrival on the mbarrier at `bar`'s offset in block `rank` of the cluster.
+TILEC_DEV uint32_t cluster_rank() {
+    uint32_t r = 0;
+#ifdef TILEC_SM90A
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+#endif
+    return r;
+}
+
+TILEC_DEV void cluster_sync() {
+#ifdef TILEC_SM90A
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+TILEC_DEV void mbar_arrive_remote(uint64_t* bar, uint32_t rank) {
+#ifdef TILEC_SM90A
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
+    // (release at the block's scope, the default: the consumers only read the stage, so no
+    // cluster-wide fence is needed before the arrival)
+    asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" :: "r"(remote) : "memory");
+#endif
+}
+
 TILEC_DEV void prefetch_tensor_map(const CUtensorMap* map) {
 #ifdef TILEC_SM90A
     asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -1953,6 +1992,40 @@ inline int sm_count() {
 
 // Whether a pointer is 16-byte aligned (what TMA takes).
 inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
+// Launch `kernel` on a persistent grid of clusters of 2 blocks: as many clusters as the device
+// holds at once (cudaOccupancyMaxActiveClusters, once per device and kernel: `resident`), at
+// most `clusters`. Returns a CUDA error code.
+template <typename F, typename... Args>
+inline cudaError_t launch_pairs(F* kernel, int64_t clusters, int threads, size_t smem,
+                                cudaStream_t stream, std::atomic<int>* resident, Args... args) {
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    cudaLaunchConfig_t cfg;
+    std::memset(&cfg, 0, sizeof(cfg));
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = 2;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = resident[dev & 63].load(std::memory_order_relaxed);
+    if (n == 0) {
+        cfg.gridDim = dim3(2 * (unsigned)sm_count());
+        e = cudaOccupancyMaxActiveClusters(&n, kernel, &cfg);
+        if (e != cudaSuccess) return e;
+        if (n < 1) return cudaErrorInvalidConfiguration;
+        resident[dev & 63].store(n, std::memory_order_relaxed);
+    }
+    const int64_t grid = clusters < n ? clusters : n;
+    cfg.gridDim = dim3(2 * (unsigned)grid);
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 }  // namespace tilec
 #endif  // TILEC_CUDA_H
