@@ -220,3 +220,14 @@ def test_gemm_samples_on_gpu_for_sm90a():
         text = (SAMPLES / f"{name}.tile").read_text()
         for dims in sizes:
             check_text(text, dims, name=f"{name}.tile", target="cuda", options=HOPPER)
+
+
+def test_run_builds_for_the_devices_own_architecture():
+    """`tilec run --target cuda` without --arch builds for the device it runs on: sm_90a on an
+    H100/H200 (the Hopper kernels), the device's sm_XY elsewhere."""
+    from tilec.runtimes.cuda import arch_for
+    from tilec.targets.cuda import CUDA
+    assert arch_for(9, 0, CUDA.arch_choices) == "sm_90a"
+    assert arch_for(8, 0, CUDA.arch_choices) == "sm_80"
+    assert arch_for(8, 9, CUDA.arch_choices) == "sm_89"
+    assert arch_for(7, 5, CUDA.arch_choices) is None  # (the default list then)

@@ -16,7 +16,8 @@ from .diagnostics import TilecError
 TARGETS = click.Choice(targets.names())
 ARCH_HELP = ("Architectures. cpu: one -march (native, x86-64-v2, x86-64-v3, x86-64-v4; default "
              "x86-64-v3 for build, native for run). cuda: comma-separated (sm_80,sm_86,sm_89,"
-             "sm_90,sm_90a; default sm_80,sm_90); a list builds one library for all of them.")
+             "sm_90,sm_90a; default sm_80,sm_90 for build, the device's own for run: sm_90a on an "
+             "H100/H200); a list builds one library for all of them.")
 
 
 def _fail(src, e: TilecError):
@@ -238,6 +239,20 @@ def build(state, file, target, arch, out, kernel, emit_only, force, per_kernel):
         click.echo(f"link with: -I{out_dir} -L{out_dir} {libs} {t.link_flags}".rstrip())
 
 
+def _device_arch(t) -> str | None:
+    """The CUDA device's own --arch, or None (the default list) when there is no device to
+    ask: the run then fails with the runtime's own message."""
+    from . import runtimes
+    try:
+        rt = runtimes.get("cuda")
+    except TilecError:
+        return None
+    try:
+        return rt.device_arch(t.arch_choices)
+    finally:
+        rt.close()
+
+
 @main.command()
 @click.argument("file")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
@@ -259,8 +274,13 @@ def run(state, file, target, arch, kernel, dims, seed, out, force, per_kernel):
     t = driver.get_target(target)
     if not t.runtime:
         raise TilecError(f"tilec run cannot run target {target} yet")
-    # it runs where it builds: the CPU code may use every instruction this machine has
-    options = _options(target, arch or ("native" if target == "cpu" else None), per_kernel)
+    # it runs where it builds: the CPU code may use every instruction this machine has, the
+    # CUDA code is built for the device's own architecture (sm_90a on an H100/H200)
+    if arch is None and target == "cpu":
+        arch = "native"
+    elif arch is None and t.runtime == "cuda":
+        arch = _device_arch(t)
+    options = _options(target, arch, per_kernel)
     m0 = _load(state, file, kernel)
     given = parse_dims(dims)
     known = {s for g in m0.graphs for s in g.symbols}

@@ -33,6 +33,15 @@ def _find_cudart() -> str:
                      "install the CUDA toolkit or set TILEC_CUDART to its path")
 
 
+def arch_for(major: int, minor: int, choices) -> str | None:
+    """The --arch that builds for a device of compute capability major.minor: its own sm_XY
+    (sm_90a on an H100/H200: the Hopper kernels), None when `choices` has none."""
+    for arch in (f"sm_{major}{minor}a", f"sm_{major}{minor}"):
+        if arch in choices:
+            return arch
+    return None
+
+
 class Runtime:
     name = "cuda"
 
@@ -46,6 +55,16 @@ class Runtime:
         if self.rt.cudaGetDeviceCount(ctypes.byref(n)) != 0 or n.value == 0:
             raise TilecError("tilec run --target cuda: no CUDA device is available")
         self._ptrs = []
+
+    def device_arch(self, choices) -> str | None:
+        """arch_for the current device (None if it cannot be read or is not in `choices`)."""
+        dev, major, minor = ctypes.c_int(0), ctypes.c_int(0), ctypes.c_int(0)
+        if self.rt.cudaGetDevice(ctypes.byref(dev)) != 0:
+            return None
+        for attr, out in ((75, major), (76, minor)):  # cudaDevAttrComputeCapabilityMajor/Minor
+            if self.rt.cudaDeviceGetAttribute(ctypes.byref(out), attr, dev) != 0:
+                return None
+        return arch_for(major.value, minor.value, choices)
 
     def _check(self, code: int, what: str):
         if code != 0:
