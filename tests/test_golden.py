@@ -37,3 +37,15 @@ def test_generated_cpp(update_golden):
     files = driver.render(src, m, "cpu")
     for name in ("gemm_bias_relu.cpp", "gemm_bias_relu.h", "Makefile"):
         _check(GOLDEN / name, files[name], update_golden)
+
+
+def test_generated_cuda_for_hopper(update_golden):
+    """The warp-specialized GEMM as tilec prints it for --arch sm_90a: its lowered Tile IR and
+    the CUDA source (both variants: TMA + wgmma, and the mma.sync fallback)."""
+    src = driver.read_source(str(SAMPLES / "gemm_bias_relu.tile"))
+    options = {"arch": ("sm_90a",)}
+    m = driver.compile_module(driver.frontend(src), "cuda", options=options)
+    _check(GOLDEN / "gemm_bias_relu.sm90a.lowered.txt", driver.print_stage(m, "lowered"),
+           update_golden)
+    _check(GOLDEN / "gemm_bias_relu.sm90a.cu",
+           driver.render(src, m, "cuda", options)["gemm_bias_relu.cu"], update_golden)
