@@ -79,6 +79,7 @@ ABI = {
     "gemm_tf32": ("TT", 1, "M K N"),
     "gemm_bias_relu": ("TTT", 1, "M K N"),
     "gemm_bias_relu_unfused": ("TTT", 1, "M K N"),
+    "linear_gelu": ("TTT", 1, "M K N"),
     "softmax_f16": ("T", 1, "R C"),
     "rmsnorm_f16": ("TTf", 1, "R C"),
     "chain_f16": ("T", 1, "R C"),
@@ -722,6 +723,30 @@ def case_epilogue(bench: Bench) -> None:
                   {lt_label: lt_goal, unfused.label: (">", 1.0)}, ref)
 
 
+def linear_gelu(X: torch.Tensor, W: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(torch.nn.functional.linear(X, W, bias), approximate="tanh")
+
+
+def case_linear(bench: Bench) -> None:
+    """A model layer: nn.Linear (weights [out, in]) + GELU in bf16, against cuBLAS's linear
+    (with and without the activation) and torch.compile (no goal: informational)."""
+    M, K, N = 8192, 4096, 4096
+    bench.section("linear", f"bf16 Y = gelu_tanh(X @ W.T + bias), M={M} K={K} N={N}")
+    X, W, bias = (randn(M, K, dtype=BF16, scale=0.5), randn(N, K, dtype=BF16, scale=0.5),
+                  randn(N, dtype=BF16))
+    ref = linear_gelu(X.float(), W.float(), bias.float()).to(BF16)
+    n = n_copies((M * K + K * N + M * N) * 2, bench.l2, bench.args.copies)
+    sets = [(x, w, b, torch.empty(M, N, dtype=BF16, device="cuda")) for x, w, b in copies_of(n, X, W, bias)]
+    tc = bench.tilec_entry("linear_gelu", lambda k: [k.bind([x, w, b], [y], (M, K, N)) for x, w, b, y in sets],
+                           [ref], TOL[BF16])
+    lin = bench.peer("cuBLAS F.linear (no GELU)", lambda: rotate(
+        [functools.partial(torch.nn.functional.linear, x, w, b) for x, w, b, _ in sets]))
+    eager = bench.peer("eager F.linear + gelu", lambda: rotate(
+        [functools.partial(linear_gelu, x, w, b) for x, w, b, _ in sets]))
+    comp = bench.compiled(linear_gelu, [(x, w, b) for x, w, b, _ in sets])
+    bench.compare(f"bf16 {M}x{K}x{N}{rot(n)}", Work(flops=2 * M * N * K), [tc, lin, eager, comp], {}, ref)
+
+
 def memory_bound(bench: Bench, kernel: str, inputs: list, ref: torch.Tensor, peers: list[Entry]) -> None:
     """A row-wise f16 kernel: one read and one write of X (+ small vectors) against the copy ceiling and
     torch.compile."""
@@ -913,7 +938,8 @@ def case_attention(bench: Bench) -> None:
         attention_one(bench, *shape[:3], D, False, goal=False)
 
 
-CASES = {"gemm": case_gemm, "tf32": case_tf32, "epilogue": case_epilogue, "softmax": case_softmax, "rmsnorm": case_rmsnorm,
+CASES = {"gemm": case_gemm, "tf32": case_tf32, "epilogue": case_epilogue, "linear": case_linear,
+         "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16,
          "w4a16_kmajor": case_w4a16_kmajor, "attention": case_attention}
 
