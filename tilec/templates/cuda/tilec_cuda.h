@@ -1556,6 +1556,8 @@ inline cudaError_t allow_smem(F* kernel, size_t bytes, std::atomic<unsigned>& do
 // Shared tiles are in the 128-byte swizzle of TMA and wgmma: rows of 64 16-bit values (128
 // bytes), 16-byte chunks XOR-ed with the row index mod 8, each stage 1024-byte aligned.
 // Outside sm_90a device code these compile to nothing (their kernels are never built there).
+// (CUDA 12 and later: tensor maps and sm_90a exist from 12.0 on; older toolkits build the rest)
+#if CUDART_VERSION >= 12000
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TILEC_SM90A 1
 #endif
@@ -1959,10 +1961,14 @@ inline bool tensor_map(CUtensorMap* map, const void* ptr, CUtensorMapDataType dt
     if (!encode) {
         void* fn = nullptr;
         cudaDriverEntryPointQueryResult found;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                             &found) != cudaSuccess ||
-            found != cudaDriverEntryPointSuccess || !fn)
-            return false;
+#if CUDART_VERSION >= 12050
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                               cudaEnableDefault, &found);
+#else
+        const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fn,
+                                                      cudaEnableDefault, &found);
+#endif
+        if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || !fn) return false;
         encode = reinterpret_cast<Encode>(fn);
     }
     cuuint32_t unit[3] = {1, 1, 1};
@@ -2026,6 +2032,7 @@ inline cudaError_t launch_pairs(F* kernel, int64_t clusters, int threads, size_t
     cfg.gridDim = dim3(2 * (unsigned)grid);
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
+#endif  // CUDART_VERSION >= 12000
 
 }  // namespace tilec
 #endif  // TILEC_CUDA_H
