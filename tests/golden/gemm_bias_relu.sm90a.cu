@@ -52,9 +52,9 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
     }
     __syncthreads();
     const int64_t tilec_tiles = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];
-    if (tilec_warp >= 8) {
+    if (tilec_warp >= 8) {  // the producer warpgroup
         tilec::sm90::setmaxnreg_dec<40>();
-        if (tilec_tid == 256) {
+        if (tilec_tid == 256) {  // its first thread issues every copy
             tilec::sm90::prefetch_tensor_map(&tilec_map_A);
             tilec::sm90::prefetch_tensor_map(&tilec_map_B);
             uint32_t tilec_it = 0;  // K tiles issued: stage tilec_it % 4, pass tilec_it / 4
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 for (int tilec_k_i = 0; tilec_k_i < (int)host2; ++tilec_k_i) {
                     const int64_t k = tilec_k_i;
                     const uint32_t tilec_s = tilec_it % 4;
-                    tilec::sm90::mbar_wait(&tilec_empty[tilec_s], ((tilec_it / 4) & 1) ^ 1);
+                    tilec::sm90::mbar_wait(&tilec_empty[tilec_s], ((tilec_it / 4) & 1) ^ 1);  // (free at once on the first pass)
                     tilec::sm90::mbar_arrive_expect_tx(&tilec_full[tilec_s], 49152);
                     // copy A[by * 128, k * 64] -> A_s[stage]
                     tilec::sm90::tma_load_2d(A_s + tilec_s * 8192, &tilec_map_A, &tilec_full[tilec_s], (int32_t)(k * 64), (int32_t)(by * 128));
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 }
             }
         }
-    } else {
+    } else {  // the consumer warpgroups
         tilec::sm90::setmaxnreg_inc<232>();
         uint32_t tilec_it = 0;  // K tiles consumed
         for (int64_t tilec_b = blockIdx.x; tilec_b < tilec_tiles; tilec_b += gridDim.x) {

@@ -564,9 +564,10 @@ class CudaRenderer(CStyleRenderer):
             self.emit("const int64_t tilec_tiles = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];",
                       depth)
         # producer
-        self.emit(f"if (tilec_warp >= {consumers * 4}) {{", depth)
+        self.emit(f"if (tilec_warp >= {consumers * 4}) {{  // the producer warpgroup", depth)
         self.emit(f"tilec::sm90::setmaxnreg_dec<{PRODUCER_REGS}>();", depth + 1)
-        self.emit(f"if (tilec_tid == {consumers * 128}) {{", depth + 1)
+        self.emit(f"if (tilec_tid == {consumers * 128}) {{  // its first thread issues every copy",
+                  depth + 1)
         for c in copies:
             self.emit(f"tilec::sm90::prefetch_tensor_map(&tilec_map_{cname(c.src.buf)});", depth + 2)
         self.emit("uint32_t tilec_it = 0;  // K tiles issued: stage tilec_it % "
@@ -580,7 +581,8 @@ class CudaRenderer(CStyleRenderer):
         self.loop_head(loop.vars[0], loop.extents[0], depth + 3)
         d = depth + 4
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d)
-        self.emit(f"tilec::sm90::mbar_wait(&tilec_empty[tilec_s], ((tilec_it / {S}) & 1) ^ 1);", d)
+        self.emit(f"tilec::sm90::mbar_wait(&tilec_empty[tilec_s], ((tilec_it / {S}) & 1) ^ 1);  "
+                  "// (free at once on the first pass)", d)
         self.emit(f"tilec::sm90::mbar_arrive_expect_tx(&tilec_full[tilec_s], {nbytes});", d)
         for c in copies:
             self.tma_copy(c, d)
@@ -589,7 +591,7 @@ class CudaRenderer(CStyleRenderer):
         self.emit("}", depth + 2)
         self.emit("}", depth + 1)
         # consumers
-        self.emit("} else {", depth)
+        self.emit("} else {  // the consumer warpgroups", depth)
         self.emit(f"tilec::sm90::setmaxnreg_inc<{consumer_regs(consumers)}>();", depth + 1)
         if k.pingpong:
             # warpgroup g takes the block's tiles g, g + 2, ...: the K tiles of the block's j-th
