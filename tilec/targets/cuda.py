@@ -422,6 +422,9 @@ class CudaRenderer(CStyleRenderer):
             assert a.layout.warps_n == 1, "row values of an accumulator split across warps"
             self.emit(f"tilec::quad_allreduce<{op}>({cname(s.buf)});", depth)
         elif isinstance(a.layout, VecRows):
+            if self.consumer_only:  # (its __syncthreads would wait for the producer forever)
+                raise AssertionError(f"a block-wide allreduce of {s.buf} in the consumer "
+                                     "warpgroups of a warp-specialized kernel")
             self.emit(f"{cname(s.buf)}[0] = tilec::block_allreduce<{op}, {self.k.threads}>"
                       f"({cname(s.buf)}[0]);", depth)
         else:
