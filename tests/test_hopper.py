@@ -154,6 +154,7 @@ def test_bad_or_good_wgmma_knob(monkeypatch, knob):
 
 
 @pytest.mark.nvcc
+@pytest.mark.gpu  # (no GPU needed: also run with `-m gpu` on the device, whose cuobjdump reads the SASS)
 @pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "192x128,5", "128x256,4,cluster2"])
 def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch, knob):
     need_nvcc()
