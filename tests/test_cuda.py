@@ -34,6 +34,8 @@ ON_CI = os.environ.get("CI", "").lower() == "true"
 # the architecture the GPU tests build for: sm_90 (mma.sync), or sm_90a on an H100/H200 (the
 # warp-specialized TMA + wgmma GEMMs where the operands allow; bench/device_run.sh runs both)
 GPU_OPTIONS = {"arch": (os.environ.get("TILEC_GPU_ARCH", "sm_90"),)}
+# the mma.sync code these tests inspect (the default build adds sm_90a's Hopper GEMMs)
+SM90 = {"arch": ("sm_90",)}
 
 
 def need_nvcc():
@@ -65,9 +67,13 @@ def need_gpu():
 # ---- compile only (CI) --------------------------------------------------------------------------
 @pytest.mark.nvcc
 @pytest.mark.parametrize("path", SAMPLE_FILES + TILE_SAMPLES, ids=lambda p: p.stem)
-def test_sample_compiles_for_sm80_and_sm90(path):
+@pytest.mark.parametrize("arch", [("sm_80", "sm_90"), ("sm_80", "sm_90a")],
+                         ids=["sm80+sm90", "sm80+sm90a"])
+def test_sample_compiles_for_sm80_and_sm90(path, arch):
+    """Every sample builds for sm_80 + sm_90 (the default) and for sm_80 + sm_90a (the Hopper
+    GEMMs in the same library, sm_90 PTX)."""
     need_nvcc()
-    _, out = build_text(path.read_text(), path.name, "cuda", {"arch": ("sm_80", "sm_90")})
+    _, out = build_text(path.read_text(), path.name, "cuda", {"arch": arch})
     assert (out / f"lib{path.stem}.so").exists() and (out / f"lib{path.stem}.a").exists()
 
 
@@ -129,7 +135,7 @@ kernel rms(X: f16[R, C], w: f16[C], eps: f32) -> Y: f16[R, C]:
 
 def cuda_kernel_sources(text: str, name: str = "k.tile") -> dict:
     """{kernel: its CUDA source, from after `__global__` to its closing brace} of text (sm_90)."""
-    src = driver.render(*[compile_text(text, name, "cuda")[i] for i in (0, 2)], "cuda",
+    src = driver.render(*[compile_text(text, name, "cuda", options=SM90)[i] for i in (0, 2)], "cuda",
                         {"arch": ("sm_90",)})
     cu = "\n".join(v for k, v in src.items() if k.endswith(".cu"))
     return {re.search(r"\) (\w+)\(", k).group(1): k[:k.index("\n}\n")]
@@ -192,7 +198,7 @@ def test_attention_has_exact_head_dim_variants():
     threads = {"D64exact": 128, "D64": 128, "D96exact": 128, "D96": 128, "D128exact": 128,
                "D128": 256}
     for name in ("attention", "causal_attention"):
-        _, _, m = compile_text((SAMPLES / f"{name}.tile").read_text(), f"{name}.tile", "cuda")
+        _, _, m = compile_text((SAMPLES / f"{name}.tile").read_text(), f"{name}.tile", "cuda", options=SM90)
         ks = m.programs[0].kernels
         assert [k.name.split("_k0_")[1] for k in ks] == list(threads), [k.name for k in ks]
         assert [str(k.when) for k in ks] == [f"D {op} {c}" for c in (64, 96, 128)
@@ -206,7 +212,8 @@ def test_attention_has_exact_head_dim_variants():
 
 def key_loops(name: str, target: str) -> list:
     """The key loops (range loops holding a gemm) of the first kernel of sample `name`."""
-    _, _, m = compile_text((SAMPLES / f"{name}.tile").read_text(), f"{name}.tile", target)
+    _, _, m = compile_text((SAMPLES / f"{name}.tile").read_text(), f"{name}.tile", target,
+                           options=SM90 if target == "cuda" else None)
     k = m.programs[0].kernels[0]
     return [s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "range" and
             any(isinstance(x, T.Gemm) for x in T.walk_stmts(s.body))]
@@ -249,7 +256,7 @@ def test_threads_that_no_warp_grid_fits_are_a_located_error(program, message):
     name = program.split("(")[0].split()[1]
     text = program + f"\nschedule {name}:\n    target cuda:\n        threads 96\n"
     with pytest.raises(TilecError) as e:
-        compile_text(text, "w.tile", "cuda")
+        compile_text(text, "w.tile", "cuda", options=SM90)
     assert message in str(e.value)
     assert (e.value.loc.line, e.value.loc.col) == (len(program.splitlines()) + 4, 17)
     compile_text(text, "w.tile", "cpu")
@@ -278,7 +285,7 @@ def test_split_key_loops_compute_what_the_reference_does(shift):
     from tilec.targets.cuda import CUDA
     text = BAND if shift == "band" else CAUSAL_SHIFTED.replace("SHIFT", str(shift))
     m0 = driver.frontend(driver.Source("c.tile", text))
-    (g,), (prog,) = m0.graphs, driver.stage_module(m0, "tiled", "cuda").programs
+    (g,), (prog,) = m0.graphs, driver.stage_module(m0, "tiled", "cuda", options=SM90).programs
     prog = version_masks.run(pipeline.run(prog, CPU, {}), CUDA, {})
     pieces = [s for k in prog.kernels for s in T.walk_stmts(k.body)
               if isinstance(s, T.For) and s.kind == "range" and
@@ -301,7 +308,7 @@ def test_bounded_loops_count_in_32_bits():
     value: causal attention) counts in 32 bits too."""
     for name in ("attention", "causal_attention", "gemm_bias_relu"):
         text = (SAMPLES / f"{name}.tile").read_text()
-        src = driver.render(*[compile_text(text, f"{name}.tile", "cuda")[i] for i in (0, 2)],
+        src = driver.render(*[compile_text(text, f"{name}.tile", "cuda", options=SM90)[i] for i in (0, 2)],
                             "cuda", {"arch": ("sm_90",)})
         cu = src[f"{name}.cu"]
         loops = re.findall(r"for \((int64_t|int) (tilec_\w+_i|\w+) = [^;]*; [^;]*; ", cu)
@@ -358,7 +365,7 @@ def test_divisions_of_dimensions_are_computed_by_the_launcher():
     total = next(src for name, src in kernels.items() if name.endswith("_gemv_split_sum"))
     # (the only divisions left: the block index into block coordinates)
     assert "cdiv" not in total and total.count(" / ") == total.count("tilec_b / "), total[:600]
-    src = driver.render(*[compile_text(text, "w.tile", "cuda")[i] for i in (0, 2)], "cuda",
+    src = driver.render(*[compile_text(text, "w.tile", "cuda", options=SM90)[i] for i in (0, 2)], "cuda",
                         {"arch": ("sm_90",)})
     cu = next(v for k, v in src.items() if k.endswith(".cu"))
     launcher = cu[cu.index("static int tilec_launch_w4a16_k0_gemv_split_sum"):]
@@ -372,7 +379,7 @@ def test_gemm_overlaps_the_end_of_its_k_loop_where_the_copies_lie_inside():
     block, then copies without tests. The blocks at the tensors' edges take the version with
     tested copies and the plain gemm."""
     text = (SAMPLES / "gemm_bias_relu.tile").read_text()
-    lowered = T.print_kernel(next(k for p in compile_text(text, "g.tile", "cuda")[2].programs
+    lowered = T.print_kernel(next(k for p in compile_text(text, "g.tile", "cuda", options=SM90)[2].programs
                                   for k in p.kernels if k.name == "gemm_bias_relu_k0"))
     assert "gemm_load(A_s[0], B_s[0], acc)" in lowered
     # the copies of a later tile into the stage this iteration read go into the gemm too, after
@@ -429,7 +436,7 @@ def test_gemm_epilogue_keeps_one_guarded_version_when_a_bound_moves_with_its_row
     from dataclasses import replace
 
     from tilec.passes.rewrite import map_stmts
-    src, _, m = compile_text((SAMPLES / "gemm_bias_relu.tile").read_text(), "g.tile", "cuda")
+    src, _, m = compile_text((SAMPLES / "gemm_bias_relu.tile").read_text(), "g.tile", "cuda", options=SM90)
     edited = []
 
     def moving_bound(st):
@@ -509,10 +516,10 @@ def test_no_lowered_kernel_keeps_a_fragment_nothing_reads():
     texts += [(f"{n}.tile", REGRESSIONS[n][0].replace("target cpu:", "target cuda:"))
               for n in sorted(REGRESSIONS)]
     for name, text in texts:
-        _, _, m = compile_text(text, name, "cuda")
+        _, _, m = compile_text(text, name, "cuda", options=SM90)
         for k in (k for p in m.programs for k in p.kernels):
             assert drop_dead_fragments(k.body) == k.body, f"{name}: {k.name}"
-    _, _, m = compile_text(REGRESSIONS["square_transpose_minus_its_max"][0], "k.tile", "cuda")
+    _, _, m = compile_text(REGRESSIONS["square_transpose_minus_its_max"][0], "k.tile", "cuda", options=SM90)
     assert not any(isinstance(a, T.Alloc) and a.name == "X_row"
                    for p in m.programs for k in p.kernels for a in T.walk_stmts(k.body))
 
@@ -530,7 +537,7 @@ def test_random_program_compiles_warning_free(seed):
 def cuda_dump(path) -> str:
     """`tilec dump-ir --stage tiled --target cuda` of a sample."""
     m0 = driver.frontend(driver.Source(path.name, path.read_text()))
-    return driver.print_stage(driver.stage_module(m0, "tiled", "cuda"), "tiled")
+    return driver.print_stage(driver.stage_module(m0, "tiled", "cuda", options=SM90), "tiled")
 
 
 @pytest.mark.nvcc
@@ -743,7 +750,7 @@ schedule k:
     target cuda:
         tile M=64, N=64, K=32
 """
-    _, _, m = compile_text(text, "k.tile", "cuda")
+    _, _, m = compile_text(text, "k.tile", "cuda", options=SM90)
     row = [k for k in m.programs[0].kernels if "row reduction" in k.comment]
     assert row and all(T.fmt(k.grid[0]) == "M" for k in row)
     build_text(text, "k.tile", "cuda", {"arch": ("sm_80",)})
@@ -784,7 +791,7 @@ def test_sixteen_bit_operations_render_as_sixteen_bit_instructions():
     values' bits (one correctly rounded 16-bit instruction each: the same bits as the f32
     operation rounded once), and 4-bit dequantization of whole aligned groups runs two values
     per instruction; nothing converts a 16-bit result to f32 and back between two such ops."""
-    _, _, m = compile_text(EXACT16, "exact.tile", "cuda")
+    _, _, m = compile_text(EXACT16, "exact.tile", "cuda", options=SM90)
     from tilec.targets.cuda import render_kernel
     src = {k.name: "\n".join(render_kernel(k, g.symbols, driver.get_target("cuda"))["body"])
            for g, p in zip(m.graphs, m.programs) for k in p.kernels}
@@ -829,7 +836,7 @@ schedule sm_fixed:
     target cuda:
         threads 64
 """
-    _, _, m = compile_text(text, "rows.tile", "cuda")
+    _, _, m = compile_text(text, "rows.tile", "cuda", options=SM90)
     table = driver.get_target("cuda").resources.row_threads_by_capacity
     kernels = {k.name: k for p in m.programs for k in p.kernels}
     for name, k in kernels.items():
@@ -889,7 +896,7 @@ TF32_SCHEDULES = "".join(f"\nschedule {k}:\n    target cuda:\n        precision 
 
 def tile_gemms(text: str, target: str = "cuda") -> list:
     """(kernel, gemm statement) of every lowered kernel of text."""
-    _, _, m = compile_text(text, "tf32.tile", target)
+    _, _, m = compile_text(text, "tf32.tile", target, options=SM90 if target == "cuda" else None)
     return [(k.name, s) for p in m.programs for k in p.kernels for s in T.walk_stmts(k.body)
             if isinstance(s, T.Gemm)]
 

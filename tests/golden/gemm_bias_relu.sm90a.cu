@@ -7,12 +7,12 @@ namespace {
 
 // ---- kernel gemm_bias_relu_k0_tma: GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), persistent
 //   # GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), persistent
-//   # variant of launch 0, when (K % 8 == 0) & (M < 2147483648) & (K < 2147483648) & (N % 8 == 0) & (N < 2147483648) & aligned16(A) & aligned16(B)
+//   # variant of launch 0, when (K % 8 == 0) & (M < 2147483648) & (K < 2147483648) & (N % 8 == 0) & (N < 2147483648) & aligned16(A) & aligned16(B) & sm90a_device()
 //   kernel gemm_bias_relu_k0_tma(A: f16[M, K], B: f16[K, N], bias: f16[N]) -> C: f16[M, N]:
 //       with grid(host0, host1, threads=384) as (bx, by):
 //           swizzle(10)
-//           persistent()  # one block per SM walks the tiles in order
-//           warp_roles(consumers=warpgroups 0-1, producer=warpgroup 2)  # the producer's first thread issues the copies
+//           # persistent grid: one block per SM walks the tiles in order
+//           # warp roles: consumers = warpgroups 0-1, producer = warpgroup 2; the producer's first thread issues the copies
 //           host0 = cdiv(N, 256)
 //           host1 = cdiv(M, 128)
 //           A_s = shared(f16, [4, 128, 64])  # layout: shared, TMA 128-byte swizzle
@@ -28,6 +28,7 @@ namespace {
 //               if (by * 128 + i < M) & (bx * 256 + j < N):
 //                   C[by * 128 + i, bx * 256 + j] = f16(relu(acc[i, j] + f32(bias[bx * 256 + j])))
 __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_constant__ CUtensorMap tilec_map_A, const __grid_constant__ CUtensorMap tilec_map_B, const tilec_f16* __restrict__ A, const tilec_f16* __restrict__ B, const tilec_f16* __restrict__ bias, tilec_f16* __restrict__ C, int64_t M, int64_t K, int64_t N, int64_t host2, int64_t tilec_g0, int64_t tilec_g1, int64_t tilec_g2) {
+#if defined(TILEC_SM90A)
     // (its own name: every kernel of a file shares one extern array, and this one is aligned more)
     extern __shared__ __align__(1024) unsigned char tilec_smem_1024[];
     unsigned char* const tilec_smem = tilec_smem_1024;
@@ -169,6 +170,9 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
             }
         }
     }
+#else
+    __trap();  // (sm_90a code: the launcher runs it on H100/H200 devices alone)
+#endif
 }
 
 static int tilec_launch_gemm_bias_relu_k0_tma(const tilec_f16* __restrict__ A, const tilec_f16* __restrict__ B, const tilec_f16* __restrict__ bias, tilec_f16* __restrict__ C, int64_t M, int64_t K, int64_t N, cudaStream_t tilec_stream) {
@@ -410,7 +414,7 @@ extern "C" int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16
     (void)tilec_workspace;
     (void)tilec_workspace_bytes;
     int tilec_status = TILEC_OK;
-    if ((K % 8 == 0) && (M < 2147483648) && (K < 2147483648) && (N % 8 == 0) && (N < 2147483648) && tilec::aligned16(A) && tilec::aligned16(B)) {
+    if ((K % 8 == 0) && (M < 2147483648) && (K < 2147483648) && (N % 8 == 0) && (N < 2147483648) && tilec::aligned16(A) && tilec::aligned16(B) && tilec::sm90a_device()) {
         tilec_status = tilec_launch_gemm_bias_relu_k0_tma(A, B, bias, C, M, K, N, tilec_stream);
     } else if (true) {
         tilec_status = tilec_launch_gemm_bias_relu_k0(A, B, bias, C, M, K, N, tilec_stream);

@@ -664,7 +664,8 @@ def print_kernel(k: TileKernel) -> str:
         lines += [f"# {c}" for c in k.comment.splitlines()]
     part = f", launch {k.part + 1} of the variant" if k.part else ""
     if k.when is not None:
-        aligned = "".join(f" & aligned16({n})" for n in k.aligned)
+        aligned = "".join(f" & aligned16({n})" for n in k.aligned) + \
+            (" & sm90a_device()" if k.warp_specialize else "")
         lines.append(f"# variant of launch {k.slot}{part}, when {k.when}{aligned}")
     elif part:
         lines.append(f"# launch {k.slot}{part}")
@@ -677,17 +678,18 @@ def print_kernel(k: TileKernel) -> str:
     lines.append(f"    with grid({grid}, threads={k.threads}) as ({', '.join(k.block_vars)}):")
     if k.swizzle:
         lines.append(f"        swizzle({k.swizzle})")
+    # (decisions of the tile pass that the tile language does not spell: printed as comments,
+    # so a dump still parses back as a tile-level kernel)
     if k.persistent:
-        lines.append("        persistent()  # one block per SM walks the tiles in order")
+        lines.append("        # persistent grid: one block per SM walks the tiles in order")
     if k.cluster > 1:
-        lines.append(f"        cluster({k.cluster})  # blocks on neighbouring M tiles; each loads "
+        lines.append(f"        # clusters of {k.cluster}: blocks on neighbouring M tiles; each loads "
                      "part of the B tile for all (TMA multicast)")
     if k.warp_specialize:
         n = k.warp_specialize
-        lines.append(f"        warp_roles(consumers=warpgroups 0-{n - 1}, producer=warpgroup {n}"
-                     + (", ping-pong" if k.pingpong else "") + ")"
-                     "  # the producer's first thread issues the copies" +
-                     ("; the consumers take turns, a tile each" if k.pingpong else ""))
+        lines.append(f"        # warp roles: consumers = warpgroups 0-{n - 1}, producer = warpgroup {n}"
+                     + (" (ping-pong: the consumers take turns, a tile each)" if k.pingpong else "")
+                     + "; the producer's first thread issues the copies")
     lines += print_stmts(k.body, 2)
     return "\n".join(lines)
 

@@ -143,6 +143,8 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
             if parts[0].aligned:  # (a variant reading tensors by TMA: 16-byte aligned addresses)
                 ok = " && ".join(f"tilec::aligned16({cname(n)})" for n in parts[0].aligned)
                 cond = ok if cond is None else f"{cond} && {ok}"
+            if parts[0].warp_specialize:  # (sm_90a code: an H100/H200 runs it)
+                cond = "tilec::sm90a_device()" if cond is None else f"{cond} && tilec::sm90a_device()"
             opts.append(dict(calls=calls, when=cond))
         launches.append(opts)
     doc_lines = (g.doc or "").splitlines() or [""]

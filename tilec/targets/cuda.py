@@ -1534,6 +1534,7 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
                 [cname(p.name) for p in k.params] + [cname(s) for s in symbols] + host_names +
                 ["tilec_g0", "tilec_g1", "tilec_g2"], grid=grid, maps=maps,
                 persistent=k.persistent, blocks_per_sm=k.blocks_per_sm, cluster=k.cluster,
+                hopper=bool(k.warp_specialize),
                 smem_align=1024 if k.warp_specialize else 128,
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
@@ -1623,7 +1624,10 @@ def render(target, src, m, env, banner, options) -> dict:
         ["tilec_stream: the CUDA stream the kernels run on (0: default)",
          "Tensor pointers are device memory."])
     files["tilec_cuda.h"] = env.loader.get_source(env, "cuda/tilec_cuda.h")[0]
-    last = archs[-1][3:]
+    # PTX of the last architecture for newer GPUs, without the `a` (arch-specific code such as
+    # wgmma runs only on the GPUs it names; the warp-specialized kernels are launched on those
+    # alone, so the portable PTX holds a stub of them)
+    last = archs[-1][3:].rstrip("a")
     files["Makefile"] = env.get_template("cuda/Makefile.j2").render(
         banner=banner("#"), libs=libs,
         gencode=" ".join(_gencode(a) for a in archs) +
@@ -1632,10 +1636,11 @@ def render(target, src, m, env, banner, options) -> dict:
 
 
 def _for_arch(target, options: dict):
-    """Hopper's resources when every architecture built is sm_90a (wgmma and setmaxnreg exist
-    only there): GEMMs get the warp-specialized TMA + wgmma kernel."""
+    """Hopper's resources when sm_90a is among the architectures built: GEMMs get the
+    warp-specialized TMA + wgmma kernel, compiled for sm_90a (a stub elsewhere: wgmma and
+    setmaxnreg exist only there) and launched on H100/H200 devices alone (the launcher asks)."""
     archs = options.get("arch") or target.default_arch
-    if archs and all(a == "sm_90a" for a in archs):
+    if "sm_90a" in archs:
         # 128 x 256 tiles, K tiles of 64 (one 128-byte swizzle row), 4 stages (192 KiB of
         # shared memory), two consumer warpgroups of 64 x 256 accumulators each (128 registers
         # of a thread's 232) and a producer warpgroup
@@ -1714,6 +1719,8 @@ CUDA = Target(
     source_ext=".cu",
     device_library="tilec_cuda.h",
     arch_choices=("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"),
+    # (a list with sm_90a, e.g. sm_80,sm_90a, adds the Hopper GEMMs for H100/H200 devices;
+    # the default becomes that once such a library has run on one)
     default_arch=("sm_80", "sm_90"),
     runtime="cuda",
     link_flags="-lcudart",

@@ -1948,6 +1948,26 @@ inline int sm_count() {
 // Whether a pointer is 16-byte aligned (what TMA takes).
 inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
+// Whether the current device runs sm_90a code (compute capability 9.0: H100, H200), once per
+// device: a library built for several architectures launches its Hopper kernels there alone.
+inline bool sm90a_device() {
+    static std::atomic<int> known[64];  // 0: not asked yet, 1: no, 2: yes
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    std::atomic<int>& k = known[dev & 63];
+    int v = k.load(std::memory_order_relaxed);
+    if (v == 0) {
+        int major = 0, minor = 0;
+        const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                            cudaSuccess &&
+                        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ==
+                            cudaSuccess;
+        v = ok && major == 9 && minor == 0 ? 2 : 1;
+        k.store(v, std::memory_order_relaxed);
+    }
+    return v == 2;
+}
+
 // Launch `kernel` on a persistent grid of clusters of 2 blocks: as many clusters as the device
 // holds at once (cudaOccupancyMaxActiveClusters, once per device and kernel: `resident`), at
 // most `clusters`. Returns a CUDA error code.
