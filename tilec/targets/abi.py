@@ -71,10 +71,12 @@ def scalar_params(g) -> set:
 
 
 def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: list,
-                     threads: str | None = None) -> dict:
+                     threads: str | None = None, guards=None) -> dict:
     """Everything the shared header and launcher templates print for one source kernel.
     `threads`: the C expression of the threads a call may use (`T.THREADS` in a variant's
-    condition), on targets whose variants ask for it."""
+    condition), on targets whose variants ask for it. `guards(kernel)`: the target's own C
+    conditions a variant (its first kernel) also needs at run time (CUDA: TMA's aligned
+    addresses, an sm_90a device)."""
     abi, arg_docs, checks, scalars = [], [], [], []
     tensors = [(p, "input") for p in g.params] + [(p, "output") for p in g.outputs]
     for p, role in tensors:
@@ -139,13 +141,9 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                     raise AssertionError(f"{parts[0].name}: a variant condition on the threads "
                                          "of a target that does not count them")
                 uses_threads = True
-            cond = None if when is None else when.c(launcher_name)
-            if parts[0].aligned:  # (a variant reading tensors by TMA: 16-byte aligned addresses)
-                ok = " && ".join(f"tilec::aligned16({cname(n)})" for n in parts[0].aligned)
-                cond = ok if cond is None else f"{cond} && {ok}"
-            if parts[0].warp_specialize:  # (sm_90a code: an H100/H200 runs it)
-                cond = "tilec::sm90a_device()" if cond is None else f"{cond} && tilec::sm90a_device()"
-            opts.append(dict(calls=calls, when=cond))
+            conds = ([] if when is None else [when.c(launcher_name)]) + \
+                (guards(parts[0]) if guards else [])
+            opts.append(dict(calls=calls, when=" && ".join(conds) if conds else None))
         launches.append(opts)
     doc_lines = (g.doc or "").splitlines() or [""]
     info_args = []

@@ -1529,17 +1529,80 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
     # matrix kernels: registers matter more than a second block per SM (no spills)
     gemm = any(isinstance(s, T.Gemm) for s in T.walk_stmts(k.body))
     bounds = f"{k.threads}, {k.blocks_per_sm}" if gemm or k.blocks_per_sm > 1 else f"{k.threads}"
+    args = [f"tilec_map_{cname(t)}" for t in em.ws_maps] + \
+        [cname(p.name) for p in k.params] + [cname(s) for s in symbols] + host_names + \
+        ["tilec_g0", "tilec_g1", "tilec_g2"]
+    # the block's tile from its index (a persistent kernel walks its tiles in the body instead)
+    block = [] if k.persistent else [
+        "const int64_t tilec_b = (int64_t)blockIdx.x + (int64_t)blockIdx.y * gridDim.x;",
+        "if (tilec_b >= tilec_grid[0] * tilec_grid[1] * tilec_grid[2]) return;"] + \
+        [f"const int64_t {name} = {e};" for name, e in block_vars(k)]
+    # sm_90a code (wgmma, setmaxnreg): a stub in the other architectures' code
+    guard = (["#if defined(TILEC_SM90A)"],
+             ["#else", "    __trap();  // (sm_90a code: the launcher runs it on H100/H200 devices alone)",
+              "#endif"]) if k.warp_specialize else ([], [])
     return dict(name=k.name, comment=k.comment, params=params, kparams=kparams, bounds=bounds,
-                args=[f"tilec_map_{cname(t)}" for t in em.ws_maps] +
-                [cname(p.name) for p in k.params] + [cname(s) for s in symbols] + host_names +
-                ["tilec_g0", "tilec_g1", "tilec_g2"], grid=grid, maps=maps,
-                persistent=k.persistent, blocks_per_sm=k.blocks_per_sm, cluster=k.cluster,
-                hopper=bool(k.warp_specialize),
-                smem_align=1024 if k.warp_specialize else 128,
+                grid=grid, maps=maps, launch=launch_lines(k, off, args), smem_decl=smem_lines(k, off),
+                block=block, guard=guard,
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
-        block_vars=block_vars(k), threads=k.threads, smem=off, shared=shared, frags=frags,
-        plans=list(em.copy_plans.values()), body=em.lines, tile_ir=T.print_kernel(k).splitlines())
+                shared=shared, frags=frags, plans=list(em.copy_plans.values()), body=em.lines,
+                tile_ir=T.print_kernel(k).splitlines())
+
+
+def variant_guards(k: T.TileKernel) -> list:
+    """The run-time conditions of a warp-specialized variant beyond its dims: the tensors TMA
+    reads 16-byte aligned, and a device that runs sm_90a code (an H100/H200)."""
+    if not k.warp_specialize:
+        return []
+    return [f"tilec::aligned16({cname(n)})" for n in k.aligned] + ["tilec::sm90a_device()"]
+
+
+def launch_lines(k: T.TileKernel, smem: int, args: list) -> list:
+    """The launcher's lines from the grid sizes (tilec_g0..2) on: the grid (one block per tile,
+    or a persistent one: as many blocks or clusters of blocks as the device holds at once), the
+    shared-memory limit, the launch and its status."""
+    call = f"{k.name}, {smem}, tilec_smem_ready"
+    allow = ["static std::atomic<unsigned> tilec_smem_ready{0};",
+             f"if (tilec::allow_smem({call}) != cudaSuccess) return TILEC_ERR_LAUNCH;"]
+    done = "return cudaGetLastError() == cudaSuccess ? TILEC_OK : TILEC_ERR_LAUNCH;"
+    c = k.cluster
+    if c > 1:
+        return [f"// a persistent grid of clusters of {c} blocks (as many as fit at once) walks "
+                f"the tiles, {c} at a time"] + allow + [
+                "static std::atomic<int> tilec_resident[64];",
+                f"const int64_t tilec_clusters = tilec_g0 * ((tilec_g1 + {c - 1}) / {c}) * tilec_g2;",
+                f"if (tilec::launch_pairs({k.name}, tilec_clusters, {k.threads}, {smem}, tilec_stream, "
+                f"tilec_resident, {', '.join(args)}) != cudaSuccess) return TILEC_ERR_LAUNCH;", done]
+    if k.persistent:
+        out = [f"// a persistent grid: {k.blocks_per_sm} block(s) per SM walk the tiles",
+               "const int64_t tilec_tiles = tilec_g0 * tilec_g1 * tilec_g2;",
+               f"const int64_t tilec_resident = (int64_t)tilec::sm_count() * {k.blocks_per_sm};",
+               "const int64_t tilec_blocks = tilec_resident > 0 && tilec_resident < tilec_tiles ? "
+               "tilec_resident : tilec_tiles;"]
+    else:
+        out = ["const int64_t tilec_blocks = tilec_g0 * tilec_g1 * tilec_g2;"]
+    out += ["const int64_t tilec_x = tilec_blocks < 2147483647 ? tilec_blocks : 2147483647;",
+            "const int64_t tilec_y = (tilec_blocks + tilec_x - 1) / tilec_x;",
+            "if (tilec_y > 65535) return TILEC_ERR_UNSUPPORTED;"]
+    if smem > 48 * 1024:
+        out += allow
+    return out + [f"{k.name}<<<dim3((unsigned)tilec_x, (unsigned)tilec_y), {k.threads}, {smem}, "
+                  f"tilec_stream>>>({', '.join(args)});", done]
+
+
+def smem_lines(k: T.TileKernel, smem: int) -> list:
+    """The kernel's dynamic shared memory (none: no lines): 128-byte aligned, or 1024 for the
+    128-byte swizzle of TMA, under a name of its own (every kernel of a file shares one extern
+    array per name, and its alignment)."""
+    if not smem:
+        return []
+    if not k.warp_specialize:
+        return ["extern __shared__ __align__(128) unsigned char tilec_smem[];"]
+    return ["// (its own name: every kernel of a file shares one extern array, and this one is "
+            "aligned more)",
+            "extern __shared__ __align__(1024) unsigned char tilec_smem_1024[];",
+            "unsigned char* const tilec_smem = tilec_smem_1024;"]
 
 
 # setmaxnreg: the producer warpgroup keeps 40 registers a thread; the consumer warpgroups share
@@ -1616,7 +1679,8 @@ def render(target, src, m, env, banner, options) -> dict:
     archs = options.get("arch") or target.default_arch
 
     def kernel_context(g, prog):
-        ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"])
+        ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"],
+                               guards=variant_guards)
         ctx["kernels"] = [render_kernel(k, g.symbols, target) for k in prog.kernels]
         return ctx
     files, libs = render_libraries(
