@@ -163,15 +163,16 @@ def test_clusters_share_the_b_tile_by_multicast(monkeypatch):
         assert "by = 2 * (" in body and "tilec::launch_pairs(" in cu
 
 
-@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong"])
-def test_bad_or_good_wgmma_knob(monkeypatch, knob):
+@pytest.mark.parametrize("knob", ["128x320,4", "128x128,6,pingpong,cluster2", "256x128,4,pingpong",
+                                  "128x256,1", "128x256", "128x256,4,fast"])
+def test_a_malformed_wgmma_knob_is_a_user_error(monkeypatch, knob):
+    """TILEC_WGMMA values the kernel cannot take (a BN wgmma lacks, ping-pong with clusters, a
+    ping-pong tile whose accumulators exceed the registers, one stage, no stages, an unknown
+    form) are refused, naming the variable, before anything is built."""
     from tilec.diagnostics import TilecError
-    monkeypatch.setenv("TILEC_WGMMA", knob or "128x320,4")
-    if knob:
-        assert any(k.pingpong for k in _kernels(GEMMS))
-    else:
-        with pytest.raises(TilecError, match="TILEC_WGMMA"):
-            _kernels(GEMMS)
+    monkeypatch.setenv("TILEC_WGMMA", knob)
+    with pytest.raises(TilecError, match="TILEC_WGMMA=.*expected BMxBN,stages"):
+        _kernels(GEMMS)
 
 
 @pytest.mark.nvcc

@@ -450,7 +450,14 @@ class GroupLowering:
         if len(copies) != 2 or not all(isinstance(c, Copy) for c in copies) or \
                 not isinstance(gemm, Gemm) or gemm.transpose_a:
             raise NotWgmma()
-        params = {p.name: p for p in self.kernel(grid, bvars, threads, body, "").params}
+        *_, consumers, pingpong, cluster = self.target.resources.wgmma
+        if len(grid) > 2:  # (clusters pair M tiles of one matrix: batched GEMMs take none)
+            cluster = 1
+        k = self.kernel(grid, bvars, threads, body,
+                        "GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), "
+                        "persistent" + (", ping-pong" if pingpong else "") +
+                        (f", clusters of {cluster}" if cluster > 1 else ""), swizzle)
+        params = {p.name: p for p in k.params}
         when, seen = None, set()
         for c in copies:
             p = params[c.src.buf]
@@ -465,13 +472,6 @@ class GroupLowering:
                 if cond == Dim.const(0):
                     raise NotWgmma()
                 when = cond if when is None else Dim.bin("and", when, cond)
-        *_, consumers, pingpong, cluster = self.target.resources.wgmma
-        if len(grid) > 2:  # (clusters pair M tiles of one matrix: batched GEMMs take none)
-            cluster = 1
-        k = self.kernel(grid, bvars, threads, body,
-                        "GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), "
-                        "persistent" + (", ping-pong" if pingpong else "") +
-                        (f", clusters of {cluster}" if cluster > 1 else ""), swizzle)
         return replace(k, when=when, warp_specialize=consumers, pingpong=pingpong,
                        cluster=cluster, persistent=True,
                        aligned=tuple(sorted({c.src.buf for c in copies})))
