@@ -82,7 +82,7 @@ def test_a_mixed_build_holds_hopper_kernels_for_h100s_alone():
     body = cu[cu.index("hop_bias_relu_k0_tma("):]
     body = body[:body.index("\n}\n")]
     assert "#if defined(TILEC_SM90A)" in body and "__trap();" in body
-    assert re.search(r"tilec::aligned16\(B\) && tilec::sm90a_device\(\)\) \{\s+tilec_status = "
+    assert re.search(r"tilec::aligned16\(C\) && tilec::sm90a_device\(\)\) \{\s+tilec_status = "
                      r"tilec_launch_hop_bias_relu_k0_tma", cu)
     assert "arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90" in files["Makefile"]
 
@@ -121,6 +121,52 @@ def test_warp_specialized_source_structure():
     # the launcher: cached tensor maps, a grid of at most one block per SM
     assert "tilec::tensor_map(&tilec_map_A" in cu and "tilec::sm_count()" in cu
     assert re.search(r"tilec::aligned16\(A\) && tilec::aligned16\(B\)", cu)
+
+
+def test_whole_output_tiles_leave_by_tma_stores():
+    """The epilogue of a whole tile writes each consumer warpgroup's 64 rows into shared memory,
+    128 bytes of a row per panel (64 16-bit or 32 f32 columns) in two alternating buffers, and
+    one thread per warpgroup stores each panel by TMA (3-D for a batched output); a tile at the
+    ragged edge stores from registers. The output's alignment joins the variant's conditions."""
+    ks = {k.name: k for k in _kernels(GEMMS)}
+    src, _, m = compile_text(GEMMS, "hop.tile", "cuda", options=HOPPER)
+    cu = "".join(v for f, v in driver.render(src, m, "cuda", HOPPER).items() if f.endswith(".cu"))
+    for name, dtype, panels, cols, rank in (("hop_bias_relu", "f16", 4, 64, 2),
+                                            ("hop_bf16_bt", "f32", 8, 32, 2),
+                                            ("hop_batched", "f16", 4, 64, 3)):
+        k = ks[f"{name}_k0_tma"]
+        assert k.tma_stores == (("C", "C_st"),) and "C" in k.aligned
+        text = T.print_kernel(k)
+        assert f"C_st = shared({dtype}, [4, 64, {cols}])" in text
+        assert "# epilogue: a whole tile of C leaves through C_st" in text
+        conds = str(k.when).split(" & ")
+        assert len(conds) == len(set(conds))  # (no condition twice)
+        body = cu[cu.index(f"{name}_k0_tma("):]
+        body = body[:body.index("\n}\n")]
+        whole, edge = body.split("} else {\n                #pragma unroll")[-2:]
+        assert f"for (int tilec_p = 0; tilec_p < {panels}; ++tilec_p)" in whole
+        assert "staging_free<1>(4 + tilec_warp / 4)" in whole
+        assert f"C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * {64 * cols} + " \
+            f"tilec::sm90::sw128<{4 if dtype == 'f32' else 2}>(i % 64, tilec_j0 % {cols})" in whole
+        assert whole.index("staging_ready(") < whole.index(f"tma_store_{rank}d(&tilec_map_C")
+        assert f"tilec_p * {cols}), (int32_t)(by * 128 + (tilec_warp / 4) * 64)" in whole
+        assert "tma_store" not in edge and "store_vec<2" in edge
+        assert "tilec::sm90::bulk_wait<0>()" in body
+    assert "C: boxes of 32 columns x 64 rows" in cu and "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" in cu
+
+
+@pytest.mark.parametrize("text, staged", [
+    # two outputs: the second one's buffers would not fit beside the stages
+    ("kernel t(A: f16[M, K], B: f16[K, N]) -> (C: f16[M, N], D: f16[M, N]):\n"
+     "    C = A @ B\n    D = relu(C)\n", (("C", "C_st"),)),
+    # integers (no tensor-map type here); a transposed store; one at a shifted position
+    ("kernel t(A: f16[M, K], B: f16[K, N]) -> C: i32[M, N]:\n    C = i32(A @ B)\n", ()),
+    ("kernel t(A: f16[M, K], B: f16[K, N]) -> C: f16[N, M]:\n    C = (A @ B).T\n", ())])
+def test_tma_stores_only_where_the_output_tile_is_the_accumulators(text, staged):
+    (k,) = [k for k in _kernels(text) if k.name == "t_k0_tma"]
+    assert k.tma_stores == staged
+    assert sum(isinstance(a, T.Alloc) and a.name.endswith("_st") for a in T.walk_stmts(k.body)) \
+        == len(staged)
 
 
 def test_ping_pong_takes_turns_on_its_own_tiles(monkeypatch):

@@ -7,18 +7,20 @@ namespace {
 
 // ---- kernel gemm_bias_relu_k0_tma: GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), persistent
 //   # GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), persistent
-//   # variant of launch 0, when (K % 8 == 0) & (M < 2147483648) & (K < 2147483648) & (N % 8 == 0) & (N < 2147483648) & aligned16(A) & aligned16(B) & sm90a_device()
+//   # variant of launch 0, when (K % 8 == 0) & (M < 2147483648) & (K < 2147483648) & (N % 8 == 0) & (N < 2147483648) & aligned16(A) & aligned16(B) & aligned16(C) & sm90a_device()
 //   kernel gemm_bias_relu_k0_tma(A: f16[M, K], B: f16[K, N], bias: f16[N]) -> C: f16[M, N]:
 //       with grid(host0, host1, threads=384) as (bx, by):
 //           swizzle(10)
 //           # persistent grid: one block per SM walks the tiles in order
 //           # warp roles: consumers = warpgroups 0-1, producer = warpgroup 2; the producer's first thread issues the copies
+//           # epilogue: a whole tile of C leaves through C_st (64-row panels of 128-byte rows per consumer warpgroup) by TMA stores
 //           host0 = cdiv(N, 256)
 //           host1 = cdiv(M, 128)
 //           A_s = shared(f16, [4, 128, 64])  # layout: shared, TMA 128-byte swizzle
 //           B_s = shared(f16, [4, 64, 256])  # layout: shared, TMA 128-byte swizzle, panels of 64 columns
 //           acc = fragment(f32, [128, 256])  # layout: wgmma(warpgroups 2 of 64x256, 128 registers)
 //           clear(acc)
+//           C_st = shared(f16, [4, 64, 64])  # layout: shared, TMA 128-byte swizzle
 //           host2 = cdiv(K, 64)
 //           for k in warp_specialized(host2, stages=4):  # producer: TMA copies into stage k % 4, completing on full[k % 4] after empty[k % 4]; consumers: wait full[k % 4], wgmma, arrive empty[k % 4]
 //               copy_async(A[by * 128, k * 64], A_s[k % 4])
@@ -27,7 +29,7 @@ namespace {
 //           for i, j in parallel(128, 256, by=wgmma(warpgroups 2 of 64x256, 128 registers)):
 //               if (by * 128 + i < M) & (bx * 256 + j < N):
 //                   C[by * 128 + i, bx * 256 + j] = f16(relu(acc[i, j] + f32(bias[bx * 256 + j])))
-__global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_constant__ CUtensorMap tilec_map_A, const __grid_constant__ CUtensorMap tilec_map_B, const tilec_f16* __restrict__ A, const tilec_f16* __restrict__ B, const tilec_f16* __restrict__ bias, tilec_f16* __restrict__ C, int64_t M, int64_t K, int64_t N, int64_t host2, int64_t tilec_g0, int64_t tilec_g1, int64_t tilec_g2) {
+__global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_constant__ CUtensorMap tilec_map_A, const __grid_constant__ CUtensorMap tilec_map_B, const __grid_constant__ CUtensorMap tilec_map_C, const tilec_f16* __restrict__ A, const tilec_f16* __restrict__ B, const tilec_f16* __restrict__ bias, tilec_f16* __restrict__ C, int64_t M, int64_t K, int64_t N, int64_t host2, int64_t tilec_g0, int64_t tilec_g1, int64_t tilec_g2) {
 #if defined(TILEC_SM90A)
     // (its own name: every kernel of a file shares one extern array, and this one is aligned more)
     extern __shared__ __align__(1024) unsigned char tilec_smem_1024[];
@@ -40,9 +42,10 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
     const int64_t tilec_grid[3] = { tilec_g0, tilec_g1, tilec_g2 };
     uint16_t* __restrict__ A_s = reinterpret_cast<uint16_t*>(tilec_smem + 0);  // f16[4, 128, 64], shared, TMA 128-byte swizzle
     uint16_t* __restrict__ B_s = reinterpret_cast<uint16_t*>(tilec_smem + 65536);  // f16[4, 64, 256], shared, TMA 128-byte swizzle, panels of 64 columns
+    uint16_t* __restrict__ C_st = reinterpret_cast<uint16_t*>(tilec_smem + 196608);  // f16[4, 64, 64], shared, TMA 128-byte swizzle
     float acc[128];  // f32[128, 256], wgmma(warpgroups 2 of 64x256, 128 registers)
     // warp roles: warpgroups 0-1 multiply (wgmma) and run the epilogue; warpgroup 2 loads (TMA)
-    uint64_t* tilec_full = reinterpret_cast<uint64_t*>(tilec_smem + 196608);  // full[s]: stage s has landed
+    uint64_t* tilec_full = reinterpret_cast<uint64_t*>(tilec_smem + 229376);  // full[s]: stage s has landed
     uint64_t* tilec_empty = tilec_full + 4;  // empty[s]: the consumers are done with stage s
     if (tilec_tid == 0) {
         for (int tilec_s = 0; tilec_s < 4; ++tilec_s) {
@@ -117,23 +120,33 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
             if (host2 > 0) { __syncwarp(); if (tilec_lane == 0) { tilec::sm90::mbar_arrive(&tilec_empty[tilec_prev]); } }
             if (M - by * 128 >= 128 && N - bx * 256 >= 256 && tilec::vec_aligned<2, tilec::Plain<uint16_t>>(bias) && tilec::vec_aligned<2, tilec::Plain<uint16_t>>(C) && N % 2 == 0) {
                 // the block's whole tile lies inside the tensors; its vector accesses are aligned
+                // the tile leaves through shared memory (C_st) by TMA stores: 4 panel(s) of 64 columns per consumer warpgroup, each written to a buffer once its last store has read it
                 #pragma unroll
-                for (int tilec_q = 0; tilec_q < 64; ++tilec_q) {
-                    const int i = tilec_warp * 16 + (tilec_q) / 64 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
-                    (void)i;
-                    const int tilec_j0 = 0 + (tilec_q) / 2 % 32 * 8 + (tilec_lane & 3) * 2;
-                    const int tilec_n = 2;
-                    (void)tilec_n;
-                    uint16_t tilec_ld1[2];
-                    tilec::load_vec_whole<2, tilec::Plain<uint16_t>, tilec::LOAD_GLOBAL>(tilec_ld1, bias + bx * 256 + tilec_j0);
-                    uint16_t tilec_st2[2];
+                for (int tilec_p = 0; tilec_p < 4; ++tilec_p) {
+                    tilec::sm90::staging_free<1>(4 + tilec_warp / 4);
                     #pragma unroll
-                    for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
-                        const int64_t j = tilec_j0 + tilec_v;
-                        (void)j;
-                        tilec_st2[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld1[tilec_v])));
+                    for (int tilec_q = tilec_p * 16; tilec_q < (tilec_p + 1) * 16; ++tilec_q) {
+                        const int i = tilec_warp * 16 + (tilec_q) / 64 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
+                        (void)i;
+                        const int tilec_j0 = 0 + (tilec_q) / 2 % 32 * 8 + (tilec_lane & 3) * 2;
+                        const int tilec_n = 2;
+                        (void)tilec_n;
+                        uint16_t tilec_ld1[2];
+                        tilec::load_vec_whole<2, tilec::Plain<uint16_t>, tilec::LOAD_GLOBAL>(tilec_ld1, bias + bx * 256 + tilec_j0);
+                        uint16_t tilec_st2[2];
+                        #pragma unroll
+                        for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
+                            const int64_t j = tilec_j0 + tilec_v;
+                            (void)j;
+                            tilec_st2[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld1[tilec_v])));
+                        }
+                        tilec::store_vec_whole<2, tilec::Plain<uint16_t>>(C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096 + tilec::sm90::sw128<2>(i % 64, tilec_j0 % 64), tilec_st2);
                     }
-                    tilec::store_vec_whole<2, tilec::Plain<uint16_t>>(C + (by * 128 + i) * N + (bx * 256 + tilec_j0), tilec_st2);
+                    tilec::sm90::staging_ready(4 + tilec_warp / 4);
+                    if (tilec_tid % 128 == 0) {
+                        tilec::sm90::tma_store_2d(&tilec_map_C, C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096, (int32_t)(bx * 256 + tilec_p * 64), (int32_t)(by * 128 + (tilec_warp / 4) * 64));
+                        tilec::sm90::bulk_commit();
+                    }
                 }
             } else {
                 #pragma unroll
@@ -169,6 +182,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 }
             }
         }
+        if (tilec_tid % 128 == 0) tilec::sm90::bulk_wait<0>();  // the TMA stores are done
     }
 #else
     __trap();  // (sm_90a code: the launcher runs it on H100/H200 devices alone)
@@ -199,6 +213,14 @@ static int tilec_launch_gemm_bias_relu_k0_tma(const tilec_f16* __restrict__ A, c
         if (!tilec::tensor_map(&tilec_map_B, B, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, tilec_dims, tilec_strides, tilec_box))
             return TILEC_ERR_UNSUPPORTED;
     }
+    CUtensorMap tilec_map_C;  // C: boxes of 64 columns x 64 rows, 128-byte swizzle
+    {
+        const uint64_t tilec_dims[2] = {(uint64_t)(N), (uint64_t)(M)};
+        const uint64_t tilec_strides[1] = {(uint64_t)(N) * 2};
+        const uint32_t tilec_box[2] = {64, 64};
+        if (!tilec::tensor_map(&tilec_map_C, C, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, tilec_dims, tilec_strides, tilec_box))
+            return TILEC_ERR_UNSUPPORTED;
+    }
     // a persistent grid: 1 block(s) per SM walk the tiles
     const int64_t tilec_tiles = tilec_g0 * tilec_g1 * tilec_g2;
     const int64_t tilec_resident = (int64_t)tilec::sm_count() * 1;
@@ -207,8 +229,8 @@ static int tilec_launch_gemm_bias_relu_k0_tma(const tilec_f16* __restrict__ A, c
     const int64_t tilec_y = (tilec_blocks + tilec_x - 1) / tilec_x;
     if (tilec_y > 65535) return TILEC_ERR_UNSUPPORTED;
     static std::atomic<unsigned> tilec_smem_ready{0};
-    if (tilec::allow_smem(gemm_bias_relu_k0_tma, 196672, tilec_smem_ready) != cudaSuccess) return TILEC_ERR_LAUNCH;
-    gemm_bias_relu_k0_tma<<<dim3((unsigned)tilec_x, (unsigned)tilec_y), 384, 196672, tilec_stream>>>(tilec_map_A, tilec_map_B, A, B, bias, C, M, K, N, host2, tilec_g0, tilec_g1, tilec_g2);
+    if (tilec::allow_smem(gemm_bias_relu_k0_tma, 229440, tilec_smem_ready) != cudaSuccess) return TILEC_ERR_LAUNCH;
+    gemm_bias_relu_k0_tma<<<dim3((unsigned)tilec_x, (unsigned)tilec_y), 384, 229440, tilec_stream>>>(tilec_map_A, tilec_map_B, tilec_map_C, A, B, bias, C, M, K, N, host2, tilec_g0, tilec_g1, tilec_g2);
     return cudaGetLastError() == cudaSuccess ? TILEC_OK : TILEC_ERR_LAUNCH;
 }
 
@@ -414,7 +436,7 @@ extern "C" int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16
     (void)tilec_workspace;
     (void)tilec_workspace_bytes;
     int tilec_status = TILEC_OK;
-    if ((K % 8 == 0) && (M < 2147483648) && (K < 2147483648) && (N % 8 == 0) && (N < 2147483648) && tilec::aligned16(A) && tilec::aligned16(B) && tilec::sm90a_device()) {
+    if ((K % 8 == 0) && (M < 2147483648) && (K < 2147483648) && (N % 8 == 0) && (N < 2147483648) && tilec::aligned16(A) && tilec::aligned16(B) && tilec::aligned16(C) && tilec::sm90a_device()) {
         tilec_status = tilec_launch_gemm_bias_relu_k0_tma(A, B, bias, C, M, K, N, tilec_stream);
     } else if (true) {
         tilec_status = tilec_launch_gemm_bias_relu_k0(A, B, bias, C, M, K, N, tilec_stream);

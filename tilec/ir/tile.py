@@ -398,6 +398,9 @@ class TileKernel:
     # tensors whose address must be 16-byte aligned for this variant (TMA); the launcher tests it
     # with the variant's `when`
     aligned: tuple = ()
+    # ((output, staging buffer), ...): the epilogue stores these outputs' whole tiles through a
+    # shared staging buffer by TMA (passes/tma_store.py)
+    tma_stores: tuple = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -690,6 +693,9 @@ def print_kernel(k: TileKernel) -> str:
         lines.append(f"        # warp roles: consumers = warpgroups 0-{n - 1}, producer = warpgroup {n}"
                      + (" (ping-pong: the consumers take turns, a tile each)" if k.pingpong else "")
                      + "; the producer's first thread issues the copies")
+    for out, buf in k.tma_stores:
+        lines.append(f"        # epilogue: a whole tile of {out} leaves through {buf} (64-row panels "
+                     "of 128-byte rows per consumer warpgroup) by TMA stores")
     lines += print_stmts(k.body, 2)
     return "\n".join(lines)
 

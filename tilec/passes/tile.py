@@ -37,6 +37,7 @@ from ..ir.tile import (
 )
 from ..ir.types import DTYPES, PACKED, Dim, is_float, itemsize_bits, numel
 from . import split_k
+from .tma_store import tma_conditions
 from .fuse import Fuser, is_squeeze
 from .rewrite import map_expr, map_exprs, map_stmts
 
@@ -458,20 +459,12 @@ class GroupLowering:
                         "persistent" + (", ping-pong" if pingpong else "") +
                         (f", clusters of {cluster}" if cluster > 1 else ""), swizzle)
         params = {p.name: p for p in k.params}
-        when, seen = None, set()
-        for c in copies:
-            p = params[c.src.buf]
-            if len(p.shape) > 3 or p.dtype not in ("f16", "bf16"):
-                raise NotWgmma()
-            conds = [Dim.bin("eq", p.shape[-1] % 8, 0)] + [Dim.bin("lt", d, 2 ** 31)
-                                                           for d in p.shape]
-            for cond in conds:
-                if cond == Dim.const(1) or cond in seen:
-                    continue
-                seen.add(cond)
-                if cond == Dim.const(0):
-                    raise NotWgmma()
-                when = cond if when is None else Dim.bin("and", when, cond)
+        srcs = [c.src.buf for c in copies]
+        if any(len(params[n].shape) > 3 or params[n].dtype not in ("f16", "bf16") for n in srcs):
+            raise NotWgmma()
+        when = tma_conditions(params, srcs, None)
+        if when is False:
+            raise NotWgmma()
         return replace(k, when=when, warp_specialize=consumers, pingpong=pingpong,
                        cluster=cluster, persistent=True,
                        aligned=tuple(sorted({c.src.buf for c in copies})))

@@ -14,7 +14,7 @@ import struct
 from dataclasses import replace
 
 from ..ir import tile as T
-from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows
+from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows, WgmmaLayout
 from ..passes import (
     barriers,
     hoist_invariants,
@@ -25,6 +25,7 @@ from ..passes import (
     pipeline,
     specialize,
     split_k,
+    tma_store,
     version_masks,
 )
 from ..passes.hoist_guards import conjuncts, split_bound
@@ -122,6 +123,9 @@ class LoopContext:
         # the loop's whole version: its vector accesses known aligned (Load, or id(Store));
         # None: the guarded version (counts and alignment tested per group)
         self.aligned: set | None = None
+        # id(Store) -> (staging buffer, its panel columns): stores of the epilogue's whole tile
+        # written to shared memory, for TMA stores (CudaRenderer.staged_stores)
+        self.staged: dict = {}
 
 
 class CudaRenderer(CStyleRenderer):
@@ -155,7 +159,7 @@ class CudaRenderer(CStyleRenderer):
         self.launcher_values: set = set()
         self.int32_bounds: set = set()
         # warp-specialized kernels: the byte offset of the mbarriers in shared memory, the
-        # tensor maps the TMA copies read ({tensor: (box rows, rank)}), and whether the
+        # tensor maps the TMA copies and stores use ({tensor: (box rows, rank)}), and whether the
         # statements being printed run on the consumer warpgroups alone (block barriers
         # become a named barrier of theirs)
         self.ws_barriers = 0
@@ -660,6 +664,9 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"tilec_it += (uint32_t){n};  // (the other warpgroup's tile)", depth + 2)
             self.emit("++tilec_turn;", depth + 2)
         self.emit("}", depth + 1)
+        if k.tma_stores:  # (the block's shared memory outlives its last stores)
+            self.emit("if (tilec_tid % 128 == 0) tilec::sm90::bulk_wait<0>();  // the TMA stores "
+                      "are done", depth + 1)
         self.emit("}", depth)
         if k.cluster > 1:  # (no block leaves while the other may still reach its barriers)
             self.emit("tilec::sm90::cluster_sync();", depth)
@@ -894,7 +901,7 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"if ({' && '.join(conds)}) {{", depth)
         self.emit("// the block's whole tile lies inside the tensors; its vector accesses are "
                   "aligned", depth + 1)
-        self.groups(loop, aligned, depth + 1, rows_inside)
+        self.groups(loop, aligned, depth + 1, rows_inside, self.staged_stores(loop))
         self.emit("} else {", depth)
         self.groups(loop, None, depth + 1)
         self.emit("}", depth)
@@ -1067,14 +1074,22 @@ class CudaRenderer(CStyleRenderer):
             aligned.add(x if isinstance(x, T.Load) else id(x))  # as vec_loads / vec_stores key them
         return conds, aligned, [e for b in col_bounds for e in b]
 
-    def groups(self, loop, aligned, depth, rows_inside=()):
+    def groups(self, loop, aligned, depth, rows_inside=(), staged=None):
         """The loop over the thread's groups; `aligned`: the loop's whole version (every group
         whole, these vector accesses aligned), else None; `rows_inside`: row conditions known
-        to hold (not tested)."""
+        to hold (not tested); `staged`: stores written to shared memory for TMA stores
+        (staged_stores), panel by panel."""
         s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other = loop
         streaming = L.groups() is None
         d = depth
-        if streaming:
+        if staged:
+            panels = self.staging_panels(loop, staged, d)
+            d += 1
+            self.emit("#pragma unroll", d)
+            self.emit(f"for (int tilec_q = tilec_p * {panels}; tilec_q < (tilec_p + 1) * {panels}; "
+                      "++tilec_q) {", d)
+            row, col0, valid = L.row("tilec_q"), L.col0("tilec_q"), L.valid("tilec_q")
+        elif streaming:
             ext = self.expr(s.extents[-1])
             self.emit(f"for (int64_t tilec_g = tilec_tid; tilec_g * {L.vec} < {ext}; "
                       f"tilec_g += {self.k.threads}) {{", d)
@@ -1104,6 +1119,7 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"const bool tilec_ok = {' && '.join(conds)};", d)
         outer = self.ctx
         self.ctx = LoopContext(L, tuple(T.Var(v) for v in s.vars), ivar, jvar, streaming)
+        self.ctx.staged = staged or {}
         if jvar is None:
             self.emit("const int tilec_v = 0;", d)
             self.emit("(void)tilec_v;", d)
@@ -1115,7 +1131,72 @@ class CudaRenderer(CStyleRenderer):
         self.ctx = outer
         if conds and not orelse:
             self.emit("}", d - 1)
+        if staged:
+            self.emit("}", depth + 1)
+            self.staging_stores(loop, staged, depth + 1)
         self.emit("}", depth)
+
+    # ---- Hopper: the epilogue's whole tiles through shared memory by TMA stores -----------
+    # (each consumer warpgroup's stores form bulk groups of its first thread; named barrier
+    # STAGING_BAR + g is warpgroup g's)
+    STAGING_BAR = 4
+
+    def staged_stores(self, loop) -> dict:
+        """The stores of an epilogue loop whose whole tiles leave by TMA (TileKernel.
+        tma_stores): id(Store) -> (staging buffer, panel columns); {} for other loops."""
+        staging = dict(self.k.tma_stores)
+        s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other = loop
+        if not staging or not isinstance(L, WgmmaLayout) or other or orelse:
+            return {}
+        outs = {p.name: p for p in self.k.params}
+        return {id(st): (staging[st.buf], self.allocs[staging[st.buf]].layout.cols)
+                for st in body if isinstance(st, T.Store) and st.buf in staging and
+                tma_store.tile_store(st, ivar, jvar, outs)}
+
+    def staging_panels(self, loop, staged: dict, d: int) -> int:
+        """Open the loop over a tile's panels (tilec_p) with each panel's staging buffers free;
+        returns the thread's groups per panel."""
+        L = loop[1]
+        (cols,) = {c for _, c in staged.values()}
+        panels = L.cols // cols
+        outs = sorted({buf for buf, _ in staged.values()})
+        self.emit(f"// the tile leaves through shared memory ({', '.join(outs)}) by TMA stores: "
+                  f"{panels} panel(s) of {cols} columns per consumer warpgroup, each written to a "
+                  "buffer once its last store has read it", d)
+        self.emit("#pragma unroll", d)
+        self.emit(f"for (int tilec_p = 0; tilec_p < {panels}; ++tilec_p) {{", d)
+        self.emit(f"tilec::sm90::staging_free<{min(panels, 2) - 1}>({self.STAGING_BAR} + "
+                  "tilec_warp / 4);", d + 1)
+        return L.groups() // panels
+
+    def staging_stores(self, loop, staged: dict, d: int):
+        """Close the panel loop: the warpgroup's writes made visible to the TMA unit, then its
+        first thread stores each staged output's panel (its 64 rows, the panel's columns) and
+        commits them as one bulk group."""
+        s, L, ivar, jvar, body, *_ = loop
+        self.emit(f"tilec::sm90::staging_ready({self.STAGING_BAR} + tilec_warp / 4);", d)
+        self.emit("if (tilec_tid % 128 == 0) {", d)
+        for st in body:
+            if id(st) not in staged:
+                continue
+            buf, cols = staged[id(st)]
+            *lead, r, c = st.idx
+            x = f"{self.expr(column_base(c, jvar))} + tilec_p * {cols}"
+            y = f"{self.expr(column_base(r, ivar))} + (tilec_warp / 4) * 64"
+            coords = ", ".join(f"(int32_t)({e})" for e in [x, y] + [self.expr(e) for e in lead[::-1]])
+            self.ws_maps[st.buf] = (64, len(st.idx))
+            self.emit(f"tilec::sm90::tma_store_{len(st.idx)}d(&tilec_map_{cname(st.buf)}, "
+                      f"{self.staging_buffer(buf)}, {coords});", d + 1)
+        self.emit("tilec::sm90::bulk_commit();", d + 1)
+        self.emit("}", d)
+
+    def staging_buffer(self, buf: str) -> str:
+        """The staging buffer of this warpgroup's panel tilec_p (two per warpgroup, alternating;
+        one where a tile has one panel)."""
+        a = self.allocs[buf]
+        per = _const(a.shape[0]) // self.k.warp_specialize
+        at = f"((tilec_warp / 4) * {per} + tilec_p % {per})" if per > 1 else "(tilec_warp / 4)"
+        return f"{cname(buf)} + {at} * {a.layout.size()}"
 
     def touches_fragments(self, body) -> bool:
         frags = {n for n, a in self.allocs.items() if a.scope != "shared"}
@@ -1387,6 +1468,13 @@ class CudaRenderer(CStyleRenderer):
             element_loop(bool(col_bounds), d)
         for st in stores:
             p = self.globals[st.buf]
+            if id(st) in ctx.staged:  # into this panel's staging buffer, in TMA's swizzle
+                buf, cols = ctx.staged[id(st)]
+                self.emit(f"tilec::store_vec_whole<{vec}, {bits_kind(p.dtype)}>("
+                          f"{self.staging_buffer(buf)} + tilec::sm90::sw128<{BYTES[p.dtype]}>("
+                          f"{cname(ctx.ivar)} % 64, tilec_j0 % {cols}), {ctx.vec_stores[id(st)]});",
+                          d)
+                continue
             at = st.idx[:-1] + (_at_j0(st.idx[-1], jvar),)
             ptr = f"{cname(p.name)} + {self.global_offset(p, at)}"
             if ctx.aligned and id(st) in ctx.aligned:
@@ -1616,8 +1704,9 @@ def consumer_regs(consumers: int) -> int:
 
 def tensor_maps(k: T.TileKernel, used: dict) -> list:
     """The launcher's lines that build the tensor maps of a warp-specialized kernel's TMA copies
-    (cached by tilec::tensor_map): each tensor row-major, boxes of 64 columns by the copied
-    window's rows; a map the driver refuses is TILEC_ERR_UNSUPPORTED."""
+    and stores (cached by tilec::tensor_map): each tensor row-major, boxes of one 128-byte row
+    (64 16-bit or 32 f32 columns) by the window's rows; a map the driver refuses is
+    TILEC_ERR_UNSUPPORTED."""
     params = {p.name: p for p in k.params}
     out = []
     for name, (rows, rank) in used.items():
@@ -1627,10 +1716,13 @@ def tensor_maps(k: T.TileKernel, used: dict) -> list:
         for d in list(reversed(p.shape))[1:]:
             strides.append(acc)
             acc = f"{acc} * (uint64_t)({pdim(d)})"
-        box = ["64", str(rows)] + ["1"] * (rank - 2)
-        dt = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"}[p.dtype]
+        cols = 128 // BYTES[p.dtype]
+        box = [str(cols), str(rows)] + ["1"] * (rank - 2)
+        dt = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
+              "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}[p.dtype]
         m = f"tilec_map_{cname(name)}"
-        out += [f"CUtensorMap {m};  // {name}: boxes of 64 columns x {rows} rows, 128-byte swizzle",
+        out += [f"CUtensorMap {m};  // {name}: boxes of {cols} columns x {rows} rows, 128-byte "
+                "swizzle",
                 "{",
                 f"    const uint64_t tilec_dims[{rank}] = {{{', '.join(dims)}}};",
                 f"    const uint64_t tilec_strides[{rank - 1}] = {{{', '.join(strides)}}};",
@@ -1771,6 +1863,8 @@ CUDA = Target(
         ("hoist_invariants", hoist_invariants.run),
         # thread layouts of fragments, swizzles of shared tiles; needs static shapes
         ("layout", layout.run),
+        # Hopper: a GEMM epilogue's whole output tiles leave through shared memory by TMA stores
+        ("tma_store", tma_store.run),
         # barriers between shared-memory writers and readers; needs the final statement order
         ("barriers", barriers.run),
         # a K loop's last gemm runs its last k-step across the wait and barrier ending the loop

@@ -1669,6 +1669,55 @@ TILEC_DEV void mbar_arrive_remote(uint64_t* bar, uint32_t rank) {
 #endif
 }
 
+// TMA stores: the box of the tensor `map` describes at element coordinates (innermost first;
+// the part outside the tensor is not written) from shared `src`, in the calling thread's current
+// bulk group; bulk_commit closes the group, bulk_wait_read<N> waits until at most N of the
+// thread's groups still read their shared memory, bulk_wait<N> until at most N are unfinished.
+TILEC_DEV void tma_store_2d(const CUtensorMap* map, const void* src, int32_t x, int32_t y) {
+#ifdef TILEC_SM90A
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(src)), "r"(x), "r"(y)
+                 : "memory");
+#endif
+}
+
+TILEC_DEV void tma_store_3d(const CUtensorMap* map, const void* src, int32_t x, int32_t y,
+                            int32_t z) {
+#ifdef TILEC_SM90A
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];"
+                 :: "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(src)), "r"(x), "r"(y),
+                    "r"(z) : "memory");
+#endif
+}
+
+TILEC_DEV void bulk_commit() {
+#ifdef TILEC_SM90A
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+TILEC_DEV void bulk_wait_read() {
+#ifdef TILEC_SM90A
+    asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(N) : "memory");
+#endif
+}
+
+template <int N>
+TILEC_DEV void bulk_wait() {
+#ifdef TILEC_SM90A
+    asm volatile("cp.async.bulk.wait_group %0;" :: "n"(N) : "memory");
+#endif
+}
+
+// The element offset of (row, col) in a tile of 128-byte rows in TMA's 128-byte swizzle (16-byte
+// chunk c of row r at chunk c ^ (r % 8); the tile 1024-byte aligned), for E-byte elements.
+template <int E>
+TILEC_DEV int sw128(int row, int col) {
+    const int byte = col * E;
+    return (row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15)) / E;
+}
+
 TILEC_DEV void prefetch_tensor_map(const CUtensorMap* map) {
 #ifdef TILEC_SM90A
     asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -1695,6 +1744,23 @@ TILEC_DEV void setmaxnreg_inc() {
 template <int THREADS>
 TILEC_DEV void consumer_sync(int id) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "n"(THREADS) : "memory");
+}
+
+// A consumer warpgroup's TMA-store staging (its 128 threads, named barrier `bar`): before they
+// write a buffer, its first thread waits until at most N of its stores still read their buffers
+// (the buffer's previous store is done with it); after, their writes are made visible to the
+// TMA unit before that thread stores the buffer.
+template <int N>
+TILEC_DEV void staging_free(int bar) {
+    if (threadIdx.x % 128 == 0) bulk_wait_read<N>();
+    consumer_sync<128>(bar);
+}
+
+TILEC_DEV void staging_ready(int bar) {
+#ifdef TILEC_SM90A
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+    consumer_sync<128>(bar);
 }
 
 // wgmma matrix descriptors of a 128-byte-swizzled shared tile: start address, leading and
