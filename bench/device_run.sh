@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (the device tool): install tilec from this checkout, run the GPU
 # tests, compute-sanitizer on representative kernels, and bench/gpu.py; logs go to $OUT.
-# TILEC_ARCH (default sm_90) is the --arch of the profile, flagruns and knobbench builds;
+# TILEC_ARCH (default sm_90a) is the --arch of the profile, flagruns, knobbench and bench builds;
 # TILEC_SANITIZE_ARCH that of the sanitizer's.
 #   usage (from the repository root, with .whl holding the lark and interegular wheels):
 #     bash bench/device_run.sh [tests] [sanitize] [bench] [ceiling] [profile] [variants] [probes] ... [bench args...]
@@ -63,7 +63,7 @@ linear_tf32 M=100,N=72,K=300"}
         for tool in memcheck racecheck; do
             echo "== compute-sanitizer --tool $tool $sample $dims" | tee -a "$OUT/sanitize.log"
             compute-sanitizer --tool $tool --error-exitcode 9 python3 -m tilec.cli run \
-                samples/$sample.tile --target cuda --arch ${TILEC_SANITIZE_ARCH:-sm_90} --dims $dims --seed 1 \
+                samples/$sample.tile --target cuda --arch ${TILEC_SANITIZE_ARCH:-sm_90a} --dims $dims --seed 1 \
                 < /dev/null >> "$OUT/sanitize.log" 2>&1 || { echo "   FAILED ($?)" | tee -a "$OUT/sanitize.log"; status=1; }
             tail -2 "$OUT/sanitize.log"
         done
@@ -91,7 +91,7 @@ if [[ $what == *profile* ]]; then
             --section SourceCounters --section SchedulerStats --section InstructionStats \
             --section MemoryWorkloadAnalysis_Tables \
             --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,lts__t_bytes.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,lts__t_sector_hit_rate.pct" \
-            python3 -m tilec.cli run "$file" --kernel "$kernel" --target cuda --arch ${TILEC_ARCH:-sm_90} \
+            python3 -m tilec.cli run "$file" --kernel "$kernel" --target cuda --arch ${TILEC_ARCH:-sm_90a} \
             --dims "$dims" --seed 1 > "$OUT/ncu_$kernel.txt" 2>&1
         grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Warp Cycles|Issued Ipc|ok|MISMATCH" \
             "$OUT/ncu_$kernel.txt" | head -40
@@ -124,7 +124,7 @@ if [[ $what == *flagruns* ]]; then
         assigns=()
         for v in $vars; do assigns+=("${v//+/ }"); done
         env "${assigns[@]}" python3 -m tilec.cli run bench/gpu.tile --kernel "$kernel" --target cuda \
-            --arch ${TILEC_ARCH:-sm_90} --dims "$dims" --seed 1 2>&1 | tee -a "$OUT/flagruns.log" | grep -E "ms|MISMATCH|error"
+            --arch ${TILEC_ARCH:-sm_90a} --dims "$dims" --seed 1 2>&1 | tee -a "$OUT/flagruns.log" | grep -E "ms|MISMATCH|error"
     done <<< "${TILEC_RUNS:-}"
 fi
 if [[ $what == *rowvariants* ]]; then
@@ -176,14 +176,14 @@ if [[ $what == *knobbench* ]]; then
         echo "== $vars" | tee -a "$OUT/knobbench.log"
         assigns=()
         for v in $vars; do assigns+=("${v//+/ }"); done
-        env "${assigns[@]}" python3 bench/gpu.py --arch ${TILEC_ARCH:-sm_90} --cases "${TILEC_KNOB_CASES:-gemm}" --no-compile \
+        env "${assigns[@]}" python3 bench/gpu.py --arch ${TILEC_ARCH:-sm_90a} --cases "${TILEC_KNOB_CASES:-gemm}" --no-compile \
             ${TILEC_KNOB_ARGS:-} \
             --build-dir "/tmp/knob_${vars//[^A-Za-z0-9]/_}" 2>&1 | tee -a "$OUT/knobbench.log" \
             | grep -E "^\| [a-z]|FAIL|MISMATCH|rror|run took|tilec build"
     done <<< "${TILEC_KNOBS:-}"
 fi
 if [[ $what == all || ,$what, == *,bench,* ]]; then
-    python3 bench/gpu.py --arch sm_90 --json "$OUT/bench.json" "${bench_args[@]}" 2>&1 | tee "$OUT/bench.log" | tail -60
+    python3 bench/gpu.py --arch ${TILEC_ARCH:-sm_90a} --json "$OUT/bench.json" "${bench_args[@]}" 2>&1 | tee "$OUT/bench.log" | tail -60
     [[ ${PIPESTATUS[0]} == 0 ]] || status=1
 fi
 exit $status

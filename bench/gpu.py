@@ -966,7 +966,7 @@ def main() -> int:
     ap.add_argument("--json", metavar="PATH", help="also write every number as JSON")
     ap.add_argument("--build-dir", metavar="DIR",
                     help="build here (and reuse it) instead of in a temporary directory")
-    ap.add_argument("--arch", default="sm_90", help="passed to tilec build")
+    ap.add_argument("--arch", default="sm_90a", help="passed to tilec build")
     ap.add_argument("--kernel", help="build only this kernel of bench/gpu.tile (for --cases using only it)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--copies", type=int, metavar="N",

@@ -70,7 +70,7 @@ def need_gpu():
 @pytest.mark.parametrize("arch", [("sm_80", "sm_90"), ("sm_80", "sm_90a")],
                          ids=["sm80+sm90", "sm80+sm90a"])
 def test_sample_compiles_for_sm80_and_sm90(path, arch):
-    """Every sample builds for sm_80 + sm_90 (the default) and for sm_80 + sm_90a (the Hopper
+    """Every sample builds for sm_80 + sm_90 and for sm_80 + sm_90a (the default: the Hopper
     GEMMs in the same library, sm_90 PTX)."""
     need_nvcc()
     _, out = build_text(path.read_text(), path.name, "cuda", {"arch": arch})

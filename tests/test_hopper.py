@@ -249,6 +249,7 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
             sass = subprocess.run(["cuobjdump", "--dump-sass", str(folder / "k.o")],
                                   capture_output=True, text=True).stdout
             assert "HGMMA" in sass and "UTMALDG" in sass
+            assert ("UTMASTG" in sass) == ("pingpong" not in knob)  # (the TMA-store epilogue)
     assert built == {"hop_bias_relu", "hop_bf16_bt", "hop_batched"}
     ptx = ""
     for _, r, folder in nvcc_each(GEMMS, "hop.tile", [

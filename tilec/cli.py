@@ -16,8 +16,9 @@ from .diagnostics import TilecError
 TARGETS = click.Choice(targets.names())
 ARCH_HELP = ("Architectures. cpu: one -march (native, x86-64-v2, x86-64-v3, x86-64-v4; default "
              "x86-64-v3 for build, native for run). cuda: comma-separated (sm_80,sm_86,sm_89,"
-             "sm_90,sm_90a; default sm_80,sm_90 for build, the device's own for run: sm_90a on an "
-             "H100/H200); a list builds one library for all of them.")
+             "sm_90,sm_90a; default sm_80,sm_90a for build: the Hopper kernels on an H100/H200, "
+             "sm_80 code elsewhere; the device's own for run); a list builds one library for all "
+             "of them.")
 
 
 def _fail(src, e: TilecError):

@@ -1877,9 +1877,9 @@ CUDA = Target(
     source_ext=".cu",
     device_library="tilec_cuda.h",
     arch_choices=("sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"),
-    # (a list with sm_90a, e.g. sm_80,sm_90a, adds the Hopper GEMMs for H100/H200 devices;
-    # the default becomes that once such a library has run on one)
-    default_arch=("sm_80", "sm_90"),
+    # one library for every GPU from the A100 on: the Hopper kernels (sm_90a code) launched on
+    # H100/H200 devices, sm_80 code elsewhere, sm_90 PTX for newer GPUs
+    default_arch=("sm_80", "sm_90a"),
     runtime="cuda",
     link_flags="-lcudart",
     specialize=_for_arch,
