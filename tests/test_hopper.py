@@ -249,7 +249,9 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
             sass = subprocess.run(["cuobjdump", "--dump-sass", str(folder / "k.o")],
                                   capture_output=True, text=True).stdout
             assert "HGMMA" in sass and "UTMALDG" in sass
-            assert ("UTMASTG" in sass) == ("pingpong" not in knob)  # (the TMA-store epilogue)
+            # (the TMA-store epilogue: where its buffers fit beside the stages)
+            staged = any(k.tma_stores for k in _kernels(GEMMS, MIXED))
+            assert ("UTMASTG" in sass) == staged and staged == (knob in ("", "128x256,4,cluster2"))
     assert built == {"hop_bias_relu", "hop_bf16_bt", "hop_batched"}
     ptx = ""
     for _, r, folder in nvcc_each(GEMMS, "hop.tile", [
@@ -309,3 +311,106 @@ def test_run_builds_for_the_devices_own_architecture():
     assert arch_for(8, 0, CUDA.arch_choices) == "sm_80"
     assert arch_for(8, 9, CUDA.arch_choices) == "sm_89"
     assert arch_for(7, 5, CUDA.arch_choices) is None  # (the default list then)
+
+
+# ---- attention -----------------------------------------------------------------------------
+ATTENTION = """
+kernel hop_attention(Q: f16[B, H, L, D], K: f16[B, H, S, D], V: f16[B, H, S, D]) -> O: f16[B, H, L, D]:
+    O = f16(softmax((Q @ K.T) * rsqrt(f32(D)), axis=-1)) @ V
+
+kernel hop_causal_bf16(Q: bf16[B, L, D], K: bf16[B, L, D], V: bf16[B, L, D]) -> O: bf16[B, L, D]:
+    S = (Q @ K.T) * rsqrt(f32(D))
+    S = where(index(S, -1) > index(S, -2), -inf, S)
+    O = bf16(softmax(S, axis=-1)) @ V
+"""
+
+
+def test_attention_gets_a_warp_specialized_variant():
+    """Attention's Hopper variant, per head-dim capacity (64 and 128: TMA's 64-column panels):
+    the producer copies the block's Q tile once and K and V tiles into 2 stages; the consumer
+    warpgroups compute S = Q K^T from shared memory and O += P V with P from registers, both
+    on wgmma; 4-D tensors are addressed as 3-D (batch and heads merged). Tried first."""
+    ks = {k.name: k for k in _kernels(ATTENTION)}
+    tma = sorted(n for n in ks if "_tma" in n)
+    assert tma == sorted(f"{base}_k0_tma_D{d}{x}" for base in ("hop_attention", "hop_causal_bf16")
+                         for d in (64, 128) for x in ("", "exact"))
+    for name in tma:
+        k = ks[name]
+        assert k.warp_specialize == 2 and not k.persistent and k.threads == 384
+        assert k.aligned == ("K", "Q", "V")
+        text = T.print_kernel(k)
+        assert re.search(r"copy_async\(Q\[.*\], Q_s\)\n", text)
+        assert re.search(r"for k in warp_specialized\(.*, stages=2\)", text)
+        assert re.search(r"gemm\(P, V_s\[k % 2\], O1?\)", text)
+    src, _, m = compile_text(ATTENTION, "hop.tile", "cuda", options=HOPPER)
+    files = driver.render(src, m, "cuda", HOPPER)
+    cu = files["hop_attention.cu"]
+    body = cu[cu.index("hop_attention_k0_tma_D128exact("):]
+    body = body[:body.index("\n}\n")]
+    assert "tilec::mbar_init(tilec_once, 1)" in body.replace("sm90::", "")
+    assert re.search(r"tma_load_3d\(Q_s \+ 8192, &tilec_map_Q, tilec_once, \(int32_t\)\(0\) \+ 64, "
+                     r"\(int32_t\)\(bx \* 128\), \(int32_t\)\(\(bz / H\) \* H \+ bz % H\)\)", body)
+    assert "mbar_arrive_expect_tx(&tilec_full[tilec_s], 65536)" in body  # K + V, 128 x 128 each
+    assert "wgmma_tile<128, 128, false, false, 128>(S1, Q_s + (tilec_warp / 4) * 4096, " \
+        "K_s + tilec_s * 16384)" in body
+    assert "wgmma_tile_rs<128, 128, true, false>(O1, P, V_s + tilec_s * 16384)" in body
+    assert body.index("mbar_wait(tilec_once, 0)") < body.index("mbar_wait(&tilec_full")
+    assert "(uint64_t)((uint64_t)(B) * (uint64_t)(H))" in cu  # the merged leading dims
+    causal = files["hop_causal_bf16.cu"]
+    assert "wgmma_tile_rs<128, 128, true, true>(O1, P, V_s + tilec_s * 16384)" in causal
+    # the launcher tries the Hopper variants first
+    launch = cu[cu.index("int tilec_status = TILEC_OK;"):]
+    assert launch.index("tilec_launch_hop_attention_k0_tma_D64exact") < \
+        launch.index("tilec_launch_hop_attention_k0_D64exact")
+
+
+@pytest.mark.parametrize("text", [
+    # K stored transposed ([D, S]: not the K-major tile wgmma reads); P kept in f32; D past 128
+    "kernel t(Q: f16[L, D], Kt: f16[D, S], V: f16[S, D]) -> O: f16[L, D]:\n"
+    "    O = f16(softmax(Q @ Kt, axis=-1)) @ V\n",
+    "kernel t(Q: f16[L, D], K: f16[S, D], V: f32[S, D]) -> O: f32[L, D]:\n"
+    "    O = softmax(f32(Q @ K.T), axis=-1) @ V\n",
+    "kernel t(Q: f16[L, 256], K: f16[S, 256], V: f16[S, 256]) -> O: f16[L, 256]:\n"
+    "    O = f16(softmax(Q @ K.T, axis=-1)) @ V\n"])
+def test_attention_tma_cannot_read_keeps_mma_sync(text):
+    ks = _kernels(text)
+    assert ks and not any(k.warp_specialize for k in ks)
+
+
+@pytest.mark.nvcc
+@pytest.mark.gpu  # (also on the device: cuobjdump reads the SASS)
+def test_warp_specialized_attention_compiles_for_sm90a():
+    """Warning-free, no spills; the PTX multiplies P V with A from registers (wgmma's register
+    operand form), the SASS holds HGMMA and UTMALDG where cuobjdump exists."""
+    need_nvcc()
+    ptx = ""
+    for f, r, folder in nvcc_each(ATTENTION, "hop.tile", [
+            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"],
+            HOPPER):
+        assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr
+        assert " 0 bytes spill stores" in r.stderr and not re.search(r" [1-9]\d* bytes spill",
+                                                                     r.stderr), r.stderr
+        if shutil.which("cuobjdump"):
+            sass = subprocess.run(["cuobjdump", "--dump-sass", str(folder / "k.o")],
+                                  capture_output=True, text=True).stdout
+            assert "HGMMA" in sass and "UTMALDG" in sass
+    for _, r, folder in nvcc_each(ATTENTION, "hop.tile", [
+            "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
+        ptx += (folder / "k.ptx").read_text()
+    for dt in ("f16", "bf16"):
+        assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{dt}\.{dt}\s*"
+                         r"\{[^}]*\},\s*\{%r\d+, %r\d+, %r\d+, %r\d+\}", ptx), dt
+
+
+@pytest.mark.gpu
+def test_warp_specialized_attention_on_gpu(monkeypatch):
+    """The Hopper attention alone (the other variants removed: a condition that fails is an
+    error, not a fallback): head dims at and below both capacities, ragged L and S, causal with
+    bf16, batch and heads merged, against the reference."""
+    need_gpu()
+    keep = tile_pass.gemm_variants
+    monkeypatch.setattr(tile_pass, "gemm_variants",
+                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+    for dims in (dict(B=2, H=3, L=200, S=130, D=64), dict(B=1, H=2, L=130, S=300, D=128),
+                 dict(B=1, H=1, L=64, S=64, D=40), dict(B=2, H=1, L=257, S=1, D=96)):
+        check_text(ATTENTION, dims, name="hop_only.tile", target="cuda", options=HOPPER)

@@ -149,19 +149,24 @@ def _pipelined(loop: T.For, allocs: dict, params: dict):
 
 
 def _warp_specialized(loop: T.For) -> tuple:
-    """(loop, staged buffer names) for the pipelined K loop of a warp-specialized kernel."""
+    """(loop, staged buffer names) for the pipelined loop of a warp-specialized kernel: its
+    top-level tile copies fill stage k % S (the producer's), the rest (the consumers') reads
+    them there."""
     (k,) = loop.vars
     stage_k = T.imod(T.Var(k), T.iconst(loop.stages))
+    staged = {st.dst.buf for st in loop.body if isinstance(st, T.Copy)}
     body = []
     for st in loop.body:
         if isinstance(st, T.Copy):
             body.append(replace(st, dst=T.Region(st.dst.buf, (stage_k,)), async_=True))
         elif isinstance(st, T.Gemm):
-            body.append(replace(st, a_stage=stage_k, b_stage=stage_k))
+            body.append(replace(st, a_stage=stage_k if st.a in staged else None,
+                                b_stage=stage_k if st.b in staged else None))
         else:
-            raise AssertionError(f"a warp-specialized K loop holds {type(st).__name__}")
-    return replace(loop, kind="warp_specialized", body=tuple(body)), \
-        {c.dst.buf for c in body if isinstance(c, T.Copy)}
+            if any(isinstance(x, (T.Copy, T.Gemm)) for x in T.walk_stmts([st])):
+                raise AssertionError("a warp-specialized loop holds a nested copy or gemm")
+            body.append(st)
+    return replace(loop, kind="warp_specialized", body=tuple(body)), staged
 
 
 def _unit(e, var: str):
@@ -245,6 +250,10 @@ def lower_body(stmts: tuple, target, params: dict, warp_specialize: bool = False
     allocs = {a.name: a for a in T.walk_stmts(stmts) if isinstance(a, T.Alloc)}
     out, staged_all = [], {}
     for st in stmts:
+        if warp_specialize and isinstance(st, T.Copy):
+            # a tile copied once before the loop (attention's Q): the producer's too, by TMA
+            out.append(replace(st, async_=True))
+            continue
         if isinstance(st, T.For) and st.kind == "pipelined":
             if warp_specialize:
                 loop, staged = _warp_specialized(st)

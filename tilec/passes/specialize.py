@@ -71,8 +71,13 @@ def _with_capacity(k: T.TileKernel, caps: dict, target) -> T.TileKernel:
         c = Dim.bin("le", to_dim(ext), cap)
         when = c if when is None else Dim.bin("and", when, c)
     suffix = "_".join(_name(e) + str(c) for e, c in caps.items())
-    return replace(k, name=f"{k.name}_{suffix}", body=map_stmts(k.body, fix), when=when,
-                   threads=_threads(k, caps, target))
+    return replace(k, name=f"{k.name}_{suffix}", body=map_stmts(k.body, fix),
+                   when=_both(k.when, when), threads=_threads(k, caps, target))
+
+
+def _both(a, b):
+    """Conditions a and b (a variant's own, e.g. TMA's strides, and its capacity's)."""
+    return b if a is None else a if b is None else Dim.bin("and", a, b)
 
 
 def _name(e) -> str:
@@ -167,7 +172,7 @@ def exact(v: T.TileKernel, name: str, value: int) -> T.TileKernel:
                    for p in v.params)
     return replace(v, name=f"{v.name}exact", body=body, params=params,
                    grid=tuple(subst(g, fix) for g in v.grid),
-                   when=Dim.bin("eq", Dim.sym(name), value))
+                   when=_both(v.when, Dim.bin("eq", Dim.sym(name), value)))
 
 
 def specialize(k: T.TileKernel, target) -> list:
@@ -178,11 +183,14 @@ def specialize(k: T.TileKernel, target) -> list:
     choices = [r.matrix_capacities if _feeds_gemm(k, e) else r.row_capacities for e in exts]
     out, derived = [], _derived(k, exts)
     for caps in itertools.product(*choices):
+        if k.warp_specialize and any(c % 64 for c in caps):
+            continue  # (TMA fills a warp-specialized kernel's tiles in panels of 64 columns)
         v = _with_capacity(k, dict(zip(exts, caps)), target)
         if len(exts) == 1 and isinstance(exts[0], T.Var) and _feeds_gemm(k, exts[0]):
             # first: the launcher tries it first; the kernel's own threads (the table's choice
             # is for a run-time extent)
-            out.append(exact(replace(v, threads=k.threads), exts[0].name, caps[0]))
+            # (its condition: the kernel's own and `name == capacity`)
+            out.append(exact(replace(v, threads=k.threads, when=k.when), exts[0].name, caps[0]))
         doomed = [a for a in T.walk_stmts(v.body) if isinstance(a, T.Alloc) and a.name in derived]
         out.append((rematerialize(v, doomed, "") if doomed else None) or v)
     stream = rematerialize(k, _row_buffers(k, exts))

@@ -719,7 +719,10 @@ class GroupLowering:
         res = self.target.resources
         bm, bn = self.sched.tile_size("M", res.attn_tile[0]), self.sched.tile_size("N", res.attn_tile[1])
         stages = self.sched.stages or res.attn_stages
-        if self.sched.threads:
+        hopper = self.gemm_config is not None and self.gemm_config.wgmma
+        if hopper:  # (its own tile: a schedule's is the mma.sync kernel's)
+            (bm, bn, _), stages = self.gemm_config.tile, self.gemm_config.stages
+        elif self.sched.threads:
             self.check_warps(bm, bn, self.sched.threads, True)
         bx, bz = self.names.fresh("bx"), self.names.fresh("bz")
         bidx = decompose(T.Var(bz), batch)
@@ -795,9 +798,43 @@ class GroupLowering:
         if batch:
             grid.append(dim_to_expr(numel(batch)))
             bvars.append(bz)
+        if hopper:
+            return self.wgmma_attention(grid, bvars, body, (load_q, load_k, load_v), (tq, tk, tv),
+                                        p_dt, (Dk, Dv))
         return self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
                            "attention with online softmax (the L x S scores never leave the block)",
                            auto_threads=not self.sched.threads)
+
+    def wgmma_attention(self, grid, bvars, body, loads, transposed, p_dt, heads) -> TileKernel:
+        """The warp-specialized attention kernel (resources.wgmma_attention): Q, K and V tile
+        copies of one 16-bit dtype from tensors in memory (Q and V row-major, K read as K^T: the
+        layouts wgmma takes from shared memory), P rounded to that dtype (the A operand of P V,
+        from registers); at run time TMA's row strides and extents (the leading dims merge
+        into one coordinate); else NotWgmma. One block per 128 query rows (not persistent)."""
+        if transposed != (False, True, False) or any(
+                len(ld) != 1 or not isinstance(ld[0], Copy) for ld in loads):
+            raise NotWgmma()
+        # head dims in whole 64-column panels of TMA, at most 128 (the accumulators' registers);
+        # a run-time one gets capacities 64 and 128 (passes/specialize.py)
+        if any(d.op == "const" and d.args[0] not in (64, 128) for d in heads):
+            raise NotWgmma()
+        srcs = [ld[0].src.buf for ld in loads]
+        k = self.kernel(grid, bvars, self.gemm_config.threads, body,
+                        "attention with online softmax (the L x S scores never leave the block): "
+                        "warp-specialized (TMA, wgmma)")
+        params = {p.name: p for p in k.params}
+        dts = {params[n].dtype for n in srcs}
+        if len(dts) != 1 or not dts <= {"f16", "bf16"} or p_dt not in dts:
+            raise NotWgmma()
+        when = tma_conditions(params, srcs, None)
+        if when is False:
+            raise NotWgmma()
+        # (the merged leading dims: one 32-bit coordinate)
+        for cond in dict.fromkeys(Dim.bin("lt", numel(params[n].shape[:-2]), 2 ** 31)
+                                  for n in srcs if len(params[n].shape) > 3):
+            when = cond if when is None else Dim.bin("and", when, cond)
+        return replace(k, when=when, warp_specialize=self.gemm_config.threads // 128 - 1,
+                       aligned=tuple(sorted(set(srcs))))
 
 
 def _offset(e, base, var: str):
@@ -881,6 +918,12 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     (decode sizes: the launcher picks them by M at run time), each first split over K where the
     target splits and the grid is small (passes/split_k.py), before the default tile, unless the
     schedule fixes the tile. Config: a GemmVariant (None: the default tile)."""
+    if grp.kind == "attention" and target.resources.wgmma_attention and \
+            sched.warp_specialize is not False:
+        # Hopper: the warp-specialized attention first, where Q, K and V suit TMA at run time
+        bm, bn, stages = target.resources.wgmma_attention
+        return [("_tma", None, GemmVariant((bm, bn, 0), 128 * (bm // 64 + 1), stages, wgmma=True)),
+                ("", None, None)]
     if grp.kind != "gemm":
         return [("", None, None)]
     # Hopper: the warp-specialized kernel, where the operands suit TMA at run time (its own

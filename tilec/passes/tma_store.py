@@ -19,8 +19,9 @@ This pass decides it: for each such store of an f16, bf16 or f32 output of at mo
 the staging buffer (a shared Alloc) and records (output, buffer) in TileKernel.tma_stores; the
 variant's run-time conditions grow by what TMA needs of the output (rows a multiple of 16 bytes,
 a 16-byte aligned address, extents below 2^31). It leaves the kernel alone where the staging
-buffers would not fit in shared memory, and for the ping-pong schedule (one warpgroup's tile is
-128 rows there). The renderer writes the panels, barriers and stores.
+buffers would not fit in shared memory, for the ping-pong schedule (one warpgroup's tile is 128
+rows there), and where the grid is not persistent (attention: the stores would not overlap
+another tile's products). The renderer writes the panels, barriers and stores.
 """
 
 from __future__ import annotations
@@ -120,12 +121,14 @@ def _shared_bytes(body) -> int:
 
 
 def _stage(k: T.TileKernel, target) -> T.TileKernel:
-    if not k.warp_specialize or k.pingpong:
+    # (a persistent kernel: its tile's stores run beside the next tile's products; elsewhere,
+    # attention's, they would gain little for their shared memory)
+    if not k.warp_specialize or k.pingpong or not k.persistent:
         return k
     outputs = {p.name: p for p in k.params if p.kind == "output" and p.dtype in STORED and
                len(p.shape) <= 3}
     loop = next(s for s in k.body if isinstance(s, T.For) and s.kind == "warp_specialized")
-    budget = target.resources.tile_memory - BARRIER_BYTES * loop.stages
+    budget = target.resources.tile_memory - BARRIER_BYTES * (loop.stages + 1)
     used = _shared_bytes(k.body)
     names = {a.name for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
     stores, allocs, when = [], [], k.when

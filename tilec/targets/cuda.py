@@ -513,20 +513,27 @@ class CudaRenderer(CStyleRenderer):
 
     # ---- Hopper: the warp-specialized kernel (TileKernel.warp_specialize) -------------------
     def warp_specialized(self, body, depth: int):
-        """The body of a warp-specialized, persistent kernel: mbarriers set up, then the
-        producer warpgroup (its first thread issues every TMA copy of the `warp_specialized`
-        loop, tile after tile) and the consumer warpgroups (for each tile: the statements before
-        the loop, its gemm on wgmma, the statements after it: the epilogue). Both walk the same
-        tiles; one counter of K tiles per role runs the stage ring across tiles."""
+        """The body of a warp-specialized kernel: mbarriers set up, then the producer warpgroup
+        (its first thread issues every TMA copy: those before the `warp_specialized` loop once,
+        on their own barrier, those of the loop into its stages) and the consumer warpgroups
+        (the statements before the loop, the loop's other statements with its gemms on wgmma,
+        then the statements after it: the epilogue). A persistent kernel does that tile after
+        tile, in both roles; one counter of loop iterations per role runs the stage ring across
+        tiles."""
         k = self.k
         (loop,) = [st for st in body if isinstance(st, T.For) and st.kind == "warp_specialized"]
         at = body.index(loop)
-        pre = [st for st in body[:at] if not isinstance(st, T.Alloc)]
+        pre_copies = [st for st in body[:at] if isinstance(st, T.Copy)]
+        pre = [st for st in body[:at] if not isinstance(st, (T.Alloc, T.Copy))]
         post = body[at + 1:]
         S, consumers = loop.stages, k.warp_specialize
         copies = [st for st in loop.body if isinstance(st, T.Copy)]
-        (g,) = [st for st in loop.body if isinstance(st, T.Gemm)]
-        self.ws_gemm = g
+        gemms = [st for st in loop.body if isinstance(st, T.Gemm)]
+        # the GEMM's K loop (copies and one gemm): wgmma k-tiles kept in flight across
+        # iterations; else each gemm completes before the statements after it
+        self.ws_gemm = gemms[0] if len(gemms) == 1 and len(loop.body) == len(copies) + 1 else None
+        if pre_copies and k.persistent:
+            raise AssertionError("tiles copied before a persistent kernel's loop")
         lets = [st for st in pre if isinstance(st, T.Let)]
         self.emit(f"// warp roles: warpgroups 0-{consumers - 1} multiply (wgmma) and run the epilogue; "
                   f"warpgroup {consumers} loads (TMA)", depth)
@@ -540,6 +547,9 @@ class CudaRenderer(CStyleRenderer):
             # turns keep one warpgroup's products beside the other's epilogue)
             self.emit(f"uint64_t* tilec_order = tilec_empty + {S};  // order[g]: warpgroup g's turn",
                       depth)
+        if pre_copies:
+            self.emit(f"uint64_t* tilec_once = tilec_empty + {S};  // the tiles copied once have "
+                      "landed", depth)
         self.emit("if (tilec_tid == 0) {", depth)
         self.emit(f"for (int tilec_s = 0; tilec_s < {S}; ++tilec_s) {{", depth + 1)
         self.emit("tilec::sm90::mbar_init(&tilec_full[tilec_s], 1);", depth + 2)
@@ -553,6 +563,8 @@ class CudaRenderer(CStyleRenderer):
         if k.pingpong:  # order[g]: warpgroup g may start its next tile's products
             self.emit("tilec::sm90::mbar_init(&tilec_order[0], 128);", depth + 1)
             self.emit("tilec::sm90::mbar_init(&tilec_order[1], 128);", depth + 1)
+        if pre_copies:
+            self.emit("tilec::sm90::mbar_init(tilec_once, 1);", depth + 1)
         self.emit("tilec::sm90::mbar_init_fence();", depth + 1)
         self.emit("}", depth)
         if k.cluster > 1:
@@ -568,108 +580,181 @@ class CudaRenderer(CStyleRenderer):
                       depth)
         else:
             self.emit("__syncthreads();", depth)
-            self.emit("const int64_t tilec_tiles = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];",
-                      depth)
+            if k.persistent:
+                self.emit("const int64_t tilec_tiles = tilec_grid[0] * tilec_grid[1] * "
+                          "tilec_grid[2];", depth)
         # producer
         self.emit(f"if (tilec_warp >= {consumers * 4}) {{  // the producer warpgroup", depth)
         self.emit(f"tilec::sm90::setmaxnreg_dec<{PRODUCER_REGS}>();", depth + 1)
         self.emit(f"if (tilec_tid == {consumers * 128}) {{  // its first thread issues every copy",
                   depth + 1)
-        for c in copies:
-            self.emit(f"tilec::sm90::prefetch_tensor_map(&tilec_map_{cname(c.src.buf)});", depth + 2)
+        for c in dict.fromkeys(c.src.buf for c in pre_copies + copies):
+            self.emit(f"tilec::sm90::prefetch_tensor_map(&tilec_map_{cname(c)});", depth + 2)
         self.emit("uint32_t tilec_it = 0;  // K tiles issued: stage tilec_it % "
                   f"{S}, pass tilec_it / {S}", depth + 2)
-        self.tile_loop(depth + 2)
+        d = depth + 2
+        if k.persistent:
+            self.tile_loop(d)
+            d += 1
         for st in lets:
-            self.stmts([st], depth + 3)
-        nbytes = sum(self.allocs[c.dst.buf].layout.size() * BYTES[self.allocs[c.dst.buf].dtype]
-                     for c in copies)
+            self.stmts([st], d)
+        if pre_copies:
+            nbytes = sum(self.tile_bytes(c) for c in pre_copies)
+            self.emit(f"tilec::sm90::mbar_arrive_expect_tx(tilec_once, {nbytes});", d)
+            for c in pre_copies:
+                self.tma_copy(c, d, "tilec_once")
+        nbytes = sum(self.tile_bytes(c) for c in copies)
         self.loop_body = loop.body
-        self.loop_head(loop.vars[0], loop.extents[0], depth + 3)
-        d = depth + 4
-        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d)
+        self.loop_head(loop.vars[0], loop.extents[0], d)
+        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
         self.emit(f"tilec::sm90::mbar_wait(&tilec_empty[tilec_s], ((tilec_it / {S}) & 1) ^ 1);  "
-                  "// (free at once on the first pass)", d)
-        self.emit(f"tilec::sm90::mbar_arrive_expect_tx(&tilec_full[tilec_s], {nbytes});", d)
+                  "// (free at once on the first pass)", d + 1)
+        self.emit(f"tilec::sm90::mbar_arrive_expect_tx(&tilec_full[tilec_s], {nbytes});", d + 1)
         for c in copies:
-            self.tma_copy(c, d)
-        self.emit("++tilec_it;", d)
-        self.emit("}", depth + 3)
-        self.emit("}", depth + 2)
+            self.tma_copy(c, d + 1)
+        self.emit("++tilec_it;", d + 1)
+        self.emit("}", d)
+        if k.persistent:
+            self.emit("}", d - 1)
         self.emit("}", depth + 1)
         # consumers
         self.emit("} else {  // the consumer warpgroups", depth)
         self.emit(f"tilec::sm90::setmaxnreg_inc<{consumer_regs(consumers)}>();", depth + 1)
+        self.consumer_only = True
+        d = depth + 1
         if k.pingpong:
             # warpgroup g takes the block's tiles g, g + 2, ...: the K tiles of the block's j-th
             # tile are the ring's j * n .. j * n + n - 1 (n K tiles per tile)
             n = self.expr(loop.extents[0])
-            self.emit("const int tilec_wg = tilec_warp / 4;  // this consumer warpgroup", depth + 1)
-            self.emit(f"uint32_t tilec_it = tilec_wg * (uint32_t){n};  // the ring's K tile",
-                      depth + 1)
-            self.emit("uint32_t tilec_turn = 0;  // this warpgroup's tiles so far", depth + 1)
-            self.tile_loop(depth + 1, "tilec_wg", 2)
+            self.emit("const int tilec_wg = tilec_warp / 4;  // this consumer warpgroup", d)
+            self.emit(f"uint32_t tilec_it = tilec_wg * (uint32_t){n};  // the ring's K tile", d)
+            self.emit("uint32_t tilec_turn = 0;  // this warpgroup's tiles so far", d)
+            self.tile_loop(d, "tilec_wg", 2)
+            d += 1
         else:
-            self.emit("uint32_t tilec_it = 0;  // K tiles consumed", depth + 1)
-            self.tile_loop(depth + 1)
-        self.stmts(tuple(pre), depth + 2)
-        if k.pingpong:
-            self.emit("if (tilec_wg == 1 || tilec_turn > 0)  // after the other's K loop", depth + 2)
-            self.emit("tilec::sm90::mbar_wait(&tilec_order[tilec_wg], "
-                      "(tilec_turn - (tilec_wg == 0 ? 1 : 0)) & 1);", depth + 3)
-        self.loop_body = loop.body
-        self.emit("uint32_t tilec_prev = 0;  // the stage of the previous K tile", depth + 2)
-        self.loop_head(loop.vars[0], loop.extents[0], depth + 2)
-        d = depth + 3
-        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
-        bk = _const(a.shape[-1])
-        b_mn = not g.transpose_b
-        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d)
-        self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d)
-        self.emit("tilec::sm90::wgmma_fence();", d)
-        tparams = (f"{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
-                   f"{str(a.dtype == 'bf16').lower()}")
-        if k.pingpong:  # the warpgroup's own tile: one wgmma row of 64 per half
-            halves = c.layout.rows // 64
-            self.emit(f"// this warpgroup's tile: {g.a} ({halves} x 64 rows) times {g.b} "
-                      f"({'rows of N' if b_mn else 'rows of K'}), {halves * bk // 16} wgmmas", d)
-            for h in range(halves):
-                self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}" +
-                          (f" + {h * c.layout.cols // 2}" if h else "") + ", "
-                          f"{cname(g.a)} + tilec_s * {a.layout.size()}" +
-                          (f" + {h * 64 * bk}" if h else "") +
-                          f", {cname(g.b)} + tilec_s * {b.layout.size()});", d)
+            self.emit("uint32_t tilec_it = 0;  // K tiles consumed", d)
+            if k.persistent:
+                self.tile_loop(d)
+                d += 1
+        self.stmts(tuple(pre), d)
+        if pre_copies:
+            self.emit("tilec::sm90::mbar_wait(tilec_once, 0);  // the tiles copied once", d)
+        if self.ws_gemm is not None:
+            self.gemm_k_loop(loop, d)
         else:
-            self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} "
-                      f"({'rows of N' if b_mn else 'rows of K'}), {bk // 16} wgmmas", d)
-            self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}, "
-                      f"{cname(g.a)} + tilec_s * {a.layout.size()} + (tilec_warp / 4) * {64 * bk}, "
-                      f"{cname(g.b)} + tilec_s * {b.layout.size()});", d)
-        self.emit("tilec::sm90::wgmma_commit();", d)
-        self.emit("tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done", d)
-        self.emit(f"if ({cname(loop.vars[0])} > 0) {self.release('tilec_prev')}", d)
-        self.emit("tilec_prev = tilec_s;", d)
-        self.emit("++tilec_it;", d)
-        self.emit("}", depth + 2)
-        if k.pingpong:
-            self.emit("tilec::sm90::mbar_arrive(&tilec_order[1 - tilec_wg]);  // the other's turn",
-                      depth + 2)
-        self.emit("tilec::sm90::wgmma_wait<0>();", depth + 2)
-        self.emit(f"tilec::sm90::fence_regs<{c.layout.slots()}>({cname(g.c)});", depth + 2)
-        self.emit(f"if ({self.expr(loop.extents[0])} > 0) {self.release('tilec_prev')}", depth + 2)
-        self.consumer_only = True
-        self.stmts(tuple(post), depth + 2)
+            self.consumer_loop(loop, d)
+        self.stmts(tuple(post), d)
         self.consumer_only = False
         if k.pingpong:
-            self.emit(f"tilec_it += (uint32_t){n};  // (the other warpgroup's tile)", depth + 2)
-            self.emit("++tilec_turn;", depth + 2)
-        self.emit("}", depth + 1)
+            self.emit(f"tilec_it += (uint32_t){n};  // (the other warpgroup's tile)", d)
+            self.emit("++tilec_turn;", d)
+        if d > depth + 1:
+            self.emit("}", depth + 1)
         if k.tma_stores:  # (the block's shared memory outlives its last stores)
             self.emit("if (tilec_tid % 128 == 0) tilec::sm90::bulk_wait<0>();  // the TMA stores "
                       "are done", depth + 1)
         self.emit("}", depth)
         if k.cluster > 1:  # (no block leaves while the other may still reach its barriers)
             self.emit("tilec::sm90::cluster_sync();", depth)
+
+    def tile_bytes(self, c: T.Copy) -> int:
+        """Bytes a tile copy writes into one stage of its shared buffer."""
+        a = self.allocs[c.dst.buf]
+        return a.layout.size() * BYTES[a.dtype]
+
+    def gemm_k_loop(self, loop: T.For, d: int):
+        """The consumers' K loop of a warp-specialized GEMM: each K tile's wgmmas stay in
+        flight while the next tile's are issued; a stage is freed once its wgmmas complete."""
+        k, g, S = self.k, self.ws_gemm, loop.stages
+        if k.pingpong:
+            self.emit("if (tilec_wg == 1 || tilec_turn > 0)  // after the other's K loop", d)
+            self.emit("tilec::sm90::mbar_wait(&tilec_order[tilec_wg], "
+                      "(tilec_turn - (tilec_wg == 0 ? 1 : 0)) & 1);", d + 1)
+        self.loop_body = loop.body
+        self.emit("uint32_t tilec_prev = 0;  // the stage of the previous K tile", d)
+        self.loop_head(loop.vars[0], loop.extents[0], d)
+        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
+        bk = _const(a.shape[-1])
+        b_mn = not g.transpose_b
+        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
+        self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
+        self.emit("tilec::sm90::wgmma_fence();", d + 1)
+        tparams = (f"{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
+                   f"{str(a.dtype == 'bf16').lower()}")
+        if k.pingpong:  # the warpgroup's own tile: one wgmma row of 64 per half
+            halves = c.layout.rows // 64
+            self.emit(f"// this warpgroup's tile: {g.a} ({halves} x 64 rows) times {g.b} "
+                      f"({'rows of N' if b_mn else 'rows of K'}), {halves * bk // 16} wgmmas", d + 1)
+            for h in range(halves):
+                self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}" +
+                          (f" + {h * c.layout.cols // 2}" if h else "") + ", "
+                          f"{cname(g.a)} + tilec_s * {a.layout.size()}" +
+                          (f" + {h * 64 * bk}" if h else "") +
+                          f", {cname(g.b)} + tilec_s * {b.layout.size()});", d + 1)
+        else:
+            self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} "
+                      f"({'rows of N' if b_mn else 'rows of K'}), {bk // 16} wgmmas", d + 1)
+            self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}, "
+                      f"{cname(g.a)} + tilec_s * {a.layout.size()} + (tilec_warp / 4) * {64 * bk}, "
+                      f"{cname(g.b)} + tilec_s * {b.layout.size()});", d + 1)
+        self.emit("tilec::sm90::wgmma_commit();", d + 1)
+        self.emit("tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done", d + 1)
+        self.emit(f"if ({cname(loop.vars[0])} > 0) {self.release('tilec_prev')}", d + 1)
+        self.emit("tilec_prev = tilec_s;", d + 1)
+        self.emit("++tilec_it;", d + 1)
+        self.emit("}", d)
+        if k.pingpong:
+            self.emit("tilec::sm90::mbar_arrive(&tilec_order[1 - tilec_wg]);  // the other's turn",
+                      d)
+        self.emit("tilec::sm90::wgmma_wait<0>();", d)
+        self.emit(f"tilec::sm90::fence_regs<{c.layout.slots()}>({cname(g.c)});", d)
+        self.emit(f"if ({self.expr(loop.extents[0])} > 0) {self.release('tilec_prev')}", d)
+
+    def consumer_loop(self, loop: T.For, d: int):
+        """The consumers' walk of a general warp-specialized loop (attention's key loop): wait
+        for the stage, run the body in order (its copies are the producer's; each gemm on wgmma,
+        complete before the statements after it), free the stage."""
+        S = loop.stages
+        self.loop_body = loop.body
+        self.loop_head(loop.vars[0], loop.extents[0], d)
+        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
+        self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
+        for st in loop.body:
+            if isinstance(st, T.Copy):
+                continue
+            if isinstance(st, T.Gemm):
+                self.wgmma_gemm(st, d + 1)
+            else:
+                self.stmts((st,), d + 1)
+        self.emit(self.release("tilec_s"), d + 1)
+        self.emit("++tilec_it;", d + 1)
+        self.emit("}", d)
+
+    def wgmma_gemm(self, g: T.Gemm, d: int):
+        """One gemm of a warp-specialized loop on wgmma, completed: this consumer warpgroup's
+        64 rows. A from shared memory (K-major: rows of K in panels of 64 columns) or from
+        registers (a 16-bit fragment in the accumulator's layout, e.g. attention's P); B from
+        shared memory, rows of N (MN-major) or of K, panels of 64 columns."""
+        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
+        b_mn = not g.transpose_b
+        bk = _const(b.shape[-2] if b_mn else b.shape[-1])
+        bf = str(b.dtype == "bf16").lower()
+        b_ptr = cname(g.b) + (f" + tilec_s * {b.layout.size()}" if g.b_stage is not None else "")
+        self.emit("tilec::sm90::wgmma_fence();", d)
+        if a.scope == "shared":
+            a_ptr = cname(g.a) + (f" + tilec_s * {a.layout.size()}" if g.a_stage is not None else "")
+            rows = a.layout.rows
+            self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b}, {bk // 16} wgmmas", d)
+            self.emit(f"tilec::sm90::wgmma_tile<{c.layout.cols}, {bk}, {str(b_mn).lower()}, {bf}, "
+                      f"{rows}>({cname(g.c)}, {a_ptr} + (tilec_warp / 4) * {64 * 64}, {b_ptr});", d)
+        else:
+            self.emit(f"// this warpgroup's 64 rows of {g.a} (registers) times {g.b}, "
+                      f"{bk // 16} wgmmas", d)
+            self.emit(f"tilec::sm90::wgmma_tile_rs<{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
+                      f"{bf}>({cname(g.c)}, {cname(g.a)}, {b_ptr});", d)
+        self.emit("tilec::sm90::wgmma_commit();", d)
+        self.emit("tilec::sm90::wgmma_wait<0>();", d)
+        self.emit(f"tilec::sm90::fence_regs<{c.layout.slots()}>({cname(g.c)});", d)
 
     def release(self, stage: str) -> str:
         """A consumer warp's arrival on the `empty` barrier of `stage` (in every block of a
@@ -700,39 +785,58 @@ class CudaRenderer(CStyleRenderer):
             if name in map(cname, self.k.block_vars):  # (a role may not read each)
                 self.emit(f"(void){name};", depth + 1)
 
-    def tma_copy(self, c: T.Copy, depth: int):
-        """A tile copy by TMA: boxes of 64 columns (one 128-byte swizzle row) by the window's
-        rows, one per 64-column panel of the tile; coordinates innermost first."""
+    def tma_copy(self, c: T.Copy, depth: int, bar: str = "&tilec_full[tilec_s]"):
+        """A tile copy by TMA, completing on mbarrier `bar`: boxes of 64 columns (one 128-byte
+        swizzle row) by the window's rows, one per 64-column panel of the tile, into the
+        stage tilec_s of a staged buffer; coordinates innermost first."""
         dst = self.allocs[c.dst.buf]
         rows, cols = (_const(x) for x in dst.shape[-2:])
-        offs = [f"(int32_t)({self.expr(o)})" for o in c.src.offsets]
-        rank = len(offs)
-        stage = f"{cname(dst.name)} + tilec_s * {dst.layout.size()}"
+        coords_of, rank = self.tma_coords(c.src.buf, c.src.offsets)
+        staged = c.dst.offsets is not None
+        stage = f"{cname(dst.name)}" + (f" + tilec_s * {dst.layout.size()}" if staged else "")
         self.emit(f"// copy {T.fmt(T.Load(c.src.buf, c.src.offsets, dst.dtype))} -> "
-                  f"{c.dst.buf}[stage]" + (f": {cols // 64} panels of 64 columns" if cols > 64
-                                            else ""), depth)
+                  f"{c.dst.buf}" + ("[stage]" if staged else "") +
+                  (f": {cols // 64} panels of 64 columns" if cols > 64 else ""), depth)
         # boxes: (element offset in the stage, column offset, row offset); in a cluster the
         # B tile's boxes are shared out over the blocks (halves of a one-panel tile's rows),
         # each written to every block
-        shared = self.k.cluster > 1 and c.dst.buf == self.ws_gemm.b
+        shared = self.k.cluster > 1 and self.ws_gemm is not None and c.dst.buf == self.ws_gemm.b
         box_rows = rows // 2 if shared and cols == 64 else rows
         boxes = [(p * rows * 64, 64 * p, 0) for p in range(cols // 64)]
         if box_rows < rows:
             boxes = [(h * box_rows * 64, 0, h * box_rows) for h in range(2)]
         self.ws_maps[c.src.buf] = (box_rows, rank)
         for n, (at, dx, dy) in enumerate(boxes):
-            x = offs[-1] if dx == 0 else f"{offs[-1]} + {dx}"
-            y = offs[-2] if dy == 0 else f"{offs[-2]} + {dy}"
-            coords = ", ".join([x, y] + offs[-3::-1])
+            coords = coords_of(dx, dy)
             dst_at = stage + (f" + {at}" if at else "")
             if shared:
                 self.emit(f"if (tilec_rank == {n % self.k.cluster}) "
                           f"tilec::sm90::tma_load_{rank}d_multicast({dst_at}, "
-                          f"&tilec_map_{cname(c.src.buf)}, &tilec_full[tilec_s], {coords}, "
+                          f"&tilec_map_{cname(c.src.buf)}, {bar}, {coords}, "
                           f"{(1 << self.k.cluster) - 1});", depth)
                 continue
             self.emit(f"tilec::sm90::tma_load_{rank}d({dst_at}, &tilec_map_{cname(c.src.buf)}, "
-                      f"&tilec_full[tilec_s], {coords});", depth)
+                      f"{bar}, {coords});", depth)
+
+    def tma_coords(self, tensor: str, offsets) -> tuple:
+        """(fn(column offset, row offset) -> the C coordinates of a box, innermost first; the
+        rank of the tensor map): a tensor of more than 3 dims is addressed as 3, its leading
+        dims merged into one (the tensors are contiguous, row-major: tensor_maps)."""
+        p = self.globals[tensor]
+        offs = [self.expr(o) for o in offsets]
+        lead = offs[:-2]
+        if len(lead) > 1:  # the merged coordinate: sum of lead[i] * (the extents after it)
+            flat = lead[0]
+            for o, d in zip(lead[1:], p.shape[1:-2]):
+                flat = f"({flat}) * {pdim(d)} + {o}"
+            lead = [flat]
+        x0, y0 = offs[-1], offs[-2]
+
+        def coords(dx, dy):
+            x = f"(int32_t)({x0})" + (f" + {dx}" if dx else "")
+            y = f"(int32_t)({y0})" + (f" + {dy}" if dy else "")
+            return ", ".join([x, y] + [f"(int32_t)({o})" for o in lead])
+        return coords, 2 + len(lead)
 
     def s_GemvMma(self, s: T.GemvMma, depth):
         a, q, sc = self.globals[s.a], self.globals[s.q], self.globals[s.s]
@@ -1582,7 +1686,9 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
         em.ws_barriers = off
         stages = next(st.stages for st in T.walk_stmts(body)
                       if isinstance(st, T.For) and st.kind == "warp_specialized")
-        off += 16 * stages + (16 if k.pingpong else 0)  # full[S], empty[S] (, order[2])
+        once = any(isinstance(st, T.Copy) for st in body)  # (tiles copied before the loop)
+        # full[S], empty[S] (, order[2]) (, once)
+        off += 16 * stages + (16 if k.pingpong else 0) + (8 if once else 0)
         em.warp_specialized(body, 1)
         maps = tensor_maps(k, em.ws_maps)
     elif not em.version_whole(body, 1):
@@ -1711,11 +1817,18 @@ def tensor_maps(k: T.TileKernel, used: dict) -> list:
     out = []
     for name, (rows, rank) in used.items():
         p = params[name]
-        dims = [f"(uint64_t)({pdim(d)})" for d in reversed(p.shape)]
-        strides, acc = [], f"(uint64_t)({pdim(p.shape[-1])}) * {BYTES[p.dtype]}"
-        for d in list(reversed(p.shape))[1:]:
+        # innermost first; the leading dims of a tensor of more than 3 merged into one
+        # (tilec's tensors are contiguous: their product is one more row-major dim)
+        shape = [pdim(d) for d in p.shape]
+        if len(shape) > 3:
+            shape = [" * ".join(f"(uint64_t)({d})" for d in shape[:-2])] + shape[-2:]
+        dims = [f"(uint64_t)({d})" for d in reversed(shape)]
+        strides, acc = [], f"(uint64_t)({shape[-1]}) * {BYTES[p.dtype]}"
+        for d in list(reversed(shape))[1:-1]:
             strides.append(acc)
-            acc = f"{acc} * (uint64_t)({pdim(d)})"
+            acc = f"{acc} * (uint64_t)({d})"
+        strides.append(acc)
+        strides = strides[:rank - 1]
         cols = 128 // BYTES[p.dtype]
         box = [str(cols), str(rows)] + ["1"] * (rank - 2)
         dt = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
@@ -1801,7 +1914,10 @@ def _for_arch(target, options: dict):
         # shared memory), two consumer warpgroups of 64 x 256 accumulators each (128 registers
         # of a thread's 232) and a producer warpgroup
         wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2, False, 1))
-        return replace(target, resources=replace(target.resources, wgmma=wgmma))
+        # attention: 128 query rows (64 per consumer warpgroup), 128 keys per stage, 2 stages of
+        # K and V tiles (160 KiB with the Q tile at D = 128)
+        return replace(target, resources=replace(target.resources, wgmma=wgmma,
+                                                 wgmma_attention=(128, 128, 2) if wgmma else ()))
     return target
 
 

@@ -1911,18 +1911,152 @@ TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
     else wgmma_n64<TB, BF>(d, a, b, scale_d);
 }
 
-// One consumer warpgroup's share of a K tile: its 64 rows of the stage's A tile (K-major,
-// BK = 64 values per row) times the B tile, BK / 16 wgmmas into acc (64 x BN, f32). B_MN: the B
-// tile is BK rows of N in panels of 64 columns (B row-major in memory); else BN rows of K.
-template <int BN, int BK, bool B_MN, bool BF>
+// D[64 x 64] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A from
+// registers (a[0..3]: this thread's 16-bit pairs, in the accumulator's layout), B by a
+// shared-memory descriptor, MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
+#define TILEC_WGMMA_RS_N64(DT)  \
+    asm volatile(  \
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"  \
+        " wgmma.mma_async.sync.aligned.m64n64k16.f32." DT "." DT " {"  \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"  \
+        " {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"  \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])  \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
+
+template <int TB, bool BF>
+TILEC_DEV void wgmma_rs_n64(float* d, const uint32_t* a, uint64_t b, int scale_d) {
+#ifdef TILEC_SM90A
+    if (BF) TILEC_WGMMA_RS_N64("bf16");
+    else TILEC_WGMMA_RS_N64("f16");
+#else
+    (void)d; (void)a; (void)b; (void)scale_d;
+    __trap();
+#endif
+}
+#undef TILEC_WGMMA_RS_N64
+
+// D[64 x 128] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A from
+// registers (a[0..3]: this thread's 16-bit pairs, in the accumulator's layout), B by a
+// shared-memory descriptor, MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
+#define TILEC_WGMMA_RS_N128(DT)  \
+    asm volatile(  \
+        "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"  \
+        " wgmma.mma_async.sync.aligned.m64n128k16.f32." DT "." DT " {"  \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63},"  \
+        " {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"  \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])  \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
+
+template <int TB, bool BF>
+TILEC_DEV void wgmma_rs_n128(float* d, const uint32_t* a, uint64_t b, int scale_d) {
+#ifdef TILEC_SM90A
+    if (BF) TILEC_WGMMA_RS_N128("bf16");
+    else TILEC_WGMMA_RS_N128("f16");
+#else
+    (void)d; (void)a; (void)b; (void)scale_d;
+    __trap();
+#endif
+}
+#undef TILEC_WGMMA_RS_N128
+
+// D[64 x 256] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A from
+// registers (a[0..3]: this thread's 16-bit pairs, in the accumulator's layout), B by a
+// shared-memory descriptor, MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
+#define TILEC_WGMMA_RS_N256(DT)  \
+    asm volatile(  \
+        "{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"  \
+        " wgmma.mma_async.sync.aligned.m64n256k16.f32." DT "." DT " {"  \
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"  \
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"  \
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127},"  \
+        " {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"  \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),  \
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),  \
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),  \
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),  \
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),  \
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),  \
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),  \
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])  \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
+
+template <int TB, bool BF>
+TILEC_DEV void wgmma_rs_n256(float* d, const uint32_t* a, uint64_t b, int scale_d) {
+#ifdef TILEC_SM90A
+    if (BF) TILEC_WGMMA_RS_N256("bf16");
+    else TILEC_WGMMA_RS_N256("f16");
+#else
+    (void)d; (void)a; (void)b; (void)scale_d;
+    __trap();
+#endif
+}
+#undef TILEC_WGMMA_RS_N256
+
+template <int N, int TB, bool BF>
+TILEC_DEV void wgmma_rs(float* d, const uint32_t* a, uint64_t b, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 256, "wgmma tiles of 64, 128 or 256 columns");
+    if (N == 256) wgmma_rs_n256<TB, BF>(d, a, b, scale_d);
+    else if (N == 128) wgmma_rs_n128<TB, BF>(d, a, b, scale_d);
+    else wgmma_rs_n64<TB, BF>(d, a, b, scale_d);
+}
+
+// The descriptor of k-step kk (16 values of K) of a B tile in TMA's 128-byte swizzle: B_MN, BK
+// rows of K (N in panels of 64 columns, BK * 128 bytes apart); else BN rows of N (K in panels of
+// 64 columns, BN * 128 bytes apart).
+template <int BN, int BK, bool B_MN>
+TILEC_DEV uint64_t b_desc(const uint16_t* b, int kk) {
+    return B_MN ? desc_sw128(b + kk * 16 * 64, BK * 128)
+                : desc_sw128(b + (kk / 4) * BN * 64 + (kk % 4) * 16, 16);
+}
+
+// One consumer warpgroup's share of a tile product: its 64 rows of the A tile (K-major: rows of
+// BK values, in panels of 64 columns of A_ROWS rows each) times the B tile (b_desc), BK / 16
+// wgmmas into acc (64 x BN, f32).
+template <int BN, int BK, bool B_MN, bool BF, int A_ROWS = 128>
 TILEC_DEV void wgmma_tile(float* acc, const uint16_t* a, const uint16_t* b) {
-    static_assert(BK == 64, "K tiles of 64 16-bit values: one 128-byte swizzle row");
+    static_assert(BK % 16 == 0 && (BK <= 64 || BK % 64 == 0), "K in whole panels of 64 values");
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk) {
-        const uint64_t da = desc_sw128(a + kk * 16, 16);
-        const uint64_t db = B_MN ? desc_sw128(b + kk * 16 * 64, BK * 128) : desc_sw128(b + kk * 16, 16);
-        wgmma<BN, B_MN ? 1 : 0, BF>(acc, da, db, 1);
+        const uint64_t da = desc_sw128(a + (kk / 4) * A_ROWS * 64 + (kk % 4) * 16, 16);
+        wgmma<BN, B_MN ? 1 : 0, BF>(acc, da, b_desc<BN, BK, B_MN>(b, kk), 1);
     }
+}
+
+// The same with A from registers: a 16-bit fragment of this warpgroup's 64 x BK values in the
+// accumulator's layout (attention's P), four 32-bit pairs per k-step.
+template <int BN, int BK, bool B_MN, bool BF>
+TILEC_DEV void wgmma_tile_rs(float* acc, const uint32_t* a, const uint16_t* b) {
+    static_assert(BK % 16 == 0 && (B_MN || BK <= 64 || BK % 64 == 0), "K in whole panels");
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)
+        wgmma_rs<BN, B_MN ? 1 : 0, BF>(acc, a + 4 * kk, b_desc<BN, BK, B_MN>(b, kk), 1);
 }
 
 }  // namespace sm90
