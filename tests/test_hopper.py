@@ -340,8 +340,8 @@ def test_attention_gets_a_warp_specialized_variant():
         assert k.aligned == ("K", "Q", "V")
         text = T.print_kernel(k)
         assert re.search(r"copy_async\(Q\[.*\], Q_s\)\n", text)
-        assert re.search(r"for k in warp_specialized\(.*, stages=2\)", text)
-        assert re.search(r"gemm\(P, V_s\[k % 2\], O1?\)", text)
+        assert re.search(r"for k in warp_specialized\(.*, stages=3\)", text)
+        assert re.search(r"gemm\(P, V_s\[k % 3\], O1?\)", text)
     src, _, m = compile_text(ATTENTION, "hop.tile", "cuda", options=HOPPER)
     files = driver.render(src, m, "cuda", HOPPER)
     cu = files["hop_attention.cu"]
@@ -355,6 +355,11 @@ def test_attention_gets_a_warp_specialized_variant():
         "K_s + tilec_s * 16384)" in body
     assert "wgmma_tile_rs<128, 128, true, false>(O1, P, V_s + tilec_s * 16384)" in body
     assert body.index("mbar_wait(tilec_once, 0)") < body.index("mbar_wait(&tilec_full")
+    # each product completes (wgmma_wait<0>) before the statements after it read its result
+    loop = body[body.index("for (int tilec_k_i"):]
+    assert loop.count("wgmma_wait<0>();") == 2 and "wgmma_wait<1>" not in loop
+    assert loop.index("wgmma_tile<128, 128") < loop.index("quad_allreduce<tilec::OpMax>") < \
+        loop.index("wgmma_tile_rs<128")
     assert "(uint64_t)((uint64_t)(B) * (uint64_t)(H))" in cu  # the merged leading dims
     causal = files["hop_causal_bf16.cu"]
     assert "wgmma_tile_rs<128, 128, true, true>(O1, P, V_s + tilec_s * 16384)" in causal
@@ -362,6 +367,28 @@ def test_attention_gets_a_warp_specialized_variant():
     launch = cu[cu.index("int tilec_status = TILEC_OK;"):]
     assert launch.index("tilec_launch_hop_attention_k0_tma_D64exact") < \
         launch.index("tilec_launch_hop_attention_k0_D64exact")
+
+
+def test_attention_overlapped_order_knob(monkeypatch):
+    """TILEC_WGMMA_ATTENTION=3,1: FlashAttention-3's order within a warpgroup: the softmax of
+    key tile k runs while P V of tile k - 1 does (one wgmma group left pending); O and P are
+    touched only after its wait; then Q K^T of tile k + 1 and P V of tile k are issued, in that
+    order. (Measured slower than the default order; a knob.)"""
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1")
+    src, _, m = compile_text(ATTENTION, "hop.tile", "cuda", options=HOPPER)
+    cu = driver.render(src, m, "cuda", HOPPER)["hop_attention.cu"]
+    body = cu[cu.index("hop_attention_k0_tma_D128exact("):]
+    body = body[:body.index("\n}\n")]
+    loop = body[body.index("for (int tilec_k_i"):]
+    assert "if (k == 0) tilec::sm90::wgmma_wait<0>(); else tilec::sm90::wgmma_wait<1>();" in loop
+    at = loop.index("wgmma_wait<0>();  // the previous tile's O1")
+    assert loop.index("quad_allreduce<tilec::OpSum>(rowsum)") < at < loop.index("O1[tilec_q * 2")
+    assert "fence_regs<32>(P)" in loop[at:at + 200]
+    assert loop.index("K_s + tilec_next * 16384") < loop.index("wgmma_tile_rs<128")
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "4,1")
+    from tilec.diagnostics import TilecError
+    with pytest.raises(TilecError, match="TILEC_WGMMA_ATTENTION=4,1: expected stages,overlap"):
+        _kernels(ATTENTION)
 
 
 @pytest.mark.parametrize("text", [
@@ -403,11 +430,15 @@ def test_warp_specialized_attention_compiles_for_sm90a():
 
 
 @pytest.mark.gpu
-def test_warp_specialized_attention_on_gpu(monkeypatch):
+@pytest.mark.parametrize("knob", ["", "2,0", "3,1"])
+def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     """The Hopper attention alone (the other variants removed: a condition that fails is an
     error, not a fallback): head dims at and below both capacities, ragged L and S, causal with
-    bf16, batch and heads merged, against the reference."""
+    bf16, batch and heads merged, against the reference; also with 2 stages and in the
+    overlapped order (TILEC_WGMMA_ATTENTION)."""
     need_gpu()
+    if knob:
+        monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
     keep = tile_pass.gemm_variants
     monkeypatch.setattr(tile_pass, "gemm_variants",
                         lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))

@@ -146,6 +146,23 @@ def wgmma_tile(default: tuple) -> tuple:
     return (bm, bn, 64, stages, 2 if pingpong else bm // 64, pingpong, cluster)
 
 
+def wgmma_attention(default: tuple) -> tuple:
+    """`TILEC_WGMMA_ATTENTION` ("stages,overlap" with overlap 1 or 0, e.g. "2,0"): the
+    warp-specialized attention's K/V stages and whether each warpgroup overlaps its softmax with
+    its products (FlashAttention-3's order) in place of the target's `wgmma_attention`, for
+    measuring on a device; "off": none."""
+    knob = _knob("TILEC_WGMMA_ATTENTION", "stages,overlap (stages 2 or 3, overlap 0 or 1)", 2)
+    if knob is None or not default:
+        return default
+    if knob == ():
+        return ()
+    stages, overlap = knob
+    if stages not in (2, 3) or overlap not in (0, 1):
+        raise error(f"TILEC_WGMMA_ATTENTION={','.join(map(str, knob))}: expected stages,overlap "
+                    "(stages 2 or 3, overlap 0 or 1)")
+    return default[:2] + (stages, bool(overlap))
+
+
 def gemv_mma(target) -> bool:
     """Whether GEMVs of 4-bit weights run the target's GEMV routine (T.GemvMma: CUDA's on the
     matrix units, the CPU's vector code): the target's `gemv_mma`, unless `TILEC_GEMV_MMA=off`

@@ -713,7 +713,13 @@ class CudaRenderer(CStyleRenderer):
     def consumer_loop(self, loop: T.For, d: int):
         """The consumers' walk of a general warp-specialized loop (attention's key loop): wait
         for the stage, run the body in order (its copies are the producer's; each gemm on wgmma,
-        complete before the statements after it), free the stage."""
+        complete before the statements after it), free the stage. A body of two products, the
+        second's A operand in registers (attention's S = Q K^T, then O += P V), runs
+        overlapped instead (overlapped_loop)."""
+        parts = self.two_products(loop)
+        if parts is not None and self.target.resources.wgmma_attention[3]:
+            self.overlapped_loop(loop, parts, d)
+            return
         S = loop.stages
         self.loop_body = loop.body
         self.loop_head(loop.vars[0], loop.extents[0], d)
@@ -730,19 +736,103 @@ class CudaRenderer(CStyleRenderer):
         self.emit("++tilec_it;", d + 1)
         self.emit("}", d)
 
+    def two_products(self, loop: T.For):
+        """(statements before the first gemm, the first gemm, the statements after it that do
+        not touch the second gemm's operands in registers, the rest, the second gemm) of a
+        loop body (copies aside) `fills of g1's accumulator, g1, ..., g2` with g2 last and its A
+        operand a register fragment; else None."""
+        body = [st for st in loop.body if not isinstance(st, T.Copy)]
+        at = [n for n, st in enumerate(body) if isinstance(st, T.Gemm)]
+        if len(at) != 2 or at[1] != len(body) - 1:
+            return None
+        g1, g2 = body[at[0]], body[-1]
+        first, mid = body[:at[0]], body[at[0] + 1:-1]
+        if self.allocs[g2.a].scope == "shared" or g2.c == g1.c or \
+                not all(isinstance(st, T.Fill) and st.buf == g1.c for st in first):
+            return None
+        held = {g2.a, g2.c}  # (in use by the previous iteration's g2 until its wait)
+
+        def touches(st):
+            return any(isinstance(x, (T.Store, T.Fill)) and x.buf in held
+                       for x in T.walk_stmts([st])) or any(ld.buf in held for ld in loads_in(st))
+        cut = next((n for n, st in enumerate(mid) if touches(st)), len(mid))
+        return first, g1, mid[:cut], mid[cut:], g2
+
+    def overlapped_loop(self, loop: T.For, parts, d: int):
+        """Two products per iteration, overlapped as FlashAttention-3 does within a warpgroup:
+        iteration j waits for its g1 (S = Q K_j^T, issued before), runs the statements that only
+        read S (the softmax) while the previous iteration's g2 (O += P V_{j-1}) still runs, waits
+        for that one (its stage is then free) before the statements that touch O or P, then
+        issues g1 of iteration j + 1 (its stage landed) and its own g2, committed in that order,
+        so that the next iteration's wait for one pending group is the wait for its g1."""
+        first, g1, reads, rest, g2 = parts
+        S, n = loop.stages, self.expr(loop.extents[0])
+        c2 = self.allocs[g2.c]
+        j = cname(loop.vars[0])
+
+        def issue_g1(stage: str, it: str, depth: int):  # (the stage of key tile `it`)
+            self.emit(f"tilec::sm90::mbar_wait(&tilec_full[{stage}], ({it} / {S}) & 1);", depth)
+            self.stmts(tuple(first), depth)
+            self.emit("tilec::sm90::wgmma_fence();", depth)
+            self.wgmma_issue(g1, depth, stage)
+            self.emit("tilec::sm90::wgmma_commit();", depth)
+        self.emit(f"// the products overlapped: {g1.c} of key tile k + 1 and {g2.c} of tile k run "
+                  f"while tile k + 1's softmax waits for the first", d)
+        self.emit(f"if ({n} > 0) {{  // the first tile's {g1.c}", d)
+        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
+        issue_g1("tilec_s", "tilec_it", d + 1)
+        self.emit("}", d)
+        self.emit("uint32_t tilec_prev = 0;  // the stage of the previous key tile", d)
+        self.loop_body = loop.body
+        self.loop_head(loop.vars[0], loop.extents[0], d)
+        b = d + 1
+        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", b)
+        self.emit(f"// {g1.c} of this tile is done ({g2.c} of the previous one may still run)", b)
+        self.emit(f"if ({j} == 0) tilec::sm90::wgmma_wait<0>(); else tilec::sm90::wgmma_wait<1>();",
+                  b)
+        self.emit(f"tilec::sm90::fence_regs<{self.allocs[g1.c].layout.slots()}>({cname(g1.c)});", b)
+        self.stmts(tuple(reads), b)
+        self.emit(f"tilec::sm90::wgmma_wait<0>();  // the previous tile's {g2.c}: its stage is "
+                  "free", b)
+        self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", b)
+        self.emit(f"tilec::sm90::fence_regs<{(self.allocs[g2.a].layout.slots() + 1) // 2}>"
+                  f"({cname(g2.a)});", b)
+        self.emit(f"if ({j} > 0) {self.release('tilec_prev')}", b)
+        self.stmts(tuple(rest), b)
+        self.emit(f"if ({j} + 1 < {n}) {{  // the next tile's {g1.c}", b)
+        self.emit(f"const uint32_t tilec_next = (tilec_it + 1) % {S};", b + 1)
+        issue_g1("tilec_next", "(tilec_it + 1)", b + 1)
+        self.emit("}", b)
+        self.emit("tilec::sm90::wgmma_fence();", b)
+        self.wgmma_issue(g2, b, "tilec_s")
+        self.emit("tilec::sm90::wgmma_commit();", b)
+        self.emit("tilec_prev = tilec_s;", b)
+        self.emit("++tilec_it;", b)
+        self.emit("}", d)
+        self.emit("tilec::sm90::wgmma_wait<0>();", d)
+        self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", d)
+        self.emit(f"if ({n} > 0) {self.release('tilec_prev')}", d)
+
     def wgmma_gemm(self, g: T.Gemm, d: int):
         """One gemm of a warp-specialized loop on wgmma, completed: this consumer warpgroup's
         64 rows. A from shared memory (K-major: rows of K in panels of 64 columns) or from
         registers (a 16-bit fragment in the accumulator's layout, e.g. attention's P); B from
         shared memory, rows of N (MN-major) or of K, panels of 64 columns."""
+        self.emit("tilec::sm90::wgmma_fence();", d)
+        self.wgmma_issue(g, d)
+        self.emit("tilec::sm90::wgmma_commit();", d)
+        self.emit("tilec::sm90::wgmma_wait<0>();", d)
+        self.emit(f"tilec::sm90::fence_regs<{self.allocs[g.c].layout.slots()}>({cname(g.c)});", d)
+
+    def wgmma_issue(self, g: T.Gemm, d: int, stage: str = "tilec_s"):
+        """The wgmmas of gemm `g` (this warpgroup's rows), its staged operands at `stage`."""
         a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
         b_mn = not g.transpose_b
         bk = _const(b.shape[-2] if b_mn else b.shape[-1])
         bf = str(b.dtype == "bf16").lower()
-        b_ptr = cname(g.b) + (f" + tilec_s * {b.layout.size()}" if g.b_stage is not None else "")
-        self.emit("tilec::sm90::wgmma_fence();", d)
+        b_ptr = cname(g.b) + (f" + {stage} * {b.layout.size()}" if g.b_stage is not None else "")
         if a.scope == "shared":
-            a_ptr = cname(g.a) + (f" + tilec_s * {a.layout.size()}" if g.a_stage is not None else "")
+            a_ptr = cname(g.a) + (f" + {stage} * {a.layout.size()}" if g.a_stage is not None else "")
             rows = a.layout.rows
             self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b}, {bk // 16} wgmmas", d)
             self.emit(f"tilec::sm90::wgmma_tile<{c.layout.cols}, {bk}, {str(b_mn).lower()}, {bf}, "
@@ -752,9 +842,6 @@ class CudaRenderer(CStyleRenderer):
                       f"{bk // 16} wgmmas", d)
             self.emit(f"tilec::sm90::wgmma_tile_rs<{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
                       f"{bf}>({cname(g.c)}, {cname(g.a)}, {b_ptr});", d)
-        self.emit("tilec::sm90::wgmma_commit();", d)
-        self.emit("tilec::sm90::wgmma_wait<0>();", d)
-        self.emit(f"tilec::sm90::fence_regs<{c.layout.slots()}>({cname(g.c)});", d)
 
     def release(self, stage: str) -> str:
         """A consumer warp's arrival on the `empty` barrier of `stage` (in every block of a
@@ -1914,10 +2001,13 @@ def _for_arch(target, options: dict):
         # shared memory), two consumer warpgroups of 64 x 256 accumulators each (128 registers
         # of a thread's 232) and a producer warpgroup
         wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2, False, 1))
-        # attention: 128 query rows (64 per consumer warpgroup), 128 keys per stage, 2 stages of
-        # K and V tiles (160 KiB with the Q tile at D = 128)
+        # attention: 128 query rows (64 per consumer warpgroup), 128 keys per stage, 3 stages of
+        # K and V tiles (224 KiB with the Q tile at D = 128; measured: 2 stages are as fast at
+        # D = 128, 6% slower at D = 64), each product completed before the softmax (the
+        # overlapped order measured 12% slower: docs/PERFORMANCE.md)
+        attention = split_k.wgmma_attention((128, 128, 3, False) if wgmma else ())
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
-                                                 wgmma_attention=(128, 128, 2) if wgmma else ()))
+                                                 wgmma_attention=attention))
     return target
 
 

@@ -1797,6 +1797,13 @@ TILEC_DEV void fence_regs(float* d) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
 }
+// ... and the 16-bit pairs of an A operand in registers: they stay where the wgmma reads them,
+// untouched, until this point (after its wait)
+template <int N>
+TILEC_DEV void fence_regs(uint32_t* a) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i]) :: "memory");
+}
 
 // D[64 x 64] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A and
 // B by shared-memory descriptors, B MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
