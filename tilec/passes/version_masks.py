@@ -266,6 +266,10 @@ def run(prog: T.TileProgram, target, options) -> T.TileProgram:
             return f"{base}{n}"
 
         def visit(st):
+            if isinstance(st, T.For) and st.kind == "warp_specialized":
+                # (the producer and the consumers walk the same loop: its tiles are versioned in
+                # place, never split into loops of their own)
+                return version_body(st, True)
             if not (isinstance(st, T.For) and st.kind == "range"):
                 return None
             lifted = lifted_body(st) if split else {}
