@@ -375,11 +375,11 @@ def test_attention_gets_a_warp_specialized_variant():
 
 
 def test_attention_overlapped_order_knob(monkeypatch):
-    """TILEC_WGMMA_ATTENTION=3,1: FlashAttention-3's order within a warpgroup: the softmax of
+    """TILEC_WGMMA_ATTENTION=3,1,0: FlashAttention-3's order within a warpgroup: the softmax of
     key tile k runs while P V of tile k - 1 does (one wgmma group left pending); O and P are
     touched only after its wait; then Q K^T of tile k + 1 and P V of tile k are issued, in that
     order. (Measured slower than the default order; a knob.)"""
-    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1")
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0")
     src, _, m = compile_text(ATTENTION, "hop.tile", "cuda", options=HOPPER)
     cu = driver.render(src, m, "cuda", HOPPER)["hop_attention.cu"]
     body = cu[cu.index("hop_attention_k0_tma_D128exact("):]
@@ -390,9 +390,21 @@ def test_attention_overlapped_order_knob(monkeypatch):
     assert loop.index("quad_allreduce<tilec::OpSum>(rowsum)") < at < loop.index("O1[tilec_q * 2")
     assert "fence_regs<32>(P)" in loop[at:at + 200]
     assert loop.index("K_s + tilec_next * 16384") < loop.index("wgmma_tile_rs<128")
-    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "4,1")
+    assert "turn_" not in body
+    # ... with the warpgroups taking turns: each issue of products is a turn, warpgroup 0 first,
+    # and it takes the other's last pass at the end (every named-barrier arrival is matched)
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,1")
+    src, _, m = compile_text(ATTENTION, "hop.tile", "cuda", options=HOPPER)
+    cu = driver.render(src, m, "cuda", HOPPER)["hop_attention.cu"]
+    body = cu[cu.index("hop_attention_k0_tma_D128exact("):]
+    body = body[:body.index("\n}\n")]
+    assert body.count("turn_wait(tilec_warp / 4)") == 2 and body.count("turn_pass(tilec_warp / 4)") == 2
+    assert body.index("if (tilec_warp / 4 == 1) tilec::sm90::turn_pass(1);") < \
+        body.index("for (int tilec_k_i", body.index("consumer warpgroups")) < \
+        body.index("if (tilec_warp / 4 == 0) tilec::sm90::turn_wait(0);")
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "4,1,0")
     from tilec.diagnostics import TilecError
-    with pytest.raises(TilecError, match="TILEC_WGMMA_ATTENTION=4,1: expected stages,overlap"):
+    with pytest.raises(TilecError, match="TILEC_WGMMA_ATTENTION=4,1,0: expected stages,overlap,pingpong"):
         _kernels(ATTENTION)
 
 
@@ -435,12 +447,12 @@ def test_warp_specialized_attention_compiles_for_sm90a():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("knob", ["", "2,0", "3,1"])
+@pytest.mark.parametrize("knob", ["", "2,0,0", "3,1,0", "3,0,1", "3,1,1"])
 def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     """The Hopper attention alone (the other variants removed: a condition that fails is an
     error, not a fallback): head dims at and below both capacities, ragged L and S, causal with
-    bf16, batch and heads merged, against the reference; also with 2 stages and in the
-    overlapped order (TILEC_WGMMA_ATTENTION)."""
+    bf16, batch and heads merged, against the reference; also with 2 stages, in the overlapped
+    order, and with the warpgroups taking turns (TILEC_WGMMA_ATTENTION)."""
     need_gpu()
     if knob:
         monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)

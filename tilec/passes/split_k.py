@@ -147,20 +147,21 @@ def wgmma_tile(default: tuple) -> tuple:
 
 
 def wgmma_attention(default: tuple) -> tuple:
-    """`TILEC_WGMMA_ATTENTION` ("stages,overlap" with overlap 1 or 0, e.g. "2,0"): the
-    warp-specialized attention's K/V stages and whether each warpgroup overlaps its softmax with
-    its products (FlashAttention-3's order) in place of the target's `wgmma_attention`, for
+    """`TILEC_WGMMA_ATTENTION` ("stages,overlap,pingpong", each flag 1 or 0, e.g. "3,1,1"): the
+    warp-specialized attention's K/V stages, whether each warpgroup overlaps its softmax with
+    its products (FlashAttention-3's order), and whether the two consumer warpgroups take turns
+    issuing products (named barriers), in place of the target's `wgmma_attention`, for
     measuring on a device; "off": none."""
-    knob = _knob("TILEC_WGMMA_ATTENTION", "stages,overlap (stages 2 or 3, overlap 0 or 1)", 2)
+    expect = "stages,overlap,pingpong (stages 2 or 3, the flags 0 or 1)"
+    knob = _knob("TILEC_WGMMA_ATTENTION", expect, 3)
     if knob is None or not default:
         return default
     if knob == ():
         return ()
-    stages, overlap = knob
-    if stages not in (2, 3) or overlap not in (0, 1):
-        raise error(f"TILEC_WGMMA_ATTENTION={','.join(map(str, knob))}: expected stages,overlap "
-                    "(stages 2 or 3, overlap 0 or 1)")
-    return default[:2] + (stages, bool(overlap))
+    stages, overlap, pingpong = knob
+    if stages not in (2, 3) or overlap not in (0, 1) or pingpong not in (0, 1):
+        raise error(f"TILEC_WGMMA_ATTENTION={','.join(map(str, knob))}: expected {expect}")
+    return default[:2] + (stages, bool(overlap), bool(pingpong))
 
 
 def gemv_mma(target) -> bool:

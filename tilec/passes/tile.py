@@ -921,7 +921,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     if grp.kind == "attention" and target.resources.wgmma_attention and \
             sched.warp_specialize is not False:
         # Hopper: the warp-specialized attention first, where Q, K and V suit TMA at run time
-        bm, bn, stages, _ = target.resources.wgmma_attention
+        bm, bn, stages, *_ = target.resources.wgmma_attention
         return [("_tma", None, GemmVariant((bm, bn, 0), 128 * (bm // 64 + 1), stages, wgmma=True)),
                 ("", None, None)]
     if grp.kind != "gemm":

@@ -50,9 +50,10 @@ class Resources:
     # products), else they share each tile, 64 rows each; cluster 2: pairs of blocks on
     # neighbouring M tiles load half of the B tile each for both (TMA multicast); () = never
     wgmma: tuple = ()
-    # (BM, BN, stages, overlap): attention's warp-specialized kernel on the same machinery (one
-    # consumer warpgroup per 64 query rows, BN keys per stage of K and V tiles; overlap: each
-    # warpgroup's softmax runs beside its products, FlashAttention-3's order); () = never
+    # (BM, BN, stages, overlap, pingpong): attention's warp-specialized kernel on the same
+    # machinery (one consumer warpgroup per 64 query rows, BN keys per stage of K and V tiles;
+    # overlap: each warpgroup's softmax runs beside its products, FlashAttention-3's order;
+    # pingpong: the two consumer warpgroups take turns issuing products); () = never
     wgmma_attention: tuple = ()
     # (blocks, least K tiles per split, blocks per SM): a decode variant also comes split over K
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never

@@ -717,24 +717,32 @@ class CudaRenderer(CStyleRenderer):
         second's A operand in registers (attention's S = Q K^T, then O += P V), runs
         overlapped instead (overlapped_loop)."""
         parts = self.two_products(loop)
-        if parts is not None and self.target.resources.wgmma_attention[3]:
-            self.overlapped_loop(loop, parts, d)
-            return
-        S = loop.stages
-        self.loop_body = loop.body
-        self.loop_head(loop.vars[0], loop.extents[0], d)
-        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
-        self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
-        for st in loop.body:
-            if isinstance(st, T.Copy):
-                continue
-            if isinstance(st, T.Gemm):
-                self.wgmma_gemm(st, d + 1)
-            else:
-                self.stmts((st,), d + 1)
-        self.emit(self.release("tilec_s"), d + 1)
-        self.emit("++tilec_it;", d + 1)
-        self.emit("}", d)
+        _, _, _, overlap, pingpong = self.target.resources.wgmma_attention or (0,) * 5
+        turns = parts is not None and pingpong and self.k.warp_specialize == 2
+        if turns:
+            self.emit("// the two warpgroups take turns issuing products (warpgroup 0 first): "
+                      "one's softmax runs while the other's products do", d)
+            self.emit("if (tilec_warp / 4 == 1) tilec::sm90::turn_pass(1);", d)
+        if parts is not None and overlap:
+            self.overlapped_loop(loop, parts, d, turns)
+        else:
+            S = loop.stages
+            self.loop_body = loop.body
+            self.loop_head(loop.vars[0], loop.extents[0], d)
+            self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
+            self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
+            for st in loop.body:
+                if isinstance(st, T.Copy):
+                    continue
+                if isinstance(st, T.Gemm):
+                    self.wgmma_gemm(st, d + 1, turns)
+                else:
+                    self.stmts((st,), d + 1)
+            self.emit(self.release("tilec_s"), d + 1)
+            self.emit("++tilec_it;", d + 1)
+            self.emit("}", d)
+        if turns:  # (the other warpgroup's last turn passed)
+            self.emit("if (tilec_warp / 4 == 0) tilec::sm90::turn_wait(0);", d)
 
     def two_products(self, loop: T.For):
         """(statements before the first gemm, the first gemm, the statements after it that do
@@ -758,13 +766,14 @@ class CudaRenderer(CStyleRenderer):
         cut = next((n for n, st in enumerate(mid) if touches(st)), len(mid))
         return first, g1, mid[:cut], mid[cut:], g2
 
-    def overlapped_loop(self, loop: T.For, parts, d: int):
+    def overlapped_loop(self, loop: T.For, parts, d: int, turns: bool = False):
         """Two products per iteration, overlapped as FlashAttention-3 does within a warpgroup:
         iteration j waits for its g1 (S = Q K_j^T, issued before), runs the statements that only
         read S (the softmax) while the previous iteration's g2 (O += P V_{j-1}) still runs, waits
         for that one (its stage is then free) before the statements that touch O or P, then
         issues g1 of iteration j + 1 (its stage landed) and its own g2, committed in that order,
-        so that the next iteration's wait for one pending group is the wait for its g1."""
+        so that the next iteration's wait for one pending group is the wait for its g1. With
+        `turns`, each issue of products is the warpgroup's turn (ping-pong)."""
         first, g1, reads, rest, g2 = parts
         S, n = loop.stages, self.expr(loop.extents[0])
         c2 = self.allocs[g2.c]
@@ -776,11 +785,17 @@ class CudaRenderer(CStyleRenderer):
             self.emit("tilec::sm90::wgmma_fence();", depth)
             self.wgmma_issue(g1, depth, stage)
             self.emit("tilec::sm90::wgmma_commit();", depth)
+
+        def turn(what: str, depth: int):
+            if turns:
+                self.emit(f"tilec::sm90::turn_{what}(tilec_warp / 4);", depth)
         self.emit(f"// the products overlapped: {g1.c} of key tile k + 1 and {g2.c} of tile k run "
                   f"while tile k + 1's softmax waits for the first", d)
         self.emit(f"if ({n} > 0) {{  // the first tile's {g1.c}", d)
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
+        turn("wait", d + 1)
         issue_g1("tilec_s", "tilec_it", d + 1)
+        turn("pass", d + 1)
         self.emit("}", d)
         self.emit("uint32_t tilec_prev = 0;  // the stage of the previous key tile", d)
         self.loop_body = loop.body
@@ -799,6 +814,7 @@ class CudaRenderer(CStyleRenderer):
                   f"({cname(g2.a)});", b)
         self.emit(f"if ({j} > 0) {self.release('tilec_prev')}", b)
         self.stmts(tuple(rest), b)
+        turn("wait", b)
         self.emit(f"if ({j} + 1 < {n}) {{  // the next tile's {g1.c}", b)
         self.emit(f"const uint32_t tilec_next = (tilec_it + 1) % {S};", b + 1)
         issue_g1("tilec_next", "(tilec_it + 1)", b + 1)
@@ -806,6 +822,7 @@ class CudaRenderer(CStyleRenderer):
         self.emit("tilec::sm90::wgmma_fence();", b)
         self.wgmma_issue(g2, b, "tilec_s")
         self.emit("tilec::sm90::wgmma_commit();", b)
+        turn("pass", b)
         self.emit("tilec_prev = tilec_s;", b)
         self.emit("++tilec_it;", b)
         self.emit("}", d)
@@ -813,14 +830,19 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", d)
         self.emit(f"if ({n} > 0) {self.release('tilec_prev')}", d)
 
-    def wgmma_gemm(self, g: T.Gemm, d: int):
+    def wgmma_gemm(self, g: T.Gemm, d: int, turns: bool = False):
         """One gemm of a warp-specialized loop on wgmma, completed: this consumer warpgroup's
         64 rows. A from shared memory (K-major: rows of K in panels of 64 columns) or from
         registers (a 16-bit fragment in the accumulator's layout, e.g. attention's P); B from
-        shared memory, rows of N (MN-major) or of K, panels of 64 columns."""
+        shared memory, rows of N (MN-major) or of K, panels of 64 columns. With `turns`, issued
+        in the warpgroup's turn (ping-pong)."""
+        if turns:
+            self.emit("tilec::sm90::turn_wait(tilec_warp / 4);", d)
         self.emit("tilec::sm90::wgmma_fence();", d)
         self.wgmma_issue(g, d)
         self.emit("tilec::sm90::wgmma_commit();", d)
+        if turns:
+            self.emit("tilec::sm90::turn_pass(tilec_warp / 4);", d)
         self.emit("tilec::sm90::wgmma_wait<0>();", d)
         self.emit(f"tilec::sm90::fence_regs<{self.allocs[g.c].layout.slots()}>({cname(g.c)});", d)
 
@@ -2005,7 +2027,7 @@ def _for_arch(target, options: dict):
         # K and V tiles (224 KiB with the Q tile at D = 128; measured: 2 stages are as fast at
         # D = 128, 6% slower at D = 64), each product completed before the softmax (the
         # overlapped order measured 12% slower: docs/PERFORMANCE.md)
-        attention = split_k.wgmma_attention((128, 128, 3, False) if wgmma else ())
+        attention = split_k.wgmma_attention((128, 128, 3, False, False) if wgmma else ())
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
                                                  wgmma_attention=attention))
     return target

@@ -1746,6 +1746,16 @@ TILEC_DEV void consumer_sync(int id) {
     asm volatile("bar.sync %0, %1;" :: "r"(id), "n"(THREADS) : "memory");
 }
 
+// Two consumer warpgroups taking turns to issue their products (attention's ping-pong):
+// warpgroup wg waits for its turn (named barrier 2 + wg: its own 128 threads and the other
+// warpgroup's 128 arrivals), and passes the turn on (arrives at the other's barrier).
+TILEC_DEV void turn_wait(int wg) {
+    asm volatile("bar.sync %0, 256;" :: "r"(2 + wg) : "memory");
+}
+TILEC_DEV void turn_pass(int wg) {
+    asm volatile("bar.arrive %0, 256;" :: "r"(3 - wg) : "memory");
+}
+
 // A consumer warpgroup's TMA-store staging (its 128 threads, named barrier `bar`): before they
 // write a buffer, its first thread waits until at most N of its stores still read their buffers
 // (the buffer's previous store is done with it); after, their writes are made visible to the
