@@ -48,6 +48,58 @@ def round_bf16(x: np.ndarray) -> np.ndarray:
     return out.astype(np.float64)
 
 
+# 8-bit floats (OCP FP8): (exponent bias, mantissa bits, largest finite value). fp8e4m3 has no
+# infinities (its NaN is S.1111.111); fp8e5m2 is IEEE-like. A conversion rounds to nearest even
+# and saturates: finite values and infinities beyond the range become the largest finite value
+# of their sign (as NVIDIA's cvt ... .satfinite does); NaN stays NaN.
+FP8 = {"fp8e4m3": (7, 3, 448.0), "fp8e5m2": (15, 2, 57344.0)}
+
+
+def round_fp8(x, dtype: str) -> np.ndarray:
+    """Round values to `dtype` (fp8e4m3 or fp8e5m2), returned as float64."""
+    bias, mant, top = FP8[dtype]
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        a = np.abs(x)
+        _, e = np.frexp(np.where(np.isfinite(a) & (a > 0), a, 1.0))
+        # the spacing of representable values at |x|: 2^(exponent - mantissa bits), the
+        # subnormal spacing below the smallest normal
+        q = np.ldexp(1.0, np.maximum(e - 1, 1 - bias) - mant)
+        r = np.rint(a / q) * q  # (nearest even: rint)
+        r = np.where(np.isinf(a) | (r > top), top, r)
+        return np.where(np.isnan(x), np.nan, np.copysign(r, x))
+
+
+def fp8_bits(v, dtype: str) -> np.ndarray:
+    """fp8 values (already representable: round_fp8) -> their 8-bit codes."""
+    bias, mant, _ = FP8[dtype]
+    v = np.asarray(v, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = np.abs(np.nan_to_num(v, nan=0.0))
+        _, e = np.frexp(np.where(a > 0, a, 1.0))
+        normal = a >= np.ldexp(1.0, 1 - bias)
+        exp = np.where(normal, e - 1 + bias, 0)
+        frac = np.where(normal, a / np.ldexp(1.0, e - 1) - 1.0, a / np.ldexp(1.0, 1 - bias))
+        code = (exp.astype(np.int64) << mant) | np.rint(frac * (1 << mant)).astype(np.int64)
+    code = np.where(np.signbit(v), code | 0x80, code)
+    return np.where(np.isnan(v), 0x7F, code).astype(np.uint8)
+
+
+def fp8_values(codes, dtype: str) -> np.ndarray:
+    """8-bit codes -> their fp8 values as float64."""
+    bias, mant, _ = FP8[dtype]
+    c = np.asarray(codes).astype(np.int64)
+    exp, frac = (c >> mant) & ((1 << (7 - mant)) - 1), c & ((1 << mant) - 1)
+    mag = np.where(exp == 0, np.ldexp(frac.astype(np.float64), 1 - bias - mant),
+                   np.ldexp(1.0 + frac / (1 << mant), exp - bias))
+    top_exp = (1 << (7 - mant)) - 1
+    if dtype == "fp8e4m3":
+        mag = np.where((exp == top_exp) & (frac == (1 << mant) - 1), np.nan, mag)
+    else:
+        mag = np.where(exp == top_exp, np.where(frac == 0, np.inf, np.nan), mag)
+    return np.where(c & 0x80, -mag, mag)
+
+
 def wrap(x, dtype: str) -> np.ndarray:
     """The result of integer arithmetic in `dtype`: two's complement wrap-around, as NumPy's
     fixed-width integers compute (other dtypes: `quantize`)."""
@@ -76,8 +128,8 @@ def quantize(x, dtype: str) -> np.ndarray:
             return x.astype(np.float64).astype(np.float16).astype(np.float64)
     if dtype == "bf16":
         return round_bf16(x)
-    if dtype.startswith("fp8"):
-        raise NotImplementedError("fp8 is not supported by the reference interpreter yet")
+    if dtype in FP8:
+        return round_fp8(x, dtype)
     lo, hi = _INT_RANGE[dtype]
     if x.dtype.kind == "f":
         x = np.where(np.isnan(x), 0, np.rint(np.clip(x, lo, hi)))
@@ -231,6 +283,8 @@ def to_storage(v: np.ndarray, dtype: str) -> np.ndarray:
     v = np.asarray(v)
     if dtype == "bf16":
         return (v.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    if dtype in FP8:
+        return fp8_bits(v, dtype)
     if dtype in ("u4", "i4"):
         q = (v.astype(np.int64) & 0xF).astype(np.uint8)
         if q.shape[-1] % 2:
@@ -242,6 +296,8 @@ def to_storage(v: np.ndarray, dtype: str) -> np.ndarray:
 def from_storage(a: np.ndarray, dtype: str) -> np.ndarray:
     if dtype == "bf16":
         return (a.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    if dtype in FP8:
+        return fp8_values(a, dtype)
     if is_float(dtype):
         return a.astype(np.float64)
     return a.astype(np.int64)
@@ -254,12 +310,14 @@ def storage_shape(shape: tuple, dtype: str) -> tuple:
 
 
 def np_storage_dtype(dtype: str):
-    return np.uint8 if dtype in ("u4", "i4") else _NP[dtype]
+    return np.uint8 if dtype in ("u4", "i4") or dtype in FP8 else _NP[dtype]
 
 
 # Tolerance on max|out - ref| / max(|ref|): what each output dtype can promise after
 # reassociation of reductions/products and f32 evaluation of 16-bit intermediates.
-TOLERANCE = {"f64": 1e-9, "f32": 2e-5, "f16": 1e-2, "bf16": 3e-2}
+# (fp8: a value the target computes in f32 may round to the neighbouring code: 1/8 and 1/4 of a
+# binade's top)
+TOLERANCE = {"f64": 1e-9, "f32": 2e-5, "f16": 1e-2, "bf16": 3e-2, "fp8e4m3": 0.13, "fp8e5m2": 0.26}
 
 
 def tolerance(dtype: str, reduction_length: int = 1, tf32: bool = False) -> float:

@@ -183,6 +183,7 @@ def work(g: Graph, dims: dict) -> tuple:
 def _ctype(dtype: str):
     return {"f32": ctypes.c_float, "f64": ctypes.c_double, "f16": ctypes.c_uint16,
             "bf16": ctypes.c_uint16, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
+            "fp8e4m3": ctypes.c_uint8, "fp8e5m2": ctypes.c_uint8,
             "i16": ctypes.c_int16, "i32": ctypes.c_int32, "i64": ctypes.c_int64}[dtype]
 
 
@@ -210,7 +211,9 @@ class _Call:
         for p in g.outputs:
             shape = interp.storage_shape(tuple(d.eval(dims) for d in p.type.shape), p.type.dtype)
             a = np.empty(shape, dtype=interp.np_storage_dtype(p.type.dtype))
-            a.fill(0x7E if a.dtype.itemsize == 1 else (np.nan if a.dtype.kind == "f" else 0x7E7E))
+            # (poison: NaN where the dtype has one)
+            a.fill(0x7F if p.type.dtype in interp.FP8 else 0x7E if a.dtype.itemsize == 1 else
+                   (np.nan if a.dtype.kind == "f" else 0x7E7E))
             self.outs[p.name] = (a, self.rt.output(a))
             args.append(self.outs[p.name][1])
         args += [ctypes.c_int64(dims[s]) for s in g.symbols]

@@ -13,6 +13,8 @@
 
 typedef uint16_t tilec_f16;   /* IEEE binary16, as raw bits */
 typedef uint16_t tilec_bf16;  /* bfloat16, as raw bits */
+typedef uint8_t tilec_fp8e4m3;  /* 8-bit float E4M3 (OCP FP8), as raw bits */
+typedef uint8_t tilec_fp8e5m2;  /* 8-bit float E5M2 (OCP FP8), as raw bits */
 
 /* Status codes returned by every tilec launcher. */
 enum {
@@ -113,6 +115,62 @@ static inline float tilec_bf16_to_float(tilec_bf16 b) {
     memcpy(&f, &x, sizeof f);
     return f;
 }
+
+/* float <-> 8-bit float bits (OCP FP8: E4M3, no infinities, largest 448; E5M2, IEEE-like,
+   largest 57344): nearest even, saturating (finite values and infinities past the range give
+   the largest of their sign), NaN stays NaN. E exponent and M mantissa bits. */
+static inline uint8_t tilec_fp8_from_float_(float f, int E, int M) {
+    const int bias = (1 << (E - 1)) - 1;
+    const uint32_t top = E == 4 ? 0x7Eu : 0x7Bu;
+    uint32_t x, sign, mant, n, rem, code;
+    int e, s;
+    memcpy(&x, &f, sizeof x);
+    sign = (x >> 24) & 0x80u;
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u)
+        return (uint8_t)(sign | 0x7Fu);  /* NaN */
+    e = (int)((x >> 23) & 0xFFu) - 127;
+    if (e > bias + 1)
+        return (uint8_t)(sign | top);  /* (infinities too) */
+    if (e < -bias - M - 1)
+        return (uint8_t)sign;  /* below half the smallest subnormal (and float subnormals) */
+    /* |f| in units of the spacing at its binade (the subnormal spacing below the smallest
+       normal): the 24-bit significand shifted right by s, rounded to nearest even */
+    mant = (x & 0x7FFFFFu) | 0x800000u;
+    s = 23 + ((e < 1 - bias ? 1 - bias : e) - M) - e;
+    n = mant >> s;
+    rem = mant & ((1u << s) - 1u);
+    if (rem > (1u << (s - 1)) || (rem == (1u << (s - 1)) && (n & 1u)))
+        ++n;
+    /* normal: n in [2^M, 2^(M+1)] (2^(M+1): the next binade); subnormal: n <= 2^M, the code */
+    code = e < 1 - bias ? n : ((uint32_t)(e + bias) << M) + n - (1u << M);
+    return (uint8_t)(sign | (code > top ? top : code));
+}
+
+static inline float tilec_fp8_to_float_(uint8_t c, int E, int M) {
+    const int bias = (1 << (E - 1)) - 1;
+    const uint32_t e = (c >> M) & ((1u << E) - 1), m = c & ((1u << M) - 1);
+    uint32_t x = (uint32_t)(c & 0x80u) << 24;
+    float f;
+    if (E == 4 ? (c & 0x7Fu) == 0x7Fu : e == (1u << E) - 1)
+        x |= (E == 4 || m) ? 0x7FC00000u : 0x7F800000u;  /* NaN, infinity */
+    else if (e == 0 && m) {  /* subnormal: normalize m into a float */
+        int k = 1 - bias;
+        uint32_t mm = m;
+        while (!(mm & (1u << M))) {
+            mm <<= 1;
+            --k;
+        }
+        x |= ((uint32_t)(k + 127) << 23) | ((mm & ((1u << M) - 1)) << (23 - M));
+    } else if (e)
+        x |= ((e - bias + 127) << 23) | (m << (23 - M));
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static inline tilec_fp8e4m3 tilec_fp8e4m3_from_float(float f) { return tilec_fp8_from_float_(f, 4, 3); }
+static inline float tilec_fp8e4m3_to_float(tilec_fp8e4m3 c) { return tilec_fp8_to_float_(c, 4, 3); }
+static inline tilec_fp8e5m2 tilec_fp8e5m2_from_float(float f) { return tilec_fp8_from_float_(f, 5, 2); }
+static inline float tilec_fp8e5m2_to_float(tilec_fp8e5m2 c) { return tilec_fp8_to_float_(c, 5, 2); }
 
 /* What NAME_info() returns: a description of a kernel's C arguments, for generating bindings. */
 enum { TILEC_ARG_INPUT = 0, TILEC_ARG_OUTPUT = 1, TILEC_ARG_SCALAR = 2, TILEC_ARG_DIM = 3 };

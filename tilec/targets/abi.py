@@ -15,7 +15,7 @@ import textwrap
 
 from ..ir import tile as T
 from ..ir.types import DTYPES, Dim
-from .cstyle import ABI_TYPE, bytes_expr, cdim, cname
+from .cstyle import ABI_TYPE, NARROW_FLOATS, bytes_expr, cdim, cname
 
 STATUSES = (
     ("TILEC_OK", 0, "success"),
@@ -108,7 +108,7 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
     read = {p.name for k in prog.kernels for p in k.params if p.kind == "scalar"}
     for p in g.params:
         if p.is_scalar:
-            conv = {"f16": "tilec::f16_to_f32", "bf16": "tilec::bf16_to_f32"}.get(p.type.dtype, "")
+            conv = f"tilec::{p.type.dtype}_to_f32" if p.type.dtype in NARROW_FLOATS else ""
             ctype = _REG.get(p.type.dtype, ABI_TYPE[p.type.dtype])
             scalars.append(f"const {ctype} tilec_s_{p.name} = {conv}({cname(p.name)});"
                            if p.name in read else f"(void){cname(p.name)};  // read by no kernel")
@@ -173,7 +173,7 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                 release_scratch="// nothing: this target keeps no memory between calls")
 
 
-_REG = {"f16": "float", "bf16": "float"}
+_REG = {d: "float" for d in NARROW_FLOATS}
 
 
 def size_exprs(g) -> list:

@@ -23,9 +23,10 @@ from ..passes import (
 from ..passes.rewrite import column_base, loads_in, unit_stride, used_names, uses_var
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
-from .cstyle import ABI_TYPE, CStyleRenderer, bytes_expr, cname, pdim
+from .cstyle import ABI_TYPE, NARROW_FLOATS, CStyleRenderer, bytes_expr, cname, pdim
 
-ALL_DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4", "u4")
+ALL_DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4", "u4", "fp8e4m3",
+              "fp8e5m2")
 
 
 def _gemm_operands_read_in_place(k: T.TileKernel, globals_: dict, allocs: dict) -> set:
@@ -125,8 +126,8 @@ class CpuRenderer(CStyleRenderer):
         start = None  # row-major offset of the window's first element
         for d, o in zip(dims, offs):
             start = o if start is None else f"({start}) * {d} + {o}"
-        conv = {"f16": "tilec::from_f16()", "bf16": "tilec::from_bf16()"}.get(
-            src.dtype, f"tilec::cast_to<{self.ctype(self.storage(dst.dtype))}>()")
+        conv = f"tilec::from_{src.dtype}()" if src.dtype in NARROW_FLOATS else \
+            f"tilec::cast_to<{self.ctype(self.storage(dst.dtype))}>()"
         self.emit(f"// copy {T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> {s.dst.buf}",
                   depth)
 

@@ -27,9 +27,12 @@ INFINITY NAN threadIdx blockIdx blockDim gridDim warpSize half""".split())
 # element type of tensors at the C ABI (16-bit floats as raw bits)
 ABI_TYPE = {"f16": "tilec_f16", "bf16": "tilec_bf16", "f32": "float", "f64": "double",
             "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
-            "i4": "uint8_t", "u4": "uint8_t", "bool": "bool"}
+            "i4": "uint8_t", "u4": "uint8_t", "bool": "bool", "fp8e4m3": "tilec_fp8e4m3",
+            "fp8e5m2": "tilec_fp8e5m2"}
 BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8, "i8": 1, "u8": 1, "i16": 2, "i32": 4, "i64": 8,
-         "bool": 1, "i4": 1, "u4": 1}
+         "bool": 1, "i4": 1, "u4": 1, "fp8e4m3": 1, "fp8e5m2": 1}
+# floats narrower than f32, stored as their bits and computed in f32 (values held rounded)
+NARROW_FLOATS = ("f16", "bf16", "fp8e4m3", "fp8e5m2")
 
 
 # Macros and names that C and C++ headers (or the generated code) define or use unqualified.
@@ -98,7 +101,7 @@ class CStyleRenderer:
     # register type of a value of each dtype (16-bit floats compute in float)
     CTYPE = {"f16": "float", "bf16": "float", "f32": "float", "f64": "double", "i8": "int8_t",
              "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "bool": "bool",
-             "i4": "int32_t", "u4": "int32_t"}
+             "i4": "int32_t", "u4": "int32_t", "fp8e4m3": "float", "fp8e5m2": "float"}
     # elementwise functions of float values; {x} is the argument, {one} the literal 1
     UNARY = {
         "exp": "tilec::exp_f32({x})", "exp2": "std::exp2({x})", "log": "std::log({x})",
@@ -130,8 +133,8 @@ class CStyleRenderer:
 
     @staticmethod
     def storage(dtype: str) -> str:
-        """Dtype of a tile-buffer element: 16-bit floats are kept as f32, 4-bit ints as i32."""
-        return "f32" if dtype in ("f16", "bf16") else ("i32" if dtype in ("u4", "i4") else dtype)
+        """Dtype of a tile-buffer element: narrow floats are kept as f32, 4-bit ints as i32."""
+        return "f32" if dtype in NARROW_FLOATS else ("i32" if dtype in ("u4", "i4") else dtype)
 
     def ctype(self, dtype: str) -> str:
         return self.CTYPE[dtype]
@@ -216,7 +219,7 @@ class CStyleRenderer:
     def operand(self, e, parent: int, right: bool) -> str:
         text = self.expr(e)
         mine = _CPREC.get(getattr(e, "fn", None)) if isinstance(e, (T.Binary, T.Compare)) else None
-        if mine is not None and e.dtype not in ("f16", "bf16") and \
+        if mine is not None and e.dtype not in NARROW_FLOATS and \
            (mine < parent or (right and mine == parent)):
             return f"({text})"
         return text
@@ -229,8 +232,8 @@ class CStyleRenderer:
         C's `int` (which C computes in) wrap around, as the language's integers do."""
         if dtype == "f16":
             return f"tilec::round_f16({s})"
-        if dtype == "bf16":
-            return f"tilec::round_bf16({s})"
+        if dtype in NARROW_FLOATS:
+            return f"tilec::round_{dtype}({s})"
         if dtype in cls.NARROW_INTS:
             return f"(({cls.NARROW_INTS[dtype]})({s}))"
         return s
@@ -283,16 +286,16 @@ class CStyleRenderer:
         """A value read from memory in its storage form, as a register value."""
         if dtype == "f16":
             return f"tilec::f16_to_f32({ref})"
-        if dtype == "bf16":
-            return f"tilec::bf16_to_f32({ref})"
+        if dtype in NARROW_FLOATS:
+            return f"tilec::{dtype}_to_f32({ref})"
         return ref
 
     @staticmethod
     def to_storage(v: str, dtype: str) -> str:
         if dtype == "f16":
             return f"tilec::f32_to_f16({v})"
-        if dtype == "bf16":
-            return f"tilec::f32_to_bf16({v})"
+        if dtype in NARROW_FLOATS:
+            return f"tilec::f32_to_{dtype}({v})"
         return v
 
     def load_alloc(self, e: T.Load) -> str:
@@ -310,7 +313,7 @@ class CStyleRenderer:
         if buf in self.allocs:
             return self.alloc_value(buf, value, vdtype)
         p = self.globals[buf]
-        v = self.cast(value, vdtype, "f32" if p.dtype in ("f16", "bf16") else p.dtype)
+        v = self.cast(value, vdtype, "f32" if p.dtype in NARROW_FLOATS else p.dtype)
         return self.to_storage(v, p.dtype)
 
     def alloc_value(self, buf: str, value: str, vdtype: str) -> str:

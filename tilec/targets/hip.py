@@ -12,7 +12,7 @@ HIP = Target(
         warp=64, max_threads=1024, tile_memory=64 * 1024, mma=(32, 32, 8),
         gemm_tile=(128, 128, 32), gemm_stages=2, gemm_threads=256, row_block=1, row_threads=256,
         ew_tile=(1, 4096), ew_threads=256, attn_tile=(128, 64), attn_threads=256, attn_stages=2,
-        dtypes=ALL_DTYPES, async_copy=False),
+        dtypes=tuple(d for d in ALL_DTYPES if not d.startswith("fp8")), async_copy=False),
     toolchain=Toolchain("HIPCC", "hipcc", "HIP compiler"),
     templates="hip",
     source_ext=".hip",

@@ -122,6 +122,50 @@ static inline uint16_t f32_to_bf16(float x) {
 static inline float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 static inline float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
+// 8-bit floats (OCP FP8) with E exponent and M mantissa bits: E4M3 (no infinities; its NaN is
+// S.1111.111; largest 448) and E5M2 (IEEE-like; largest 57344). To fp8: nearest even,
+// saturating (finite values and infinities past the range give the largest of their sign, as
+// NVIDIA's cvt .satfinite), NaN stays NaN.
+template <int E, int M>
+static inline uint8_t f32_to_fp8(float x) {
+    constexpr int BIAS = (1 << (E - 1)) - 1;
+    constexpr uint32_t TOP = E == 4 ? 0x7eu : 0x7bu;  // the largest finite code
+    const uint32_t u = bits_f32(x);
+    const uint32_t sign = (u >> 24) & 0x80u;
+    const uint32_t au = u & 0x7fffffffu;
+    if (au > 0x7f800000u) return (uint8_t)(sign | 0x7fu);  // NaN
+    const int e = (int)(au >> 23) - 127;  // (f32 subnormals: far below fp8's range)
+    if (e > BIAS + 1) return (uint8_t)(sign | TOP);  // (infinities too)
+    // the value in units of the fp8 spacing at its binade (the subnormal spacing below the
+    // smallest normal), rounded to nearest even by the FPU
+    const int q = (e < 1 - BIAS ? 1 - BIAS : e) - M;
+    const uint32_t n = (uint32_t)std::nearbyint(f32_bits(au) * f32_bits((uint32_t)(127 - q) << 23));
+    // normal: n in [2^M, 2^(M+1)] (2^(M+1): the next binade); subnormal: n <= 2^M, the code
+    const uint32_t code = e < 1 - BIAS ? n : ((uint32_t)(e + BIAS) << M) + n - (1u << M);
+    return (uint8_t)(sign | (code > TOP ? TOP : code));
+}
+
+template <int E, int M>
+static inline float fp8_to_f32(uint8_t c) {
+    constexpr int BIAS = (1 << (E - 1)) - 1;
+    const uint32_t e = (c >> M) & ((1u << E) - 1), m = c & ((1u << M) - 1);
+    const uint32_t sign = (uint32_t)(c & 0x80u) << 24;
+    if (E == 4 ? (c & 0x7fu) == 0x7fu : e == (1u << E) - 1)
+        return f32_bits(sign | (E == 4 || m ? 0x7fc00000u : 0x7f800000u));  // NaN, inf
+    if (e == 0) {  // subnormal: m units of 2^(1 - BIAS - M)
+        const float v = (float)m * f32_bits((uint32_t)(127 + 1 - BIAS - M) << 23);
+        return c & 0x80u ? -v : v;
+    }
+    return f32_bits(sign | ((e - BIAS + 127) << 23) | (m << (23 - M)));
+}
+
+static inline uint8_t f32_to_fp8e4m3(float x) { return f32_to_fp8<4, 3>(x); }
+static inline uint8_t f32_to_fp8e5m2(float x) { return f32_to_fp8<5, 2>(x); }
+static inline float fp8e4m3_to_f32(uint8_t c) { return fp8_to_f32<4, 3>(c); }
+static inline float fp8e5m2_to_f32(uint8_t c) { return fp8_to_f32<5, 2>(c); }
+static inline float round_fp8e4m3(float x) { return fp8e4m3_to_f32(f32_to_fp8e4m3(x)); }
+static inline float round_fp8e5m2(float x) { return fp8e5m2_to_f32(f32_to_fp8e5m2(x)); }
+
 // ---------------------------------------------------------------------------
 // 4-bit packed integers: two per byte along the last axis, low nibble first;
 // each row of `cols` elements starts on a byte boundary ((cols+1)/2 bytes).
@@ -691,6 +735,8 @@ template <typename D> struct cast_to {
 };
 struct from_f16 { float operator()(uint16_t v) const { return f16_to_f32(v); } };
 struct from_bf16 { float operator()(uint16_t v) const { return bf16_to_f32(v); } };
+struct from_fp8e4m3 { float operator()(uint8_t v) const { return fp8e4m3_to_f32(v); } };
+struct from_fp8e5m2 { float operator()(uint8_t v) const { return fp8e5m2_to_f32(v); } };
 
 // out[c] = conv(in[c]) for the n values of a row
 template <typename S, typename D, typename Conv>

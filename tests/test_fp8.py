@@ -1,0 +1,148 @@
+"""8-bit floats (fp8e4m3, fp8e5m2): the reference interpreter's rounding against a brute-force
+nearest-even search over every code; the C header's and the CPU library's conversions against
+the reference, bit for bit (every code decoded; floats around every rounding boundary, ties,
+subnormals, saturation, infinities and NaN encoded); fp8 programs on the CPU target against the
+reference; the GPU targets refuse them with a located error."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from conftest import check_text
+
+from tilec import driver
+from tilec.diagnostics import TilecError
+from tilec.interp import FP8, fp8_bits, fp8_values, round_fp8
+
+FORMATS = sorted(FP8)
+
+
+def probes(dtype: str) -> np.ndarray:
+    """Floats that exercise every rounding decision: each finite fp8 value, the midpoints
+    between neighbours (ties) and just either side of them, past the largest value, tiny
+    values, infinities, NaN, and random values over the whole range."""
+    vals = fp8_values(np.arange(256), dtype)
+    grid = np.unique(vals[np.isfinite(vals)])
+    mids = (grid[1:] + grid[:-1]) / 2
+    f32 = [grid, mids, np.nextafter(mids.astype(np.float32), np.float32(np.inf)),
+           np.nextafter(mids.astype(np.float32), np.float32(-np.inf)),
+           [FP8[dtype][2] * 1.03, FP8[dtype][2] * 1.1, 1e30, -1e30, 1e-30, -1e-30, 0.0, -0.0,
+            np.inf, -np.inf, np.nan],
+           np.random.default_rng(5).standard_normal(4000) * np.exp2(
+               np.random.default_rng(6).integers(-20, 18, 4000))]
+    return np.concatenate([np.asarray(x, dtype=np.float64) for x in f32]).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_reference_rounds_to_the_nearest_code_saturating(dtype):
+    x = probes(dtype).astype(np.float64)
+    vals = fp8_values(np.arange(256), dtype)
+    grid = np.unique(vals[np.isfinite(vals)])
+    top = FP8[dtype][2]
+    got = round_fp8(x, dtype)
+    for v, r in zip(x, got):
+        if np.isnan(v):
+            assert np.isnan(r)
+            continue
+        c = np.clip(v, -top, top)
+        d = np.abs(grid - c)
+        near = grid[d == d.min()]
+        # a tie goes to the code with an even mantissa (the lower bits of its code)
+        want = near[0] if len(near) == 1 else next(
+            g for g in near if int(fp8_bits(np.array([g]), dtype)[0]) % 2 == 0)
+        assert r == want and np.signbit(r) == np.signbit(v) or (r == 0 and want == 0), (v, r, want)
+    # codes round-trip
+    codes = np.arange(256)
+    fin = np.isfinite(vals)
+    assert np.array_equal(fp8_bits(vals[fin], dtype), codes[fin].astype(np.uint8))
+
+
+PROGRAM = r"""
+#include "c.h"
+#include "tilec_cpu.h"
+#include <cstdio>
+#include <cstring>
+int main() {
+    float x;
+    unsigned u;
+    while (std::scanf("%x", &u) == 1) {
+        std::memcpy(&x, &u, sizeof x);
+        std::printf("%u %u %u %u\n", tilec_fp8e4m3_from_float(x), tilec::f32_to_fp8e4m3(x),
+                    tilec_fp8e5m2_from_float(x), tilec::f32_to_fp8e5m2(x));
+    }
+    for (int c = 0; c < 256; ++c) {
+        const float v[4] = {tilec_fp8e4m3_to_float((uint8_t)c), tilec::fp8e4m3_to_f32((uint8_t)c),
+                            tilec_fp8e5m2_to_float((uint8_t)c), tilec::fp8e5m2_to_f32((uint8_t)c)};
+        unsigned b[4];
+        std::memcpy(b, v, sizeof b);
+        std::printf("D %08x %08x %08x %08x\n", b[0], b[1], b[2], b[3]);
+    }
+    return 0;
+}
+"""
+
+
+def test_c_and_cpu_library_conversions_match_the_reference(tmp_path):
+    """The header's C helpers (for users) and tilec_cpu.h's (the generated code) give the
+    reference's codes and values."""
+    gxx = shutil.which("g++")
+    if gxx is None:
+        pytest.skip("g++ not found")
+    # the header's helpers as a generated header holds them (any kernel's)
+    src = driver.Source("c.tile", "kernel k(X: f32[N]) -> Y: f32[N]:\n    Y = X\n")
+    m = driver.compile_module(driver.frontend(src), "cpu")
+    files = driver.render(src, m, "cpu")
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    (tmp_path / "main.cpp").write_text(PROGRAM)
+    exe = tmp_path / "conv"
+    r = subprocess.run([gxx, "-std=c++17", "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror",
+                        "main.cpp", "-o", str(exe)], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    xs = np.unique(np.concatenate([probes(d) for d in FORMATS]).view(np.uint32))
+    out = subprocess.run([str(exe)], input="\n".join(f"{u:x}" for u in xs), capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    enc = np.array([[int(v) for v in line.split()] for line in out[:len(xs)]])
+    x = xs.view(np.float32).astype(np.float64)
+    for col, dtype in ((0, "fp8e4m3"), (2, "fp8e5m2")):
+        want = fp8_bits(round_fp8(x, dtype), dtype)
+        assert np.array_equal(enc[:, col], want), dtype
+        assert np.array_equal(enc[:, col + 1], want), dtype
+    dec = np.array([[int(v, 16) for v in line.split()[1:]] for line in out[len(xs):]],
+                   dtype=np.uint32).view(np.float32).astype(np.float64)
+    for col, dtype in ((0, "fp8e4m3"), (2, "fp8e5m2")):
+        want = fp8_values(np.arange(256), dtype)
+        for c in (col, col + 1):
+            assert np.array_equal(dec[:, c], want, equal_nan=True), dtype
+
+
+FP8_PROGRAMS = """
+kernel fp8_gemm(A: fp8e4m3[M, K], W: fp8e4m3[N, K], bias: f32[N]) -> C: f16[M, N]:
+    C = f16(relu(A @ W.T + bias))
+
+kernel fp8_out(X: f32[R, C]) -> (Y: fp8e4m3[R, C], Z: fp8e5m2[R, C]):
+    Y = fp8e4m3(X * 1000.0)
+    Z = fp8e5m2(exp(X * 12.0) * 8.0)
+
+kernel fp8_rows(X: fp8e5m2[R, C], s: fp8e4m3) -> Y: fp8e4m3[R, C]:
+    Y = fp8e4m3(softmax(f32(X) * f32(s), axis=-1))
+"""
+
+
+@pytest.mark.parametrize("dims", [dict(M=37, N=70, K=300, R=5, C=130),
+                                  dict(M=128, N=256, K=256, R=1, C=4096)])
+def test_fp8_programs_on_the_cpu_match_the_reference(dims):
+    """GEMMs of fp8 operands, fp8 outputs (saturating: X * 1000 passes fp8e4m3's 448, exp(12 X)
+    * 8 fp8e5m2's 57344) and a row kernel on fp8 data with an fp8 scalar."""
+    check_text(FP8_PROGRAMS, dims, name="fp8.tile", target="cpu")
+
+
+@pytest.mark.parametrize("target", ["cuda", "hip"])
+def test_gpu_targets_refuse_fp8_tensors(target):
+    src = driver.Source("g.tile", FP8_PROGRAMS)
+    with pytest.raises(TilecError, match=f"fp8e4m3 is not supported on target {target}") as e:
+        driver.compile_module(driver.frontend(src), target)
+    assert e.value.loc.line == 2
