@@ -917,7 +917,8 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     (B read row by row from memory, bound by its bytes), then the target's small-M tiles
     (decode sizes: the launcher picks them by M at run time), each first split over K where the
     target splits and the grid is small (passes/split_k.py), before the default tile, unless the
-    schedule fixes the tile. Config: a GemmVariant (None: the default tile)."""
+    schedule fixes the tile. Config: a GemmVariant (None: the default tile). An attention group
+    gets the target's warp-specialized kernel first (`wgmma_attention`), other groups one kernel."""
     if grp.kind == "attention" and target.resources.wgmma_attention and \
             sched.warp_specialize is not False:
         # Hopper: the warp-specialized attention first, where Q, K and V suit TMA at run time
