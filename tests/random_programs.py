@@ -48,7 +48,11 @@ TENSOR_SHAPES = (("R", "C"), ("C",), ("R", 1), ("B", "R", "C"), ("R",), (1, "C")
                  ("B", "R", 1), ("C", "R"), ("R", 4), (3, "C"))
 FLOATS = ("f32", "f16", "bf16", "f64")
 # the interpreter's tolerances (tilec.interp.TOLERANCE), by output dtype
-TOL = {"f64": 1e-9, "f32": 2e-5, "f16": 1e-2, "bf16": 3e-2}
+TOL = {"f64": 1e-9, "f32": 2e-5, "f16": 1e-2, "bf16": 3e-2, "fp8e4m3": 0.13, "fp8e5m2": 0.26}
+# 8-bit float outputs: a computed value that the target (in f32) and the reference (in f64) round
+# to neighbouring codes differs by one code, within the tolerance; a value converted to fp8 and
+# computed on would amplify that, so fp8 outputs are never read by later statements
+FP8 = ("fp8e4m3", "fp8e5m2")
 F16_MAX = 3.0e4  # keep f16 values well below 65504
 BIG = 1.0e5  # no value of any dtype may grow beyond this
 UNARY_ANY = ("abs", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "softplus", "mish",
@@ -280,8 +284,9 @@ class Program:
 
 # ---- the generator ------------------------------------------------------------------------
 class Generator:
-    def __init__(self, ch: Chooser, filters=()):
+    def __init__(self, ch: Chooser, filters=(), fp8: bool = True):
         self.ch = ch
+        self.fp8 = fp8  # fp8 outputs (the targets that build them: the CPU)
         self.fuse_off = False
         self.dim_values, self.dim_max = DIM_VALUES, DIM_MAX
         self.filters = set(filters or ())
@@ -858,8 +863,9 @@ class Generator:
         if is_int(e.dtype):
             opts = [e.dtype, "f32"] + (["f16"] if e.mag <= 2048 else [])
             return self.ch.choice(opts)
-        opts = [d for d in (e.dtype, e.dtype, "f32", "f16", "bf16", "f64") if TOL[d] >= e.tol
-                and fits(d, e.lo, e.hi)]
+        fp8 = FP8 if self.ch.chance(0.3) and self.fp8 else ()
+        opts = [d for d in (e.dtype, e.dtype, "f32", "f16", "bf16", "f64") + fp8
+                if TOL[d] >= e.tol and fits(d, e.lo, e.hi)]
         return self.ch.choice(opts or [e.dtype])
 
     def program(self) -> Program:
@@ -939,7 +945,8 @@ class Generator:
                 outs.append((name, dt, e.shape))
                 vdt.append(e.dtype)
                 stmts.append(f"{name} = {e.text}")
-                if dt != "u8":  # later statements see the value converted to the output's dtype
+                if dt != "u8" and dt not in FP8:
+                    # later statements see the value converted to the output's dtype
                     # (not an atom: tilec inlines the value's expression where the name is used)
                     pool.append(E(name, e.shape, dt, e.lo, e.hi, max(e.tol, TOL.get(dt, 0.0)),
                                   atom=False, red=e.red))
@@ -977,10 +984,12 @@ class Generator:
         return Program(text, dims, "rnd", inputs, outs, vdt)
 
 
-def random_program(seed, filters=None) -> Program:
+def random_program(seed, filters=None, fp8: bool = True) -> Program:
+    """A random program from `seed`; fp8=False: none of its outputs is fp8 (for the GPU targets,
+    which do not build them yet)."""
     while True:
         try:
-            return Generator(RandomChooser(seed), filters).program()
+            return Generator(RandomChooser(seed), filters, fp8).program()
         except Reject:
             seed = hash((seed, 1)) & 0xFFFFFFFF
 
