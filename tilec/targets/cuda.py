@@ -534,7 +534,15 @@ class CudaRenderer(CStyleRenderer):
         self.ws_gemm = gemms[0] if len(gemms) == 1 and len(loop.body) == len(copies) + 1 else None
         if pre_copies and k.persistent:
             raise AssertionError("tiles copied before a persistent kernel's loop")
-        lets = [st for st in pre if isinstance(st, T.Let)]
+        # the producer's Lets: those its copies' offsets and the loop's trip count read
+        read = {x.name for c in pre_copies + copies for o in c.src.offsets for x in T.walk_exprs(o)
+                if isinstance(x, T.Var)} | {x.name for x in T.walk_exprs(loop.extents[0])
+                                            if isinstance(x, T.Var)}
+        lets = []
+        for st in reversed([st for st in pre if isinstance(st, T.Let)]):
+            if st.name in read:
+                lets.insert(0, st)
+                read |= {x.name for x in T.walk_exprs(st.value) if isinstance(x, T.Var)}
         self.emit(f"// warp roles: warpgroups 0-{consumers - 1} multiply (wgmma) and run the epilogue; "
                   f"warpgroup {consumers} loads (TMA)", depth)
         self.emit(f"uint64_t* tilec_full = reinterpret_cast<uint64_t*>(tilec_smem + "
