@@ -145,19 +145,37 @@ static inline uint8_t f32_to_fp8(float x) {
     return (uint8_t)(sign | (code > TOP ? TOP : code));
 }
 
+// The value of code c (exact in f32), at compile time: decoding is a lookup in a table of the
+// 256 values, which vectorizes (a gather) where bit manipulation with branches would not.
 template <int E, int M>
-static inline float fp8_to_f32(uint8_t c) {
-    constexpr int BIAS = (1 << (E - 1)) - 1;
-    const uint32_t e = (c >> M) & ((1u << E) - 1), m = c & ((1u << M) - 1);
-    const uint32_t sign = (uint32_t)(c & 0x80u) << 24;
-    if (E == 4 ? (c & 0x7fu) == 0x7fu : e == (1u << E) - 1)
-        return f32_bits(sign | (E == 4 || m ? 0x7fc00000u : 0x7f800000u));  // NaN, inf
-    if (e == 0) {  // subnormal: m units of 2^(1 - BIAS - M)
-        const float v = (float)m * f32_bits((uint32_t)(127 + 1 - BIAS - M) << 23);
-        return c & 0x80u ? -v : v;
+constexpr float fp8_value(int c) {
+    const int bias = (1 << (E - 1)) - 1;
+    const int e = (c >> M) & ((1 << E) - 1), m = c & ((1 << M) - 1);
+    float v = 0.0f;
+    if (E == 4 ? (c & 0x7f) == 0x7f : e == (1 << E) - 1) {
+        v = (E == 4 || m) ? std::numeric_limits<float>::quiet_NaN()
+                          : std::numeric_limits<float>::infinity();
+    } else {  // (1 + m / 2^M) 2^(e - bias), or m / 2^M 2^(1 - bias) for a subnormal
+        float scale = 1.0f;
+        for (int p = (e == 0 ? 1 : e) - bias; p != 0; p += p > 0 ? -1 : 1)
+            scale = p > 0 ? scale * 2.0f : scale * 0.5f;
+        v = ((e == 0 ? 0.0f : 1.0f) + (float)m / (float)(1 << M)) * scale;
     }
-    return f32_bits(sign | ((e - BIAS + 127) << 23) | (m << (23 - M)));
+    return (c & 0x80) ? -v : v;
 }
+
+template <int E, int M>
+struct Fp8Table {
+    float v[256];
+    constexpr Fp8Table() : v() {
+        for (int c = 0; c < 256; ++c) v[c] = fp8_value<E, M>(c);
+    }
+};
+template <int E, int M>
+inline constexpr Fp8Table<E, M> fp8_table{};
+
+template <int E, int M>
+static inline float fp8_to_f32(uint8_t c) { return fp8_table<E, M>.v[c]; }
 
 static inline uint8_t f32_to_fp8e4m3(float x) { return f32_to_fp8<4, 3>(x); }
 static inline uint8_t f32_to_fp8e5m2(float x) { return f32_to_fp8<5, 2>(x); }
