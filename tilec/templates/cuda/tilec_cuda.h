@@ -1875,18 +1875,6 @@ TILEC_DEV void fence_regs(uint32_t* a) {
         " %32, %33, p, 1, 1, 0, %35;\n}\n"  \
         : TILEC_WGMMA_OUT32 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
 
-template <int TB, bool BF>
-TILEC_DEV void wgmma_n64(float* d, uint64_t a, uint64_t b, int scale_d) {
-#ifdef TILEC_SM90A
-    if (BF) TILEC_WGMMA_N64("bf16");
-    else TILEC_WGMMA_N64("f16");
-#else
-    (void)d; (void)a; (void)b; (void)scale_d;
-    __trap();
-#endif
-}
-#undef TILEC_WGMMA_N64
-
 // D[64 x 128] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A and
 // B by shared-memory descriptors, B MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
 #define TILEC_WGMMA_N128(DT)  \
@@ -1895,18 +1883,6 @@ TILEC_DEV void wgmma_n64(float* d, uint64_t a, uint64_t b, int scale_d) {
         " wgmma.mma_async.sync.aligned.m64n128k16.f32." DT "." DT " {" TILEC_WGMMA_D64 "},"  \
         " %64, %65, p, 1, 1, 0, %67;\n}\n"  \
         : TILEC_WGMMA_OUT64 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
-
-template <int TB, bool BF>
-TILEC_DEV void wgmma_n128(float* d, uint64_t a, uint64_t b, int scale_d) {
-#ifdef TILEC_SM90A
-    if (BF) TILEC_WGMMA_N128("bf16");
-    else TILEC_WGMMA_N128("f16");
-#else
-    (void)d; (void)a; (void)b; (void)scale_d;
-    __trap();
-#endif
-}
-#undef TILEC_WGMMA_N128
 
 // D[64 x 256] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A and
 // B by shared-memory descriptors, B MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
@@ -1917,24 +1893,26 @@ TILEC_DEV void wgmma_n128(float* d, uint64_t a, uint64_t b, int scale_d) {
         " %128, %129, p, 1, 1, 0, %131;\n}\n"  \
         : TILEC_WGMMA_OUT128 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
 
-template <int TB, bool BF>
-TILEC_DEV void wgmma_n256(float* d, uint64_t a, uint64_t b, int scale_d) {
-#ifdef TILEC_SM90A
-    if (BF) TILEC_WGMMA_N256("bf16");
-    else TILEC_WGMMA_N256("f16");
-#else
-    (void)d; (void)a; (void)b; (void)scale_d;
-    __trap();
-#endif
-}
-#undef TILEC_WGMMA_N256
+// The wgmma of one k-step for a tile of N columns (64, 128 or 256) and the dtype (BF: bf16):
+// sm_90a code (elsewhere a stub that traps: the launcher runs it on H100/H200 devices alone).
+#define TILEC_WGMMA_DISPATCH(PREFIX)  \
+    if constexpr (N == 256) {  \
+        if constexpr (BF) PREFIX##N256("bf16"); else PREFIX##N256("f16");  \
+    } else if constexpr (N == 128) {  \
+        if constexpr (BF) PREFIX##N128("bf16"); else PREFIX##N128("f16");  \
+    } else {  \
+        if constexpr (BF) PREFIX##N64("bf16"); else PREFIX##N64("f16");  \
+    }
 
 template <int N, int TB, bool BF>
 TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
     static_assert(N == 64 || N == 128 || N == 256, "wgmma tiles of 64, 128 or 256 columns");
-    if (N == 256) wgmma_n256<TB, BF>(d, a, b, scale_d);
-    else if (N == 128) wgmma_n128<TB, BF>(d, a, b, scale_d);
-    else wgmma_n64<TB, BF>(d, a, b, scale_d);
+#ifdef TILEC_SM90A
+    TILEC_WGMMA_DISPATCH(TILEC_WGMMA_)
+#else
+    (void)d; (void)a; (void)b; (void)scale_d;
+    __trap();
+#endif
 }
 
 // D[64 x 64] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A from
@@ -1948,18 +1926,6 @@ TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
         : TILEC_WGMMA_OUT32  \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
 
-template <int TB, bool BF>
-TILEC_DEV void wgmma_rs_n64(float* d, const uint32_t* a, uint64_t b, int scale_d) {
-#ifdef TILEC_SM90A
-    if (BF) TILEC_WGMMA_RS_N64("bf16");
-    else TILEC_WGMMA_RS_N64("f16");
-#else
-    (void)d; (void)a; (void)b; (void)scale_d;
-    __trap();
-#endif
-}
-#undef TILEC_WGMMA_RS_N64
-
 // D[64 x 128] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A from
 // registers (a[0..3]: this thread's 16-bit pairs, in the accumulator's layout), B by a
 // shared-memory descriptor, MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
@@ -1970,18 +1936,6 @@ TILEC_DEV void wgmma_rs_n64(float* d, const uint32_t* a, uint64_t b, int scale_d
         " {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"  \
         : TILEC_WGMMA_OUT64  \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
-
-template <int TB, bool BF>
-TILEC_DEV void wgmma_rs_n128(float* d, const uint32_t* a, uint64_t b, int scale_d) {
-#ifdef TILEC_SM90A
-    if (BF) TILEC_WGMMA_RS_N128("bf16");
-    else TILEC_WGMMA_RS_N128("f16");
-#else
-    (void)d; (void)a; (void)b; (void)scale_d;
-    __trap();
-#endif
-}
-#undef TILEC_WGMMA_RS_N128
 
 // D[64 x 256] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A from
 // registers (a[0..3]: this thread's 16-bit pairs, in the accumulator's layout), B by a
@@ -1994,25 +1948,29 @@ TILEC_DEV void wgmma_rs_n128(float* d, const uint32_t* a, uint64_t b, int scale_
         : TILEC_WGMMA_OUT128  \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
 
-template <int TB, bool BF>
-TILEC_DEV void wgmma_rs_n256(float* d, const uint32_t* a, uint64_t b, int scale_d) {
+template <int N, int TB, bool BF>
+TILEC_DEV void wgmma_rs(float* d, const uint32_t* a, uint64_t b, int scale_d) {
+    static_assert(N == 64 || N == 128 || N == 256, "wgmma tiles of 64, 128 or 256 columns");
 #ifdef TILEC_SM90A
-    if (BF) TILEC_WGMMA_RS_N256("bf16");
-    else TILEC_WGMMA_RS_N256("f16");
+    TILEC_WGMMA_DISPATCH(TILEC_WGMMA_RS_)
 #else
     (void)d; (void)a; (void)b; (void)scale_d;
     __trap();
 #endif
 }
+#undef TILEC_WGMMA_DISPATCH
+#undef TILEC_WGMMA_N64
+#undef TILEC_WGMMA_RS_N64
+#undef TILEC_WGMMA_N128
+#undef TILEC_WGMMA_RS_N128
+#undef TILEC_WGMMA_N256
 #undef TILEC_WGMMA_RS_N256
-
-template <int N, int TB, bool BF>
-TILEC_DEV void wgmma_rs(float* d, const uint32_t* a, uint64_t b, int scale_d) {
-    static_assert(N == 64 || N == 128 || N == 256, "wgmma tiles of 64, 128 or 256 columns");
-    if (N == 256) wgmma_rs_n256<TB, BF>(d, a, b, scale_d);
-    else if (N == 128) wgmma_rs_n128<TB, BF>(d, a, b, scale_d);
-    else wgmma_rs_n64<TB, BF>(d, a, b, scale_d);
-}
+#undef TILEC_WGMMA_D32
+#undef TILEC_WGMMA_OUT32
+#undef TILEC_WGMMA_D64
+#undef TILEC_WGMMA_OUT64
+#undef TILEC_WGMMA_D128
+#undef TILEC_WGMMA_OUT128
 
 // The descriptor of k-step kk (16 values of K) of a B tile in TMA's 128-byte swizzle: B_MN, BK
 // rows of K (N in panels of 64 columns, BK * 128 bytes apart); else BN rows of N (K in panels of
