@@ -230,6 +230,18 @@ class VecRows:
         return f"row value (every thread of {self.threads})"
 
 
+def shared_bytes(a) -> int:
+    """Bytes a laid-out shared buffer (Alloc) takes, all its stages (a leading axis of 3-D
+    buffers); where the renderer places it and the passes that budget shared memory agree."""
+    stages = a.shape[0].value if len(a.shape) == 3 else 1
+    return a.layout.size() * a.layout.elem_bytes * stages
+
+
+def placed_bytes(allocs, align: int) -> int:
+    """Bytes of shared buffers placed one after another, each at an `align`-byte boundary."""
+    return sum((shared_bytes(a) + align - 1) // align * align for a in allocs)
+
+
 @dataclass(frozen=True)
 class SharedLayout:
     """A shared-memory tile of `rows` x `cols` elements (after a leading stage axis, if any).

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from ..ir.layout import SharedLayout, WgmmaLayout
+from ..ir.layout import SharedLayout, WgmmaLayout, placed_bytes
 from ..ir.types import DTYPES, Dim
 from .rewrite import uses_var
 
@@ -110,16 +110,6 @@ def _epilogue_stores(k: T.TileKernel, outputs: dict) -> list:
     return found
 
 
-def _shared_bytes(body) -> int:
-    """Bytes of the kernel's shared buffers, each 1024-aligned (as the renderer places them)."""
-    total = 0
-    for a in T.walk_stmts(body):
-        if isinstance(a, T.Alloc) and a.scope == "shared":
-            n = a.layout.size() * (a.shape[0].value if len(a.shape) == 3 else 1)
-            total += (n * (DTYPES[a.dtype][1] // 8) + 1023) // 1024 * 1024
-    return total
-
-
 def _stage(k: T.TileKernel, target) -> T.TileKernel:
     # (a persistent kernel: its tile's stores run beside the next tile's products; elsewhere,
     # attention's, they would gain little for their shared memory)
@@ -129,7 +119,9 @@ def _stage(k: T.TileKernel, target) -> T.TileKernel:
                len(p.shape) <= 3}
     loop = next(s for s in k.body if isinstance(s, T.For) and s.kind == "warp_specialized")
     budget = target.resources.tile_memory - BARRIER_BYTES * (loop.stages + 1)
-    used = _shared_bytes(k.body)
+    # (a warp-specialized kernel's buffers are 1024-byte aligned: TMA's 128-byte swizzle)
+    used = placed_bytes([a for a in T.walk_stmts(k.body)
+                         if isinstance(a, T.Alloc) and a.scope == "shared"], 1024)
     names = {a.name for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
     stores, allocs, when = [], [], k.when
     for out, acc_cols in _epilogue_stores(k, outputs):

@@ -14,7 +14,7 @@ import struct
 from dataclasses import replace
 
 from ..ir import tile as T
-from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows, WgmmaLayout
+from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows, WgmmaLayout, placed_bytes
 from ..passes import (
     barriers,
     hoist_invariants,
@@ -1793,11 +1793,9 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
     align = 1024 if k.warp_specialize else 128
     for a in em.allocs.values():
         if a.scope == "shared":
-            n = a.layout.size() * (_const(a.shape[0]) if len(a.shape) == 3 else 1)
-            size = n * (BYTES[a.dtype] if a.dtype not in ("u4", "i4") else 1)
             shared.append(dict(name=cname(a.name), ctype=STORE[a.dtype], offset=off,
                                what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}"))
-            off += (size + align - 1) // align * align
+            off += placed_bytes([a], align)
     maps = []
     if k.warp_specialize:
         em.ws_barriers = off
