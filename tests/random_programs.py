@@ -286,7 +286,7 @@ class Program:
 class Generator:
     def __init__(self, ch: Chooser, filters=(), fp8: bool = True):
         self.ch = ch
-        self.fp8 = fp8  # fp8 outputs (the targets that build them: the CPU)
+        self.fp8 = fp8  # fp8 outputs (the targets that build them: the CPU and CUDA)
         self.fuse_off = False
         self.dim_values, self.dim_max = DIM_VALUES, DIM_MAX
         self.filters = set(filters or ())
@@ -985,8 +985,8 @@ class Generator:
 
 
 def random_program(seed, filters=None, fp8: bool = True) -> Program:
-    """A random program from `seed`; fp8=False: none of its outputs is fp8 (for the GPU targets,
-    which do not build them yet)."""
+    """A random program from `seed`; fp8=False: none of its outputs is fp8 (for the HIP target,
+    which does not build them yet)."""
     while True:
         try:
             return Generator(RandomChooser(seed), filters, fp8).program()

@@ -1,8 +1,10 @@
 """8-bit floats (fp8e4m3, fp8e5m2): the reference interpreter's rounding against a brute-force
-nearest-even search over every code; the C header's and the CPU library's conversions against
-the reference, bit for bit (every code decoded; floats around every rounding boundary, ties,
-subnormals, saturation, infinities and NaN encoded); fp8 programs on the CPU target against the
-reference; the GPU targets refuse them with a located error."""
+nearest-even search over every code; the C header's, the CPU library's and the CUDA library's
+(host side) conversions against the reference, bit for bit (every code decoded; floats around
+every rounding boundary, ties, subnormals, saturation, infinities and NaN encoded); fp8 programs
+on the CPU target, and on a GPU with CUDA (the device's conversions, the sm_80 GEMM on f16 and
+Hopper's on fp8 wgmma), against the reference; the HIP target refuses them with a located
+error."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import subprocess
 import numpy as np
 import pytest
 from conftest import check_text
+from test_cuda import GPU_OPTIONS, ON_CI, need_gpu
 
 from tilec import driver
 from tilec.diagnostics import TilecError
@@ -62,7 +65,7 @@ def test_reference_rounds_to_the_nearest_code_saturating(dtype):
 
 PROGRAM = r"""
 #include "c.h"
-#include "tilec_cpu.h"
+#include "LIBRARY"
 #include <cstdio>
 #include <cstring>
 int main() {
@@ -84,24 +87,34 @@ int main() {
 }
 """
 
+COMPILERS = {"cpu": ("g++", ["-std=c++17", "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror"],
+                     "main.cpp"),
+             "cuda": ("nvcc", ["-std=c++17", "-O2", "-Xcompiler", "-Wall,-Wextra", "-Werror",
+                               "all-warnings"], "main.cu")}
 
-def test_c_and_cpu_library_conversions_match_the_reference(tmp_path):
-    """The header's C helpers (for users) and tilec_cpu.h's (the generated code) give the
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_c_and_library_conversions_match_the_reference(tmp_path, target):
+    """The header's C helpers (for users) and the target's device library's (the generated code:
+    tilec_cpu.h, or tilec_cuda.h's host side, which is its sm_80 device code too) give the
     reference's codes and values."""
-    gxx = shutil.which("g++")
-    if gxx is None:
-        pytest.skip("g++ not found")
+    cxx, flags, main = COMPILERS[target]
+    if shutil.which(cxx) is None:
+        if target == "cuda" and ON_CI:
+            pytest.fail("nvcc is not installed on this CI machine: the CUDA tests need it")
+        pytest.skip(f"{cxx} not found")
     # the header's helpers as a generated header holds them (any kernel's)
     src = driver.Source("c.tile", "kernel k(X: f32[N]) -> Y: f32[N]:\n    Y = X\n")
-    m = driver.compile_module(driver.frontend(src), "cpu")
-    files = driver.render(src, m, "cpu")
+    m = driver.compile_module(driver.frontend(src), target)
+    files = driver.render(src, m, target)
     for name, text in files.items():
         (tmp_path / name).write_text(text)
-    (tmp_path / "main.cpp").write_text(PROGRAM)
+    library = driver.get_target(target).device_library
+    (tmp_path / main).write_text(PROGRAM.replace("LIBRARY", library))
     exe = tmp_path / "conv"
-    r = subprocess.run([gxx, "-std=c++17", "-O2", "-fopenmp", "-Wall", "-Wextra", "-Werror",
-                        "main.cpp", "-o", str(exe)], cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    r = subprocess.run([cxx, *flags, main, "-o", str(exe)], cwd=tmp_path, capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
     xs = np.unique(np.concatenate([probes(d) for d in FORMATS]).view(np.uint32))
     out = subprocess.run([str(exe)], input="\n".join(f"{u:x}" for u in xs), capture_output=True,
                          text=True, check=True).stdout.splitlines()
@@ -140,9 +153,25 @@ def test_fp8_programs_on_the_cpu_match_the_reference(dims):
     check_text(FP8_PROGRAMS, dims, name="fp8.tile", target="cpu")
 
 
-@pytest.mark.parametrize("target", ["cuda", "hip"])
-def test_gpu_targets_refuse_fp8_tensors(target):
+# the GPU sizes: tile multiples of the sm_80 GEMM (128 x 128 x 64) and of Hopper's fp8 tile
+# (128 x 256 x 128), and sizes that are not (K = 300 and 1040: TMA needs 16-byte rows, so the
+# first runs the sm_80 kernel on Hopper too)
+GPU_DIMS = [dict(M=37, N=70, K=300, R=5, C=130), dict(M=256, N=512, K=512, R=3, C=4096),
+            dict(M=200, N=300, K=1040, R=1, C=100000)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", GPU_DIMS)
+def test_fp8_programs_on_gpu_match_the_reference(dims):
+    """The fp8 programs on a CUDA GPU: the device's conversions (cvt .satfinite on sm_89 and
+    later), the fp8 GEMM (sm_80: operands converted to f16 in the tile copies; sm_90a: wgmma
+    on e4m3 from shared memory, both operands K-major)."""
+    need_gpu()
+    check_text(FP8_PROGRAMS, dims, name="fp8.tile", target="cuda", options=GPU_OPTIONS)
+
+
+def test_hip_refuses_fp8_tensors():
     src = driver.Source("g.tile", FP8_PROGRAMS)
-    with pytest.raises(TilecError, match=f"fp8e4m3 is not supported on target {target}") as e:
-        driver.compile_module(driver.frontend(src), target)
+    with pytest.raises(TilecError, match="fp8e4m3 is not supported on target hip") as e:
+        driver.compile_module(driver.frontend(src), "hip")
     assert e.value.loc.line == 2

@@ -14,6 +14,8 @@ DTYPES = {
 }
 PARAM_DTYPES = tuple(d for d in DTYPES if d != "bool")
 PACKED = ("i4", "u4")
+SIXTEEN = ("f16", "bf16")  # 16-bit floats
+FP8 = ("fp8e4m3", "fp8e5m2")  # 8-bit floats (OCP FP8): every value is an f16 and a bf16 value
 
 
 def is_float(dt: str) -> bool:

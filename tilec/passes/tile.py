@@ -35,7 +35,7 @@ from ..ir.tile import (
     imul,
     land,
 )
-from ..ir.types import DTYPES, PACKED, Dim, is_float, itemsize_bits, numel
+from ..ir.types import DTYPES, FP8, PACKED, SIXTEEN, Dim, is_float, itemsize_bits, numel
 from . import split_k
 from .tma_store import tma_conditions
 from .fuse import Fuser, is_squeeze
@@ -226,7 +226,8 @@ class GroupLowering:
     def mma_dtype(self, a_id: int, b_id: int):
         """The 16-bit dtype both GEMM operands hold exactly, if the target's matrix units multiply
         it: an input of that dtype, its conversion to f32, or a dequantization whose scale has
-        it (then the dequantized weight is rounded to it, as weight-only kernels do)."""
+        it (then the dequantized weight is rounded to it, as weight-only kernels do). fp8
+        operands are f16 and bf16 values too (converted in the tile copies)."""
         def natural(oid):
             op = self.ops[oid]
             if op.kind == "cast" and not self.in_memory(oid):
@@ -235,7 +236,10 @@ class GroupLowering:
                 return self.ops[op.args[1]].type.dtype
             return op.type.dtype
         a, b = natural(a_id), natural(b_id)
-        return a if a == b and a in self.target.resources.mma_dtypes else None
+        for dt in self.target.resources.mma_dtypes:
+            if all(x == dt or (x in FP8 and dt in SIXTEEN) for x in (a, b)):
+                return dt
+        return None
 
     def operand(self, oid: int, dst: str, rows, cols, nrows, ncols, batch_idx, batch_shape,
                 as_dtype: str | None = None):
@@ -249,9 +253,8 @@ class GroupLowering:
         src, trans = self._stored(oid)
         if src is None and as_dtype and op.kind == "cast" and not self.in_memory(oid):
             src, trans = self._stored(op.args[0])
-            if src is not None and self.bufs[src].type.dtype != as_dtype:
-                src = None
-        if src is not None and self.bufs[src].type.dtype not in ("u4", "i4"):
+        if src is not None and self.bufs[src].type.dtype not in ("u4", "i4") and \
+                as_dtype in (None, self.bufs[src].type.dtype):  # (else converted by the loop)
             self.used.add(src)
             offs = full[:-2] + ((full[-1], full[-2]) if trans else full[-2:])
             return [Copy(Region(self.bufs[src].name, offs), Region(dst))], trans
@@ -265,9 +268,10 @@ class GroupLowering:
             val = self.cast(val, as_dtype)
         zero = T.Const(0.0 if is_float(dt) else 0, dt)
         # an operand computed from transposed views (`dequant(q.T, s.T, ...)` of weights packed
-        # along K) is filled transposed, dst[j, i], with i innermost: neighbouring threads then
-        # read neighbouring elements of the tensors in memory, and the gemm reads dst transposed
-        trans = self._reads_transposed(oid)
+        # along K), or converted from one, is filled transposed, dst[j, i], with i innermost:
+        # neighbouring threads then read neighbouring elements of the tensors in memory, and the
+        # gemm reads dst transposed
+        trans = (src is not None and trans) or self._reads_transposed(oid)
         idx = (T.Var(j), T.Var(i)) if trans else (T.Var(i), T.Var(j))
         body = If(guard, (Store(dst, idx, val),), (Store(dst, idx, zero),))
         loop = For((j, i), (ncols, nrows), "parallel", (body,)) if trans else \

@@ -46,17 +46,18 @@ from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
 from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, pdim
 
-# element type of tile buffers in memory (shared) and in registers (fragments): 16-bit floats
-# keep their bits, everything else its C type
+# element type of tile buffers in memory (shared) and in registers (fragments): 16- and 8-bit
+# floats keep their bits, everything else its C type
 STORE = {"f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double", "i8": "int8_t",
          "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "bool": "bool",
-         "u4": "uint8_t", "i4": "uint8_t"}
+         "u4": "uint8_t", "i4": "uint8_t", "fp8e4m3": "uint8_t", "fp8e5m2": "uint8_t"}
 SIXTEEN = ("f16", "bf16")
 
 
 def kind(dtype: str) -> str:
     """The tilec_cuda.h storage kind (memory <-> register conversion) of a dtype."""
-    return {"f16": "tilec::F16", "bf16": "tilec::BF16"}.get(dtype, f"tilec::Plain<{STORE[dtype]}>")
+    return {"f16": "tilec::F16", "bf16": "tilec::BF16", "fp8e4m3": "tilec::FP8E4M3",
+            "fp8e5m2": "tilec::FP8E5M2"}.get(dtype, f"tilec::Plain<{STORE[dtype]}>")
 
 
 def bits_kind(dtype: str) -> str:
@@ -2056,8 +2057,7 @@ CUDA = Target(
         # tile), a key bound alone keeps per-tile versions (its split loop spilled 12 bytes)
         attn_tile=(128, 32), attn_threads=128, matrix_threads_by_capacity=((96, 128), (128, 256)),
         diagonal_masks="split",
-        # (fp8 tensors: the CPU target's alone so far)
-        dtypes=tuple(d for d in ALL_DTYPES if not d.startswith("fp8")), async_copy=True,
+        dtypes=ALL_DTYPES, async_copy=True,
         mma_dtypes=SIXTEEN, tf32=True,
         matrix_capacities=(64, 96, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
         row_threads_by_capacity=((256, 128),),

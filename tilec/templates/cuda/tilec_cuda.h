@@ -2,7 +2,7 @@
 //
 // Every .cu file tilec emits for the CUDA target includes this header (copied verbatim next to
 // the generated sources). It needs only the CUDA runtime and sm_80 or later:
-//   * f16 / bf16 storage (raw 16-bit patterns) and conversions, vector loads and stores with
+//   * f16 / bf16 / fp8 storage (raw bits) and conversions, vector loads and stores with
 //     predicated tails;
 //   * shared-memory tile layouts (16-byte chunks XOR-swizzled by row, or padded rows);
 //   * tile copies global -> shared: 16-byte cp.async with zero-fill for the parts outside the
@@ -97,6 +97,65 @@ struct BF16 {
     typedef float reg;
     static TILEC_DEV float load(uint16_t s) { return bf16_to_f32(s); }
     static TILEC_DEV uint16_t store(float r) { return f32_to_bf16(r); }
+};
+
+// ---- 8-bit floats (OCP FP8): stored as raw bits (uint8_t), computed in float ---------------
+// E4M3 (no infinities; its NaN is S.1111.111; largest 448) and E5M2 (IEEE-like; largest 57344).
+// Every fp8 value is an f16 value: E5M2's bits are an f16's high byte, and E4M3's, moved into
+// f16's fields, are the value times 2^-8 (exponent bias 7 against 15), subnormals included.
+TILEC_HD float fp8e5m2_to_f32(uint8_t c) { return f16_to_f32((uint16_t)(c << 8)); }
+TILEC_HD float fp8e4m3_to_f32(uint8_t c) {
+    if ((c & 0x7f) == 0x7f) return f16_to_f32((uint16_t)(0x7e00 | (c & 0x80) << 8));  // NaN
+    return f16_to_f32((uint16_t)((c & 0x80) << 8 | (c & 0x7f) << 7)) * 256.0f;
+}
+// float -> fp8: nearest even, saturating (finite values and infinities past the range give the
+// largest of their sign), NaN stays NaN: sm_89 and later convert in hardware (cvt .satfinite,
+// two values per instruction); elsewhere the value, in units of the fp8 spacing at its binade
+// (the subnormal spacing below the smallest normal), is rounded by rintf.
+template <int E, int M>
+TILEC_HD uint8_t f32_to_fp8(float x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint16_t r;
+    if (E == 4)
+        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
+    else
+        asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(x));
+    return (uint8_t)r;  // (b, the second source, is the low byte)
+#else
+    constexpr int BIAS = (1 << (E - 1)) - 1;
+    constexpr uint32_t TOP = E == 4 ? 0x7eu : 0x7bu;  // the largest finite code
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    const uint32_t sign = (u >> 24) & 0x80u, au = u & 0x7fffffffu;
+    if (au > 0x7f800000u) return (uint8_t)(sign | 0x7fu);  // NaN
+    const int e = (int)(au >> 23) - 127;  // (f32 subnormals: far below fp8's range)
+    if (e > BIAS + 1) return (uint8_t)(sign | TOP);  // (infinities too)
+    const int q = (e < 1 - BIAS ? 1 - BIAS : e) - M;
+    const uint32_t scale = (uint32_t)(127 - q) << 23;
+    float fa, fs;
+    std::memcpy(&fa, &au, sizeof fa);
+    std::memcpy(&fs, &scale, sizeof fs);
+    const uint32_t n = (uint32_t)rintf(fa * fs);
+    // normal: n in [2^M, 2^(M+1)] (2^(M+1): the next binade); subnormal: n <= 2^M, the code
+    const uint32_t code = e < 1 - BIAS ? n : ((uint32_t)(e + BIAS) << M) + n - (1u << M);
+    return (uint8_t)(sign | (code > TOP ? TOP : code));
+#endif
+}
+TILEC_HD uint8_t f32_to_fp8e4m3(float x) { return f32_to_fp8<4, 3>(x); }
+TILEC_HD uint8_t f32_to_fp8e5m2(float x) { return f32_to_fp8<5, 2>(x); }
+TILEC_DEV float round_fp8e4m3(float x) { return fp8e4m3_to_f32(f32_to_fp8e4m3(x)); }
+TILEC_DEV float round_fp8e5m2(float x) { return fp8e5m2_to_f32(f32_to_fp8e5m2(x)); }
+struct FP8E4M3 {
+    typedef uint8_t storage;
+    typedef float reg;
+    static TILEC_DEV float load(uint8_t s) { return fp8e4m3_to_f32(s); }
+    static TILEC_DEV uint8_t store(float r) { return f32_to_fp8e4m3(r); }
+};
+struct FP8E5M2 {
+    typedef uint8_t storage;
+    typedef float reg;
+    static TILEC_DEV float load(uint8_t s) { return fp8e5m2_to_f32(s); }
+    static TILEC_DEV uint8_t store(float r) { return f32_to_fp8e5m2(r); }
 };
 
 // 4-bit packed integers: two per byte along the last axis, low nibble first; each row of `cols`
