@@ -60,10 +60,13 @@ linear_tf32 M=100,N=72,K=300"}
     while read -r case; do
         [[ -z $case ]] && continue
         read -r sample dims <<< "$case"
+        # a sample's name, or "file.tile@kernel"
+        file=samples/$sample.tile; kernel_opt=()
+        [[ $sample == *@* ]] && { file=${sample%%@*}; kernel_opt=(--kernel "${sample#*@}"); }
         for tool in memcheck racecheck; do
             echo "== compute-sanitizer --tool $tool $sample $dims" | tee -a "$OUT/sanitize.log"
             compute-sanitizer --tool $tool --error-exitcode 9 python3 -m tilec.cli run \
-                samples/$sample.tile --target cuda --arch ${TILEC_SANITIZE_ARCH:-sm_90a} --dims $dims --seed 1 \
+                "$file" "${kernel_opt[@]}" --target cuda --arch ${TILEC_SANITIZE_ARCH:-sm_90a} --dims $dims --seed 1 \
                 < /dev/null >> "$OUT/sanitize.log" 2>&1 || { echo "   FAILED ($?)" | tee -a "$OUT/sanitize.log"; status=1; }
             tail -2 "$OUT/sanitize.log"
         done

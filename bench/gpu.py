@@ -8,6 +8,9 @@ bytes read + written), the f16 matrix rate (torch.matmul 8192^3), and tilec's ow
 Cases (goals in brackets; a missed goal is reported, it does not fail the run):
   gemm       C = A @ B, f16 at 2048^3, 4096^3, 8192^3 and 4000^3 (no tile multiple), bf16 at 4096^3,
              vs torch.mm (cuBLAS)                                         [4096^3, 8192^3: >= 0.6x cuBLAS]
+  fp8        C = bf16((A @ W.T) * scale) of e4m3 A and W (both K-major), 4096^3 and 8192^3, vs
+             torch._scaled_mm (cuBLASLt's fp8 GEMM) with the same per-tensor scales
+                                                                   [Hopper: 8192^3 >= 0.9x _scaled_mm]
   tf32       C = A @ B of f32 4096^3 under `precision tf32`, vs torch.mm in tf32 and in f32    [no goal]
   epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs cuBLASLt's bias+ReLU epilogue
              (torch._addmm_activation), eager and torch.compile
@@ -77,6 +80,7 @@ ABI = {
     "gemm_f16": ("TT", 1, "M K N"),
     "gemm_bf16": ("TT", 1, "M K N"),
     "gemm_tf32": ("TT", 1, "M K N"),
+    "gemm_fp8": ("TTf", 1, "M K N"),
     "gemm_bias_relu": ("TTT", 1, "M K N"),
     "gemm_bias_relu_unfused": ("TTT", 1, "M K N"),
     "linear_gelu": ("TTT", 1, "M K N"),
@@ -690,6 +694,29 @@ def case_tf32(bench: Bench) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
+def case_fp8(bench: Bench) -> None:
+    """fp8 e4m3 GEMM with per-tensor scales, bf16 out, against torch._scaled_mm (cuBLASLt's fp8
+    GEMM): at least 0.9x at 8192^3 (Hopper)."""
+    E4M3 = torch.float8_e4m3fn
+    for s in [4096] if bench.args.quick else [4096, 8192]:
+        M = K = N = s
+        bench.section("fp8", f"e4m3 C = bf16((A @ W.T) * scale), M={M} K={K} N={N}")
+        A, W = randn(M, K, dtype=torch.float32).to(E4M3), randn(N, K, dtype=torch.float32).to(E4M3)
+        sa = torch.tensor(0.5, device="cuda")
+        sw = torch.tensor(0.25, device="cuda")
+        scale = float(sa * sw)
+        ref = ((A.float() @ W.float().T) * scale).to(BF16)
+        n = n_copies((M * K + N * K) + M * N * 2, bench.l2, bench.args.copies)
+        sets = [(a, w, torch.empty(M, N, dtype=BF16, device="cuda")) for a, w in copies_of(n, A, W)]
+        tc = bench.tilec_entry("gemm_fp8", lambda k: [k.bind([a, w, scale], [c], (M, K, N))
+                                                      for a, w, c in sets], [ref], TOL[BF16])
+        lt = bench.peer("torch._scaled_mm", lambda: rotate([
+            functools.partial(torch._scaled_mm, a, w.t(), scale_a=sa, scale_b=sw,
+                              out_dtype=BF16) for a, w, _ in sets]))
+        goal = {"torch._scaled_mm": (">=", 0.9)} if hopper(bench) and s == 8192 else {}
+        bench.compare(f"e4m3 {s}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, lt], goal, ref)
+
+
 def linear_relu(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
     return torch.relu(A @ B + bias)
 
@@ -938,7 +965,8 @@ def case_attention(bench: Bench) -> None:
         attention_one(bench, *shape[:3], D, False, goal=False)
 
 
-CASES = {"gemm": case_gemm, "tf32": case_tf32, "epilogue": case_epilogue, "linear": case_linear,
+CASES = {"gemm": case_gemm, "fp8": case_fp8, "tf32": case_tf32, "epilogue": case_epilogue,
+         "linear": case_linear,
          "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16,
          "w4a16_kmajor": case_w4a16_kmajor, "attention": case_attention}

@@ -38,6 +38,16 @@ kernel hop_batched(A: f16[Z, M, K], B: f16[Z, K, N]) -> C: f16[Z, M, N]:
 """
 
 
+# fp8: wgmma multiplies e4m3 / e5m2 from shared memory with both operands K-major (A @ W.T)
+GEMMS_FP8 = """
+kernel hop_fp8(A: fp8e4m3[M, K], W: fp8e4m3[N, K], s: f32) -> C: bf16[M, N]:
+    C = bf16((A @ W.T) * s)
+
+kernel hop_e5m2_batched(A: fp8e5m2[Z, M, K], W: fp8e5m2[Z, N, K]) -> C: f32[Z, M, N]:
+    C = A @ W.T
+"""
+
+
 def _kernels(text: str, options=HOPPER) -> list:
     """The CUDA kernels of `text` built with `options` (None: the default architectures)."""
     _, _, m = compile_text(text, "hop.tile", "cuda", options=options)
@@ -97,6 +107,40 @@ def test_operands_tma_cannot_read_keep_mma_sync(text):
     assert ks and not any(k.warp_specialize for k in ks)
 
 
+def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
+    """Two K-major fp8 operands of one dtype stay fp8 through TMA into wgmma, whose K tile is
+    the same 128 bytes (128 values); a row-major fp8 B, or two fp8 kinds, take the mma.sync
+    kernel on f16 (the operands converted in the tile copies)."""
+    ks = {k.name: k for k in _kernels(GEMMS_FP8)}
+    for name, dt in (("hop_fp8", "fp8e4m3"), ("hop_e5m2_batched", "fp8e5m2")):
+        k = ks[f"{name}_k0_tma"]
+        assert k.warp_specialize == 2 and k.persistent
+        text = T.print_kernel(k)
+        assert re.search(rf"A_s = shared\({dt}, \[4, 128, 128\]\)", text)
+        assert re.search(rf"B_s = shared\({dt}, \[4, 256, 128\]\)", text)
+        assert "% 16 == 0" in str(k.when)  # (16-byte rows: K a multiple of 16 values)
+        assert "A_s = shared(f16" in T.print_kernel(ks[f"{name}_k0"])
+    for text in ("kernel t(A: fp8e4m3[M, K], B: fp8e4m3[K, N]) -> C: f16[M, N]:\n    C = A @ B\n",
+                 "kernel t(A: fp8e4m3[M, K], W: fp8e5m2[N, K]) -> C: f16[M, N]:\n"
+                 "    C = A @ W.T\n"):
+        ks = _kernels(text)
+        assert ks and not any(k.warp_specialize for k in ks)
+        assert any("shared(f16" in T.print_kernel(k) for k in ks)
+
+
+@pytest.mark.nvcc
+def test_fp8_gemms_compile_to_fp8_wgmma():
+    need_nvcc()
+    ptx = ""
+    for _, r, folder in nvcc_each(GEMMS_FP8, "hop8.tile", [
+            "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
+        assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr
+        ptx += (folder / "k.ptx").read_text()
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k32\.f32\.e4m3\.e4m3", ptx)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k32\.f32\.e5m2\.e5m2", ptx)
+    assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.bulk.tensor.3d" in ptx
+
+
 def _kernel_source(text: str) -> str:
     src, _, m = compile_text(text, "hop.tile", "cuda", options=HOPPER)
     files = driver.render(src, m, "cuda", HOPPER)
@@ -114,7 +158,7 @@ def test_warp_specialized_source_structure():
     # B row-major: 4 panels of 64 columns, one expected-bytes arrival per stage (A 16 + B 32 KiB)
     assert len(re.findall(r"tma_load_2d\(B_s", k)) == 4
     assert "mbar_arrive_expect_tx(&tilec_full[tilec_s], 49152)" in k
-    assert "wgmma_tile<256, 64, true, false>" in k
+    assert "wgmma_tile<256, 64, true, tilec::sm90::WG_F16>" in k
     # the persistent loop over tiles in both roles, and no block-wide barrier after the split
     assert k.count("tilec_b += gridDim.x") == 2
     assert "__syncthreads" not in k[k.index("if (tilec_warp >= 8)"):]
@@ -185,7 +229,7 @@ def test_ping_pong_takes_turns_on_its_own_tiles(monkeypatch):
     assert body.index("mbar_wait(&tilec_order[tilec_wg]") < body.index("mbar_wait(&tilec_full")
     assert body.index("mbar_arrive(&tilec_order[1 - tilec_wg])") < body.index("wgmma_wait<0>")
     # two wgmma rows of 64 per K tile: the second half's accumulators and A rows
-    assert "wgmma_tile<128, 64, true, false>(acc + 64, A_s + tilec_s * 8192 + 4096" in body
+    assert "wgmma_tile<128, 64, true, tilec::sm90::WG_F16>(acc + 64, A_s + tilec_s * 8192 + 4096" in body
 
 
 def test_clusters_share_the_b_tile_by_multicast(monkeypatch):
@@ -289,6 +333,20 @@ def test_warp_specialized_gemms_on_gpu(monkeypatch, knob):
 
 
 @pytest.mark.gpu
+def test_fp8_wgmma_gemms_on_gpu(monkeypatch):
+    """The fp8 variant alone (a failing launch condition is an error), at sizes that are and
+    are not tile multiples (K a multiple of 16: TMA's 16-byte rows)."""
+    need_gpu()
+    keep = tile_pass.gemm_variants
+    monkeypatch.setattr(tile_pass, "gemm_variants",
+                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+    for dims in (dict(M=256, N=512, K=256, Z=2), dict(M=200, N=136, K=80, Z=1),
+                 dict(M=1, N=8, K=16, Z=3), dict(M=1000, N=264, K=528, Z=2),
+                 dict(M=2100, N=2000, K=1024, Z=1)):
+        check_text(GEMMS_FP8, dims, name="hop8_only.tile", target="cuda", options=HOPPER)
+
+
+@pytest.mark.gpu
 def test_gemm_samples_on_gpu_for_sm90a():
     """The GEMM samples built for sm_90a (the TMA variant where the strides allow it, the
     mma.sync one elsewhere: K = 70 here) match the reference."""
@@ -356,9 +414,9 @@ def test_attention_gets_a_warp_specialized_variant():
     assert re.search(r"tma_load_3d\(Q_s \+ 8192, &tilec_map_Q, tilec_once, \(int32_t\)\(0\) \+ 64, "
                      r"\(int32_t\)\(bx \* 128\), \(int32_t\)\(\(bz / H\) \* H \+ bz % H\)\)", body)
     assert "mbar_arrive_expect_tx(&tilec_full[tilec_s], 65536)" in body  # K + V, 128 x 128 each
-    assert "wgmma_tile<128, 128, false, false, 128>(S1, Q_s + (tilec_warp / 4) * 4096, " \
+    assert "wgmma_tile<128, 128, false, tilec::sm90::WG_F16, 128>(S1, Q_s + (tilec_warp / 4) * 4096, " \
         "K_s + tilec_s * 16384)" in body
-    assert "wgmma_tile_rs<128, 128, true, false>(O1, P, V_s + tilec_s * 16384)" in body
+    assert "wgmma_tile_rs<128, 128, true, tilec::sm90::WG_F16>(O1, P, V_s + tilec_s * 16384)" in body
     assert body.index("mbar_wait(tilec_once, 0)") < body.index("mbar_wait(&tilec_full")
     # each product completes (wgmma_wait<0>) before the statements after it read its result
     loop = body[body.index("for (int tilec_k_i"):]
@@ -367,7 +425,7 @@ def test_attention_gets_a_warp_specialized_variant():
         loop.index("wgmma_tile_rs<128")
     assert "(uint64_t)((uint64_t)(B) * (uint64_t)(H))" in cu  # the merged leading dims
     causal = files["hop_causal_bf16.cu"]
-    assert "wgmma_tile_rs<128, 128, true, true>(O1, P, V_s + tilec_s * 16384)" in causal
+    assert "wgmma_tile_rs<128, 128, true, tilec::sm90::WG_BF16>(O1, P, V_s + tilec_s * 16384)" in causal
     # the launcher tries the Hopper variants first
     launch = cu[cu.index("int tilec_status = TILEC_OK;"):]
     assert launch.index("tilec_launch_hop_attention_k0_tma_D64exact") < \

@@ -255,8 +255,9 @@ class SharedLayout:
     swizzle: bool
     pad: int = 0
     packed: bool = False  # 4-bit elements, two per byte: `cols` counts bytes
-    # filled by TMA in its 128-byte swizzle (what wgmma descriptors read): rows of 64 16-bit
-    # values; a wider tile is stored as panels of 64 columns, one after the other
+    # filled by TMA in its 128-byte swizzle (what wgmma descriptors read): rows of 128 bytes (64
+    # 16-bit values, 128 fp8); a wider tile is stored as panels of that many columns, one after
+    # the other
     tma: bool = False
 
     def cpp_type(self, ctype: str) -> str:
@@ -270,8 +271,9 @@ class SharedLayout:
 
     def __str__(self):
         if self.tma:
+            panel = 128 // self.elem_bytes  # (columns of one 128-byte row)
             return ("shared, TMA 128-byte swizzle" +
-                    (f", panels of 64 columns" if self.cols > 64 else ""))
+                    (f", panels of {panel} columns" if self.cols > panel else ""))
         if self.swizzle:
             return "shared, 16-byte chunks XOR-swizzled by row"
         return ("shared, row-major" + (f", rows padded by {self.pad}" if self.pad else "") +

@@ -209,6 +209,13 @@ class GroupLowering:
             return op.args[0], True
         return None, False
 
+    def _stored_as(self, oid: int):
+        """_stored of operand `oid`, or of the operand it converts (a cast computed on chip)."""
+        src, trans = self._stored(oid)
+        if src is None and self.ops[oid].kind == "cast" and not self.in_memory(oid):
+            return self._stored(self.ops[oid].args[0])
+        return src, trans
+
     def dequant_parts(self, oid: int, kk, nn, group_row=None) -> tuple:
         """(q, zero, scale) of dequant op `oid` at (kk, nn), each as f32: its value is
         (q - zero) * scale. `group_row`: a row known to share kk's group, whose scale and zero
@@ -227,7 +234,9 @@ class GroupLowering:
         """The 16-bit dtype both GEMM operands hold exactly, if the target's matrix units multiply
         it: an input of that dtype, its conversion to f32, or a dequantization whose scale has
         it (then the dequantized weight is rounded to it, as weight-only kernels do). fp8
-        operands are f16 and bf16 values too (converted in the tile copies)."""
+        operands are f16 and bf16 values too (converted in the tile copies), and the Hopper
+        kernel's wgmma multiplies them as they are: two tensors of one fp8 dtype in memory, both
+        K-major (A as stored, B a transposed view: `A @ W.T`)."""
         def natural(oid):
             op = self.ops[oid]
             if op.kind == "cast" and not self.in_memory(oid):
@@ -236,6 +245,10 @@ class GroupLowering:
                 return self.ops[op.args[1]].type.dtype
             return op.type.dtype
         a, b = natural(a_id), natural(b_id)
+        if a == b and a in FP8 and self.gemm_config is not None and self.gemm_config.wgmma:
+            (sa, ta), (sb, tb) = self._stored_as(a_id), self._stored_as(b_id)
+            if sa is not None and sb is not None and not ta and tb:
+                return a
         for dt in self.target.resources.mma_dtypes:
             if all(x == dt or (x in FP8 and dt in SIXTEEN) for x in (a, b)):
                 return dt
@@ -250,9 +263,7 @@ class GroupLowering:
         op = self.ops[oid]
         shape = op.type.shape
         full = bcast_index(shape, batch_shape + shape[-2:], tuple(batch_idx) + (rows, cols))
-        src, trans = self._stored(oid)
-        if src is None and as_dtype and op.kind == "cast" and not self.in_memory(oid):
-            src, trans = self._stored(op.args[0])
+        src, trans = self._stored_as(oid) if as_dtype else self._stored(oid)
         if src is not None and self.bufs[src].type.dtype not in ("u4", "i4") and \
                 as_dtype in (None, self.bufs[src].type.dtype):  # (else converted by the loop)
             self.used.add(src)
@@ -350,6 +361,8 @@ class GroupLowering:
                                                           cfg.split, cfg.gemv_unroll)
             if cfg.wgmma and mma_dt is None:
                 raise NotWgmma()
+            if cfg.wgmma and mma_dt in FP8:  # (K tiles of the same 128-byte rows)
+                bk *= 2
         bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
         grid = [dim_to_expr(N.cdiv(bn)), dim_to_expr(M.cdiv(bm))]
         bvars = [bx, by]
@@ -447,7 +460,7 @@ class GroupLowering:
 
     def wgmma_kernel(self, grid, bvars, threads, body, swizzle) -> TileKernel:
         """The warp-specialized GEMM kernel (resources.wgmma): both operands tile copies of 16-bit
-        tensors in memory (A not transposed), of at most 3 dims, whose row strides TMA can take
+        tensors in memory (A not transposed), or of fp8 ones (B transposed too), of at most 3 dims, whose row strides TMA can take
         (16-byte multiples: the variant's run-time condition, with every extent below 2^31 for
         TMA's 32-bit coordinates); else NotWgmma."""
         loop = next(s for s in body if isinstance(s, For) and s.kind == "pipelined")
@@ -464,7 +477,8 @@ class GroupLowering:
                         (f", clusters of {cluster}" if cluster > 1 else ""), swizzle)
         params = {p.name: p for p in k.params}
         srcs = [c.src.buf for c in copies]
-        if any(len(params[n].shape) > 3 or params[n].dtype not in ("f16", "bf16") for n in srcs):
+        if any(len(params[n].shape) > 3 or params[n].dtype not in SIXTEEN + FP8 for n in srcs) or \
+                (params[srcs[0]].dtype in FP8 and not gemm.transpose_b):  # (fp8: K-major only)
             raise NotWgmma()
         when = tma_conditions(params, srcs, None)
         if when is False:

@@ -60,6 +60,12 @@ def kind(dtype: str) -> str:
             "fp8e5m2": "tilec::FP8E5M2"}.get(dtype, f"tilec::Plain<{STORE[dtype]}>")
 
 
+def wgmma_type(dtype: str) -> str:
+    """The tilec_cuda.h WgmmaType of wgmma operands of a dtype."""
+    return "tilec::sm90::WG_" + {"f16": "F16", "bf16": "BF16", "fp8e4m3": "E4M3",
+                                 "fp8e5m2": "E5M2"}[dtype]
+
+
 def bits_kind(dtype: str) -> str:
     """The storage kind that moves a dtype's bits unchanged (the vector arrays of a group)."""
     return f"tilec::Plain<{STORE[dtype]}>"
@@ -688,8 +694,7 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
         self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
         self.emit("tilec::sm90::wgmma_fence();", d + 1)
-        tparams = (f"{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
-                   f"{str(a.dtype == 'bf16').lower()}")
+        tparams = f"{c.layout.cols}, {bk}, {str(b_mn).lower()}, {wgmma_type(a.dtype)}"
         if k.pingpong:  # the warpgroup's own tile: one wgmma row of 64 per half
             halves = c.layout.rows // 64
             self.emit(f"// this warpgroup's tile: {g.a} ({halves} x 64 rows) times {g.b} "
@@ -860,7 +865,7 @@ class CudaRenderer(CStyleRenderer):
         a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
         b_mn = not g.transpose_b
         bk = _const(b.shape[-2] if b_mn else b.shape[-1])
-        bf = str(b.dtype == "bf16").lower()
+        bf = wgmma_type(b.dtype)
         b_ptr = cname(g.b) + (f" + {stage} * {b.layout.size()}" if g.b_stage is not None else "")
         if a.scope == "shared":
             a_ptr = cname(g.a) + (f" + {stage} * {a.layout.size()}" if g.a_stage is not None else "")
@@ -904,23 +909,24 @@ class CudaRenderer(CStyleRenderer):
                 self.emit(f"(void){name};", depth + 1)
 
     def tma_copy(self, c: T.Copy, depth: int, bar: str = "&tilec_full[tilec_s]"):
-        """A tile copy by TMA, completing on mbarrier `bar`: boxes of 64 columns (one 128-byte
-        swizzle row) by the window's rows, one per 64-column panel of the tile, into the
-        stage tilec_s of a staged buffer; coordinates innermost first."""
+        """A tile copy by TMA, completing on mbarrier `bar`: boxes of one 128-byte swizzle row
+        (64 16-bit or 128 fp8 columns) by the window's rows, one per panel of the tile, into
+        the stage tilec_s of a staged buffer; coordinates innermost first."""
         dst = self.allocs[c.dst.buf]
         rows, cols = (_const(x) for x in dst.shape[-2:])
+        pw = 128 // BYTES[dst.dtype]  # (columns of a panel)
         coords_of, rank = self.tma_coords(c.src.buf, c.src.offsets)
         staged = c.dst.offsets is not None
         stage = f"{cname(dst.name)}" + (f" + tilec_s * {dst.layout.size()}" if staged else "")
         self.emit(f"// copy {T.fmt(T.Load(c.src.buf, c.src.offsets, dst.dtype))} -> "
                   f"{c.dst.buf}" + ("[stage]" if staged else "") +
-                  (f": {cols // 64} panels of 64 columns" if cols > 64 else ""), depth)
+                  (f": {cols // pw} panels of {pw} columns" if cols > pw else ""), depth)
         # boxes: (element offset in the stage, column offset, row offset); in a cluster the
         # B tile's boxes are shared out over the blocks (halves of a one-panel tile's rows),
         # each written to every block
         shared = self.k.cluster > 1 and self.ws_gemm is not None and c.dst.buf == self.ws_gemm.b
-        box_rows = rows // 2 if shared and cols == 64 else rows
-        boxes = [(p * rows * 64, 64 * p, 0) for p in range(cols // 64)]
+        box_rows = rows // 2 if shared and cols == pw else rows
+        boxes = [(p * rows * pw, pw * p, 0) for p in range(cols // pw)]
         if box_rows < rows:
             boxes = [(h * box_rows * 64, 0, h * box_rows) for h in range(2)]
         self.ws_maps[c.src.buf] = (box_rows, rank)
@@ -1927,7 +1933,7 @@ def consumer_regs(consumers: int) -> int:
 def tensor_maps(k: T.TileKernel, used: dict) -> list:
     """The launcher's lines that build the tensor maps of a warp-specialized kernel's TMA copies
     and stores (cached by tilec::tensor_map): each tensor row-major, boxes of one 128-byte row
-    (64 16-bit or 32 f32 columns) by the window's rows; a map the driver refuses is
+    (128 fp8, 64 16-bit or 32 f32 columns) by the window's rows; a map the driver refuses is
     TILEC_ERR_UNSUPPORTED."""
     params = {p.name: p for p in k.params}
     out = []
@@ -1948,7 +1954,8 @@ def tensor_maps(k: T.TileKernel, used: dict) -> list:
         cols = 128 // BYTES[p.dtype]
         box = [str(cols), str(rows)] + ["1"] * (rank - 2)
         dt = {"f16": "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "bf16": "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16",
-              "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32"}[p.dtype]
+              "f32": "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", "fp8e4m3": "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+              "fp8e5m2": "CU_TENSOR_MAP_DATA_TYPE_UINT8"}[p.dtype]
         m = f"tilec_map_{cname(name)}"
         out += [f"CUtensorMap {m};  // {name}: boxes of {cols} columns x {rows} rows, 128-byte "
                 "swizzle",

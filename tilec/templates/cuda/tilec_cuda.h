@@ -1925,49 +1925,64 @@ TILEC_DEV void fence_regs(uint32_t* a) {
     "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),  \
     "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
-// D[64 x 64] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A and
-// B by shared-memory descriptors, B MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
-#define TILEC_WGMMA_N64(DT)  \
+// D[64 x 64] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K values per
+// step: A and B by shared-memory descriptors; TRANS: the operands' transposes (16-bit types: B
+// MN-major, rows of N contiguous, when TB; fp8 takes none: K-major only).
+#define TILEC_WGMMA_N64(K, DT, TRANS)  \
     asm volatile(  \
         "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n64k16.f32." DT "." DT " {" TILEC_WGMMA_D32 "},"  \
-        " %32, %33, p, 1, 1, 0, %35;\n}\n"  \
+        " wgmma.mma_async.sync.aligned.m64n64k" K ".f32." DT "." DT " {" TILEC_WGMMA_D32 "},"  \
+        " %32, %33, p, 1, 1" TRANS ";\n}\n"  \
         : TILEC_WGMMA_OUT32 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
 
-// D[64 x 128] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A and
-// B by shared-memory descriptors, B MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
-#define TILEC_WGMMA_N128(DT)  \
+// D[64 x 128] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K values per
+// step: A and B by shared-memory descriptors; TRANS: the operands' transposes (16-bit types: B
+// MN-major, rows of N contiguous, when TB; fp8 takes none: K-major only).
+#define TILEC_WGMMA_N128(K, DT, TRANS)  \
     asm volatile(  \
         "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n128k16.f32." DT "." DT " {" TILEC_WGMMA_D64 "},"  \
-        " %64, %65, p, 1, 1, 0, %67;\n}\n"  \
+        " wgmma.mma_async.sync.aligned.m64n128k" K ".f32." DT "." DT " {" TILEC_WGMMA_D64 "},"  \
+        " %64, %65, p, 1, 1" TRANS ";\n}\n"  \
         : TILEC_WGMMA_OUT64 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
 
-// D[64 x 256] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A and
-// B by shared-memory descriptors, B MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
-#define TILEC_WGMMA_N256(DT)  \
+// D[64 x 256] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K values per
+// step: A and B by shared-memory descriptors; TRANS: the operands' transposes (16-bit types: B
+// MN-major, rows of N contiguous, when TB; fp8 takes none: K-major only).
+#define TILEC_WGMMA_N256(K, DT, TRANS)  \
     asm volatile(  \
         "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n256k16.f32." DT "." DT " {" TILEC_WGMMA_D128 "},"  \
-        " %128, %129, p, 1, 1, 0, %131;\n}\n"  \
+        " wgmma.mma_async.sync.aligned.m64n256k" K ".f32." DT "." DT " {" TILEC_WGMMA_D128 "},"  \
+        " %128, %129, p, 1, 1" TRANS ";\n}\n"  \
         : TILEC_WGMMA_OUT128 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
 
-// The wgmma of one k-step for a tile of N columns (64, 128 or 256) and the dtype (BF: bf16):
-// sm_90a code (elsewhere a stub that traps: the launcher runs it on H100/H200 devices alone).
-#define TILEC_WGMMA_DISPATCH(PREFIX)  \
-    if constexpr (N == 256) {  \
-        if constexpr (BF) PREFIX##N256("bf16"); else PREFIX##N256("f16");  \
-    } else if constexpr (N == 128) {  \
-        if constexpr (BF) PREFIX##N128("bf16"); else PREFIX##N128("f16");  \
-    } else {  \
-        if constexpr (BF) PREFIX##N64("bf16"); else PREFIX##N64("f16");  \
-    }
+// The operand types of a wgmma: 16-bit floats (k-steps of 16) and fp8 (k-steps of 32: the same
+// 32 bytes of each row).
+enum WgmmaType { WG_F16, WG_BF16, WG_E4M3, WG_E5M2 };
 
-template <int N, int TB, bool BF>
+// The wgmma of one k-step for a tile of N columns (64, 128 or 256) and the operand type DT:
+// sm_90a code (elsewhere a stub that traps: the launcher runs it on H100/H200 devices alone).
+// (%35, %67, %131: the TB operand of each width's list)
+#define TILEC_WGMMA_SS(N_)  \
+    if constexpr (DT == WG_F16) TILEC_WGMMA_N##N_("16", "f16", TILEC_WGMMA_TB##N_);  \
+    else if constexpr (DT == WG_BF16) TILEC_WGMMA_N##N_("16", "bf16", TILEC_WGMMA_TB##N_);  \
+    else if constexpr (DT == WG_E4M3) TILEC_WGMMA_N##N_("32", "e4m3", "");  \
+    else TILEC_WGMMA_N##N_("32", "e5m2", "");
+#define TILEC_WGMMA_TB64 ", 0, %35"
+#define TILEC_WGMMA_TB128 ", 0, %67"
+#define TILEC_WGMMA_TB256 ", 0, %131"
+
+template <int N, int TB, int DT>
 TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
     static_assert(N == 64 || N == 128 || N == 256, "wgmma tiles of 64, 128 or 256 columns");
+    static_assert(DT <= WG_BF16 || TB == 0, "fp8 wgmma operands are K-major");
 #ifdef TILEC_SM90A
-    TILEC_WGMMA_DISPATCH(TILEC_WGMMA_)
+    if constexpr (N == 256) {
+        TILEC_WGMMA_SS(256)
+    } else if constexpr (N == 128) {
+        TILEC_WGMMA_SS(128)
+    } else {
+        TILEC_WGMMA_SS(64)
+    }
 #else
     (void)d; (void)a; (void)b; (void)scale_d;
     __trap();
@@ -2007,17 +2022,32 @@ TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
         : TILEC_WGMMA_OUT128  \
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
 
-template <int N, int TB, bool BF>
+// (16-bit types only: an A operand in registers holds 16-bit pairs)
+#define TILEC_WGMMA_RS(N_)  \
+    if constexpr (DT == WG_BF16) TILEC_WGMMA_RS_N##N_("bf16"); else TILEC_WGMMA_RS_N##N_("f16");
+
+template <int N, int TB, int DT>
 TILEC_DEV void wgmma_rs(float* d, const uint32_t* a, uint64_t b, int scale_d) {
     static_assert(N == 64 || N == 128 || N == 256, "wgmma tiles of 64, 128 or 256 columns");
+    static_assert(DT <= WG_BF16, "wgmma with A in registers: 16-bit types");
 #ifdef TILEC_SM90A
-    TILEC_WGMMA_DISPATCH(TILEC_WGMMA_RS_)
+    if constexpr (N == 256) {
+        TILEC_WGMMA_RS(256)
+    } else if constexpr (N == 128) {
+        TILEC_WGMMA_RS(128)
+    } else {
+        TILEC_WGMMA_RS(64)
+    }
 #else
     (void)d; (void)a; (void)b; (void)scale_d;
     __trap();
 #endif
 }
-#undef TILEC_WGMMA_DISPATCH
+#undef TILEC_WGMMA_SS
+#undef TILEC_WGMMA_RS
+#undef TILEC_WGMMA_TB64
+#undef TILEC_WGMMA_TB128
+#undef TILEC_WGMMA_TB256
 #undef TILEC_WGMMA_N64
 #undef TILEC_WGMMA_RS_N64
 #undef TILEC_WGMMA_N128
@@ -2031,36 +2061,45 @@ TILEC_DEV void wgmma_rs(float* d, const uint32_t* a, uint64_t b, int scale_d) {
 #undef TILEC_WGMMA_D128
 #undef TILEC_WGMMA_OUT128
 
-// The descriptor of k-step kk (16 values of K) of a B tile in TMA's 128-byte swizzle: B_MN, BK
-// rows of K (N in panels of 64 columns, BK * 128 bytes apart); else BN rows of N (K in panels of
-// 64 columns, BN * 128 bytes apart).
-template <int BN, int BK, bool B_MN>
-TILEC_DEV uint64_t b_desc(const uint16_t* b, int kk) {
+// Shared tiles of wgmma operands are rows of 128 bytes (one swizzle row): P elements of E, in
+// k-steps of KS (32 bytes: 16 16-bit values or 32 fp8 values); wider tiles are panels of P
+// columns, one after the other.
+template <typename E> constexpr __host__ __device__ int panel_cols() { return 128 / (int)sizeof(E); }
+template <typename E> constexpr __host__ __device__ int kstep() { return 32 / (int)sizeof(E); }
+
+// The descriptor of k-step kk of a B tile in TMA's 128-byte swizzle: B_MN (16-bit only), BK
+// rows of K (N in panels of 64 columns, BK * 128 bytes apart); else BN rows of N (K in panels,
+// BN * 128 bytes apart).
+template <int BN, int BK, bool B_MN, typename E>
+TILEC_DEV uint64_t b_desc(const E* b, int kk) {
+    constexpr int P = panel_cols<E>(), KS = kstep<E>();
     return B_MN ? desc_sw128(b + kk * 16 * 64, BK * 128)
-                : desc_sw128(b + (kk / 4) * BN * 64 + (kk % 4) * 16, 16);
+                : desc_sw128(b + (kk / 4) * BN * P + (kk % 4) * KS, 16);
 }
 
 // One consumer warpgroup's share of a tile product: its 64 rows of the A tile (K-major: rows of
-// BK values, in panels of 64 columns of A_ROWS rows each) times the B tile (b_desc), BK / 16
-// wgmmas into acc (64 x BN, f32).
-template <int BN, int BK, bool B_MN, bool BF, int A_ROWS = 128>
-TILEC_DEV void wgmma_tile(float* acc, const uint16_t* a, const uint16_t* b) {
-    static_assert(BK % 16 == 0 && (BK <= 64 || BK % 64 == 0), "K in whole panels of 64 values");
+// BK values, in panels of A_ROWS rows each) times the B tile (b_desc), BK / KS wgmmas into acc
+// (64 x BN, f32); DT the operands' WgmmaType, E their storage.
+template <int BN, int BK, bool B_MN, int DT, int A_ROWS = 128, typename E>
+TILEC_DEV void wgmma_tile(float* acc, const E* a, const E* b) {
+    constexpr int P = panel_cols<E>(), KS = kstep<E>();
+    static_assert(sizeof(E) == (DT <= WG_BF16 ? 2 : 1), "the operand type's storage");
+    static_assert(BK % KS == 0 && (BK <= P || BK % P == 0), "K in whole panels");
 #pragma unroll
-    for (int kk = 0; kk < BK / 16; ++kk) {
-        const uint64_t da = desc_sw128(a + (kk / 4) * A_ROWS * 64 + (kk % 4) * 16, 16);
-        wgmma<BN, B_MN ? 1 : 0, BF>(acc, da, b_desc<BN, BK, B_MN>(b, kk), 1);
+    for (int kk = 0; kk < BK / KS; ++kk) {
+        const uint64_t da = desc_sw128(a + (kk / 4) * A_ROWS * P + (kk % 4) * KS, 16);
+        wgmma<BN, B_MN ? 1 : 0, DT>(acc, da, b_desc<BN, BK, B_MN>(b, kk), 1);
     }
 }
 
 // The same with A from registers: a 16-bit fragment of this warpgroup's 64 x BK values in the
 // accumulator's layout (attention's P), four 32-bit pairs per k-step.
-template <int BN, int BK, bool B_MN, bool BF>
+template <int BN, int BK, bool B_MN, int DT>
 TILEC_DEV void wgmma_tile_rs(float* acc, const uint32_t* a, const uint16_t* b) {
     static_assert(BK % 16 == 0 && (B_MN || BK <= 64 || BK % 64 == 0), "K in whole panels");
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk)
-        wgmma_rs<BN, B_MN ? 1 : 0, BF>(acc, a + 4 * kk, b_desc<BN, BK, B_MN>(b, kk), 1);
+        wgmma_rs<BN, B_MN ? 1 : 0, DT>(acc, a + 4 * kk, b_desc<BN, BK, B_MN>(b, kk), 1);
 }
 
 }  // namespace sm90
