@@ -9,7 +9,8 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
   gemm       C = A @ B, f16 at 2048^3, 4096^3, 8192^3 and 4000^3 (no tile multiple), bf16 at 4096^3,
              vs torch.mm (cuBLAS)                                         [4096^3, 8192^3: >= 0.6x cuBLAS]
   fp8        C = bf16((A @ W.T) * scale) of e4m3 A and W (both K-major), 4096^3 and 8192^3, vs
-             torch._scaled_mm (cuBLASLt's fp8 GEMM) with the same per-tensor scales
+             torch._scaled_mm (cuBLASLt's fp8 GEMM) with the same per-tensor scales, its sums
+             promoted to f32 as tilec's (use_fast_accum=True, the tensor cores' sums: information)
                                                                    [Hopper: 8192^3 >= 0.9x _scaled_mm]
   tf32       C = A @ B of f32 4096^3 under `precision tf32`, vs torch.mm in tf32 and in f32    [no goal]
   epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs cuBLASLt's bias+ReLU epilogue
@@ -710,11 +711,13 @@ def case_fp8(bench: Bench) -> None:
         sets = [(a, w, torch.empty(M, N, dtype=BF16, device="cuda")) for a, w in copies_of(n, A, W)]
         tc = bench.tilec_entry("gemm_fp8", lambda k: [k.bind([a, w, scale], [c], (M, K, N))
                                                       for a, w, c in sets], [ref], TOL[BF16])
-        lt = bench.peer("torch._scaled_mm", lambda: rotate([
-            functools.partial(torch._scaled_mm, a, w.t(), scale_a=sa, scale_b=sw,
-                              out_dtype=BF16) for a, w, _ in sets]))
+        # (the default accumulates in f32 outside the tensor cores, as tilec does; fast_accum
+        # keeps the tensor cores' reduced-precision sums over all of K: for information)
+        lt, fast = (bench.peer(f"torch._scaled_mm{' fast_accum' if f else ''}", lambda f=f: rotate([
+            functools.partial(torch._scaled_mm, a, w.t(), scale_a=sa, scale_b=sw, out_dtype=BF16,
+                              use_fast_accum=f) for a, w, _ in sets])) for f in (False, True))
         goal = {"torch._scaled_mm": (">=", 0.9)} if hopper(bench) and s == 8192 else {}
-        bench.compare(f"e4m3 {s}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, lt], goal, ref)
+        bench.compare(f"e4m3 {s}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, lt, fast], goal, ref)
 
 
 def linear_relu(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

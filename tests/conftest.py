@@ -9,7 +9,7 @@ import pytest
 
 from tilec import driver
 from tilec.build import cached_build
-from tilec.runner import choose_dims, run_kernel, runs_tf32
+from tilec.runner import choose_dims, reduced_precision, run_kernel
 from tilec.targets.abi import library_of
 
 # A fusion bug fails the tests instead of falling back to unfused kernels (the users' default)
@@ -62,7 +62,7 @@ def check_text(text: str, dims: dict | None = None, seed: int | None = None, nam
         d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols})
         r = run_kernel(out / f"lib{library_of(name, g.name, False)}.so", g, d, seed, repeat=1,
                        runtime=runtime, full_ints=full_ints,
-                       tf32=runs_tf32(m0, g, driver.get_target(target)))
+                       reduced=reduced_precision(m0, g, driver.get_target(target)))
         for o in r.errors:
             assert r.errors[o] <= r.tolerances[o], (
                 f"{g.name}.{o} dims={d} seed={seed}: max rel error {r.errors[o]:.3e} > "

@@ -535,6 +535,18 @@ def test_random_program_compiles_warning_free(seed):
     assert nvcc_warnings(text, "rnd.tile", "sm_90") == []
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", [5012, 8004, 8010, 8012, 8015])
+def test_random_programs_with_fp8_outputs_on_gpu(seed):
+    """Random programs that declare fp8 outputs (row kernels, elementwise chains, GEMMs: fp8
+    tile buffers hold their bits) against the reference."""
+    need_gpu()
+    from random_programs import random_program
+    text = random_program(seed).text.replace("target cpu:", "target cuda:")
+    assert "fp8" in text
+    check_text(text, None, name="rnd.tile", target="cuda", options=GPU_OPTIONS)
+
+
 def cuda_dump(path) -> str:
     """`tilec dump-ir --stage tiled --target cuda` of a sample."""
     m0 = driver.frontend(driver.Source(path.name, path.read_text()))

@@ -170,6 +170,27 @@ def test_fp8_programs_on_gpu_match_the_reference(dims):
     check_text(FP8_PROGRAMS, dims, name="fp8.tile", target="cuda", options=GPU_OPTIONS)
 
 
+def test_f32_outputs_of_fp8_products_get_a_16_bit_tolerance_on_matrix_units():
+    """Hopper's tensor cores accumulate fp8 products in less than f32 precision within a K tile:
+    on a target with matrix units, a kernel multiplying fp8 matrices is checked with f16's
+    tolerance for its f32 outputs; the CPU (exact f32 sums) and kernels without such a product
+    keep f32's."""
+    from tilec.interp import tolerance
+    from tilec.runner import reduced_precision
+    text = FP8_PROGRAMS + """
+kernel fp8_f32(A: fp8e5m2[M, K], B: fp8e5m2[K, N]) -> C: f32[M, N]:
+    C = f32(A) @ f32(B)
+
+kernel mixed(A: fp8e5m2[M, K], B: f16[K, N]) -> C: f32[M, N]:
+    C = A @ B
+"""
+    m = driver.frontend(driver.Source("r.tile", text))
+    got = {t: {g.name for g in m.graphs if reduced_precision(m, g, driver.get_target(t))}
+           for t in ("cpu", "cuda")}
+    assert got == {"cpu": set(), "cuda": {"fp8_gemm", "fp8_f32"}}
+    assert tolerance("f32", 256, reduced=True) == tolerance("f16", 256) > tolerance("f32", 256)
+
+
 def test_hip_refuses_fp8_tensors():
     src = driver.Source("g.tile", FP8_PROGRAMS)
     with pytest.raises(TilecError, match="fp8e4m3 is not supported on target hip") as e:

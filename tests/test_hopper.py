@@ -108,16 +108,18 @@ def test_operands_tma_cannot_read_keep_mma_sync(text):
 
 
 def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
-    """Two K-major fp8 operands of one dtype stay fp8 through TMA into wgmma, whose K tile is
-    the same 128 bytes (128 values); a row-major fp8 B, or two fp8 kinds, take the mma.sync
-    kernel on f16 (the operands converted in the tile copies)."""
+    """Two K-major fp8 operands of one dtype stay fp8 through TMA into wgmma: the target's fp8
+    tile (128 x 128, K tiles of 128 values in the same 128-byte rows), each K tile's products
+    promoted (added to the accumulators in f32); a row-major fp8 B, or two fp8 kinds, take the
+    mma.sync kernel on f16 (the operands converted in the tile copies)."""
     ks = {k.name: k for k in _kernels(GEMMS_FP8)}
     for name, dt in (("hop_fp8", "fp8e4m3"), ("hop_e5m2_batched", "fp8e5m2")):
         k = ks[f"{name}_k0_tma"]
         assert k.warp_specialize == 2 and k.persistent
         text = T.print_kernel(k)
-        assert re.search(rf"A_s = shared\({dt}, \[4, 128, 128\]\)", text)
-        assert re.search(rf"B_s = shared\({dt}, \[4, 256, 128\]\)", text)
+        assert re.search(rf"A_s = shared\({dt}, \[6, 128, 128\]\)", text)
+        assert re.search(rf"B_s = shared\({dt}, \[6, 128, 128\]\)", text)
+        assert "transpose_b=True, promote=128)" in text
         assert "% 16 == 0" in str(k.when)  # (16-byte rows: K a multiple of 16 values)
         assert "A_s = shared(f16" in T.print_kernel(ks[f"{name}_k0"])
     for text in ("kernel t(A: fp8e4m3[M, K], B: fp8e4m3[K, N]) -> C: f16[M, N]:\n    C = A @ B\n",
@@ -136,8 +138,17 @@ def test_fp8_gemms_compile_to_fp8_wgmma():
             "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
         assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr
         ptx += (folder / "k.ptx").read_text()
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k32\.f32\.e4m3\.e4m3", ptx)
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k32\.f32\.e5m2\.e5m2", ptx)
+    # the promoted loop (a 64-register partial beside the accumulators): no spills, and no
+    # warpgroup.arrive that ptxas injects where registers a wgmma uses are touched in between
+    for _, r, _ in nvcc_each(GEMMS_FP8, "hop8.tile", [
+            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"],
+            HOPPER):
+        assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr
+        assert "C7519" not in r.stderr and "warpgroup.arrive" not in r.stderr, r.stderr
+        assert re.findall(r"(\d+) bytes spill stores", r.stderr) and \
+            set(re.findall(r"(\d+) bytes spill stores", r.stderr)) == {"0"}, r.stderr
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e5m2\.e5m2", ptx)
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.bulk.tensor.3d" in ptx
 
 

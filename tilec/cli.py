@@ -269,7 +269,7 @@ def _device_arch(t) -> str | None:
 def run(state, file, target, arch, kernel, dims, seed, out, force, per_kernel):
     """Build FILE, run it on random inputs, check it against the reference interpreter."""
     from .build import cached_build, run_make
-    from .runner import check_memory, choose_dims, parse_dims, run_kernel, runs_tf32
+    from .runner import check_memory, choose_dims, parse_dims, reduced_precision, run_kernel
     from .targets.abi import library_of
 
     t = driver.get_target(target)
@@ -308,7 +308,7 @@ def run(state, file, target, arch, kernel, dims, seed, out, force, per_kernel):
         d = chosen[g.name]
         lib = library_of(state["src"].display, g.name, per_kernel)
         r = run_kernel(out_dir / f"lib{lib}.so", g, d, seed, runtime=t.runtime,
-                       tf32=runs_tf32(m0, g, t))
+                       reduced=reduced_precision(m0, g, t))
         dim_text = ",".join(f"{k}={v}" for k, v in d.items())
         for name in r.errors:
             status = "ok" if r.errors[name] <= r.tolerances[name] else "MISMATCH"

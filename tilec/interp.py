@@ -320,15 +320,16 @@ def np_storage_dtype(dtype: str):
 TOLERANCE = {"f64": 1e-9, "f32": 2e-5, "f16": 1e-2, "bf16": 3e-2, "fp8e4m3": 0.13, "fp8e5m2": 0.26}
 
 
-def tolerance(dtype: str, reduction_length: int = 1, tf32: bool = False) -> float:
+def tolerance(dtype: str, reduction_length: int = 1, reduced: bool = False) -> float:
     """The tolerance for an output of `dtype` whose values accumulate up to `reduction_length`
     terms: the table's up to 256 terms; for f32 and f64, whose sums are limited by their own
     rounding, growing with the square root of the length beyond (about how fast the rounding
     errors of a long sum grow), so a correct K=8192 product is not a mismatch. 16-bit outputs
-    are limited by their final rounding, which the table covers. `tf32`: the kernel's f32
+    are limited by their final rounding, which the table covers. `reduced`: the kernel's f32
     products may round their operands to tf32 (`precision tf32`), whose 10 mantissa bits are
-    f16's: f32 outputs get f16's tolerance."""
-    if tf32 and dtype == "f32":
+    f16's, or accumulate fp8 products in the tensor cores' precision (runner.reduced_precision):
+    f32 outputs get f16's tolerance."""
+    if reduced and dtype == "f32":
         return TOLERANCE["f16"]
     grow = dtype in ("f32", "f64") and reduction_length > 256
     return TOLERANCE.get(dtype, 0.0) * (math.sqrt(reduction_length / 256) if grow else 1.0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from .diagnostics import TilecError, error
 from .ir import tile as T
 from .ir.graph import Graph
-from .ir.types import DTYPES, PACKED, Dim
+from .ir.types import DTYPES, FP8, PACKED, Dim
 
 DEFAULT_DIM = 100  # not a multiple of any default tile
 BATCH_DIM = 3
@@ -257,10 +257,16 @@ def call_library(lib_path, g: Graph, inputs: dict, dims: dict, runtime: str = "c
         c.rt.close()
 
 
-def runs_tf32(m, g: Graph, target) -> bool:
-    """Whether kernel `g` of module `m` may multiply f32 in tf32 on `target`, a target whose
-    matrix units take tf32: its schedule for the target says `precision tf32`, or (a tile-level
-    kernel) one of its gemms says `precision=tf32`."""
+def reduced_precision(m, g: Graph, target) -> bool:
+    """Whether kernel `g` of module `m` may compute its f32 products in less than f32 precision
+    on `target`: it multiplies f32 in tf32 on a target whose matrix units take tf32 (its
+    schedule for the target says `precision tf32`, or, a tile-level kernel, one of its gemms
+    says `precision=tf32`), or it multiplies fp8 matrices on a target with matrix units (Hopper's
+    accumulate fp8 products in less than f32 precision within each K tile)."""
+    if target.resources.mma_dtypes and g.tile is None and any(
+            o.kind == "matmul" and all(_source_dtype(g, a) in FP8 for a in o.args)
+            for o in g.ops):
+        return True
     if not target.resources.tf32:
         return False
     if target.tf32(m.schedule_for(g.name, target.name)):
@@ -269,11 +275,21 @@ def runs_tf32(m, g: Graph, target) -> bool:
                                       for s in T.walk_stmts(g.tile.body))
 
 
+def _source_dtype(g: Graph, oid: int) -> str:
+    """The dtype of the value op `oid` converts or transposes (its own, if neither)."""
+    ops = g.op_map()
+    op = ops[oid]
+    while op.kind in ("cast", "transpose", "copy") and op.args:
+        op = ops[op.args[0]]
+    return op.type.dtype
+
+
 def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
-               runtime: str = "cpu", full_ints: bool = False, tf32: bool = False) -> RunResult:
+               runtime: str = "cpu", full_ints: bool = False, reduced: bool = False) -> RunResult:
     """Call kernel `g` of the library on fresh random inputs in the target runtime's memory,
-    compare every output with the reference interpreter (f32 outputs of a `tf32` kernel with the
-    tolerance of its rounded operands), and time `repeat` more calls."""
+    compare every output with the reference interpreter (f32 outputs of a kernel whose products
+    have `reduced` precision with a 16-bit tolerance: reduced_precision), and time `repeat` more
+    calls."""
     try:
         import numpy  # noqa: F401
     except ImportError:
@@ -292,7 +308,7 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
     # a matmul, and on a machine with few cores they would share the kernel's cores while timed
     ref = interp.run_graph(g, inputs, dims)
     errors = {n: interp.rel_error(got[n], ref[n]) for n in got}
-    tols = {p.name: interp.tolerance(p.type.dtype, reduction_length(g, dims), tf32) for p in g.outputs}
+    tols = {p.name: interp.tolerance(p.type.dtype, reduction_length(g, dims), reduced) for p in g.outputs}
     flops, nbytes = work(g, dims)
     return RunResult(g.name, dims, errors, tols, statistics.median(times) if times else 0.0,
                      flops, nbytes)

@@ -263,6 +263,9 @@ class Gemm:
     refill: tuple = ()  # overlapped: statements run after `sync` (later tiles' copies into the stage)
     # f32 operands multiplied in tf32 on the matrix units (`precision tf32`, targets with tf32)
     tf32: bool = False
+    # > 0: the matrix units sum each `promote` values of K into a partial sum, which is added to
+    # c in f32 (fp8 products, which Hopper's tensor cores accumulate in less than f32 precision)
+    promote: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,7 +572,8 @@ def print_stmts(stmts, indent: int) -> list:
         elif isinstance(s, Gemm):
             kw = "".join([", transpose_a=True" if s.transpose_a else "",
                           ", transpose_b=True" if s.transpose_b else "",
-                          ", precision=tf32" if s.tf32 else ""])
+                          ", precision=tf32" if s.tf32 else "",
+                          f", promote={s.promote}" if s.promote else ""])
             a = s.a if s.a_stage is None else f"{s.a}[{fmt(s.a_stage)}]"
             b = s.b if s.b_stage is None else f"{s.b}[{fmt(s.b_stage)}]"
             if s.next_stage is not None:

@@ -361,8 +361,6 @@ class GroupLowering:
                                                           cfg.split, cfg.gemv_unroll)
             if cfg.wgmma and mma_dt is None:
                 raise NotWgmma()
-            if cfg.wgmma and mma_dt in FP8:  # (K tiles of the same 128-byte rows)
-                bk *= 2
         bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
         grid = [dim_to_expr(N.cdiv(bn)), dim_to_expr(M.cdiv(bm))]
         bvars = [bx, by]
@@ -408,7 +406,9 @@ class GroupLowering:
                 Alloc(acc, "fragment", mm.type.dtype, (iconst(bm), iconst(bn))),
                 Fill(acc, T.Const(0, mm.type.dtype)),
                 For((k,), (trip,), "pipelined",
-                    tuple(load_a + load_b + [Gemm(As, Bs, acc, ta, tb)]), stages)]
+                    tuple(load_a + load_b + [Gemm(As, Bs, acc, ta, tb,
+                                                  promote=bk if mma_dt in FP8 else 0)]),
+                    stages)]
         i, j = self.names.fresh("i"), self.names.fresh("j")
         r, c = iadd(row0, T.Var(i)), iadd(col0, T.Var(j))
         guard = land(ilt(r, dim_to_expr(M)), ilt(c, dim_to_expr(N)))
@@ -468,7 +468,7 @@ class GroupLowering:
         if len(copies) != 2 or not all(isinstance(c, Copy) for c in copies) or \
                 not isinstance(gemm, Gemm) or gemm.transpose_a:
             raise NotWgmma()
-        *_, consumers, pingpong, cluster = self.target.resources.wgmma
+        *_, consumers, pingpong, cluster = wgmma_config(self.target, gemm.promote > 0)
         if len(grid) > 2:  # (clusters pair M tiles of one matrix: batched GEMMs take none)
             cluster = 1
         k = self.kernel(grid, bvars, threads, body,
@@ -917,6 +917,27 @@ class GemmVariant:
     wgmma: bool = False  # the warp-specialized TMA + wgmma kernel (resources.wgmma)
 
 
+def wgmma_config(target, fp8: bool) -> tuple:
+    """The warp-specialized GEMM's (BM, BN, BK, stages, consumers, pingpong, cluster): the
+    target's fp8 one for a product of fp8 operands, else `wgmma`."""
+    return (target.resources.wgmma_fp8 if fp8 else ()) or target.resources.wgmma
+
+
+def _fp8_product(g: Graph, grp: Group) -> bool:
+    """Are both operands of the group's GEMM of one fp8 dtype (possibly transposed or converted
+    on chip): the products the fp8 wgmma may take (wgmma_kernel checks the rest)?"""
+    ops = g.op_map()
+    mm = ops[grp.members[0]]
+
+    def source(oid):
+        op = ops[oid]
+        while op.kind in ("cast", "transpose", "copy") and op.args:
+            op = ops[op.args[0]]
+        return op.type.dtype
+    a, b = (source(x) for x in mm.args)
+    return a == b and a in FP8
+
+
 class NotWgmma(Exception):
     """The group's GEMM does not suit the warp-specialized kernel (an operand computed on chip,
     A transposed, ...): that variant is left out."""
@@ -949,7 +970,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     # tile: a schedule's tile, threads and stages are the mma.sync kernel's)
     hopper = []
     if target.resources.wgmma and sched.warp_specialize is not False:
-        bm, bn, bk, stages, consumers, *_ = target.resources.wgmma
+        bm, bn, bk, stages, consumers, *_ = wgmma_config(target, _fp8_product(g, grp))
         hopper = [("_tma", None, GemmVariant((bm, bn, bk), 128 * (consumers + 1), stages,
                                              wgmma=True))]
     if sched.tile:

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows, WgmmaLayout, placed_bytes
+from ..ir.types import FP8
 from ..passes import (
     barriers,
     hoist_invariants,
@@ -328,7 +329,7 @@ class CudaRenderer(CStyleRenderer):
 
     def alloc_value(self, buf: str, value: str, vdtype: str) -> str:
         dt = self.allocs[buf].dtype
-        if dt in SIXTEEN:
+        if dt in SIXTEEN + FP8:  # (tile buffers of narrow floats hold their bits)
             return self.to_storage(self.cast(value, vdtype, "f32"), dt)
         return self.cast(value, vdtype, dt)
 
@@ -336,6 +337,10 @@ class CudaRenderer(CStyleRenderer):
         dtype = self.allocs[buf].dtype if buf in self.allocs else self.globals[buf].dtype
         if dtype in SIXTEEN:
             return self.stored16(value, dtype)
+        if dtype in FP8 and isinstance(value, T.Load) and value.dtype == dtype:
+            raw = self.storage_ref(value)
+            if raw is not None:  # fp8 bits moved as they are
+                return raw
         return super().store_expr(buf, value)
 
     # ---- statements
@@ -685,10 +690,13 @@ class CudaRenderer(CStyleRenderer):
             self.emit("if (tilec_wg == 1 || tilec_turn > 0)  // after the other's K loop", d)
             self.emit("tilec::sm90::mbar_wait(&tilec_order[tilec_wg], "
                       "(tilec_turn - (tilec_wg == 0 ? 1 : 0)) & 1);", d + 1)
+        if g.promote:
+            self.promoted_k_loop(loop, d)
+            return
         self.loop_body = loop.body
+        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
         self.emit("uint32_t tilec_prev = 0;  // the stage of the previous K tile", d)
         self.loop_head(loop.vars[0], loop.extents[0], d)
-        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
         bk = _const(a.shape[-1])
         b_mn = not g.transpose_b
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
@@ -709,8 +717,7 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} "
                       f"({'rows of N' if b_mn else 'rows of K'}), {bk // 16} wgmmas", d + 1)
             self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}, "
-                      f"{cname(g.a)} + tilec_s * {a.layout.size()} + (tilec_warp / 4) * {64 * bk}, "
-                      f"{cname(g.b)} + tilec_s * {b.layout.size()});", d + 1)
+                      f"{self.ws_operands(g, 'tilec_s')});", d + 1)
         self.emit("tilec::sm90::wgmma_commit();", d + 1)
         self.emit("tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done", d + 1)
         self.emit(f"if ({cname(loop.vars[0])} > 0) {self.release('tilec_prev')}", d + 1)
@@ -723,6 +730,47 @@ class CudaRenderer(CStyleRenderer):
         self.emit("tilec::sm90::wgmma_wait<0>();", d)
         self.emit(f"tilec::sm90::fence_regs<{c.layout.slots()}>({cname(g.c)});", d)
         self.emit(f"if ({self.expr(loop.extents[0])} > 0) {self.release('tilec_prev')}", d)
+
+    def ws_operands(self, g: T.Gemm, stage: str) -> str:
+        """The A and B arguments of wgmma_tile for this consumer warpgroup's 64 rows of a
+        cooperative warp-specialized GEMM's K tile at `stage`."""
+        a, b = self.allocs[g.a], self.allocs[g.b]
+        return (f"{cname(g.a)} + {stage} * {a.layout.size()} + (tilec_warp / 4) * "
+                f"{64 * _const(a.shape[-1])}, {cname(g.b)} + {stage} * {b.layout.size()}")
+
+    def promoted_k_loop(self, loop: T.For, d: int):
+        """gemm_k_loop with promoted products (Gemm.promote: fp8): each K tile's wgmmas sum
+        into a partial (the tensor cores' precision), completed before it is added to the
+        accumulators in f32 and the stage freed; meanwhile the other consumer warpgroup's
+        wgmmas keep the tensor cores busy. (Two partials, alternating, would keep a warpgroup's
+        own wgmmas in flight too, but 3 x 64 registers of partials and accumulators spill
+        under the 168 a thread of 384 gets.)"""
+        k, g, S = self.k, self.ws_gemm, loop.stages
+        assert not k.pingpong and g.promote == _const(self.allocs[g.a].shape[-1]), \
+            "promoted products: the cooperative kernel, one partial per K tile"
+        self.loop_body = ()  # (the consumers read no loop variable: stages count tilec_it)
+        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
+        n = c.layout.slots()
+        self.emit(f"float tilec_part[{n}];  // one K tile's products, in the tensor cores' "
+                  "precision", d)
+        self.loop_head(loop.vars[0], loop.extents[0], d)
+        bk = _const(a.shape[-1])
+        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
+        self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
+        self.emit("tilec::sm90::wgmma_fence();", d + 1)
+        self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} (rows of "
+                  f"{'K' if g.transpose_b else 'N'}), {bk * BYTES[a.dtype] // 32} wgmmas, into "
+                  "the partial", d + 1)
+        self.emit(f"tilec::sm90::wgmma_tile<{c.layout.cols}, {bk}, "
+                  f"{str(not g.transpose_b).lower()}, {wgmma_type(a.dtype)}>(tilec_part, "
+                  f"{self.ws_operands(g, 'tilec_s')}, 0);", d + 1)
+        self.emit("tilec::sm90::wgmma_commit();", d + 1)
+        self.emit("tilec::sm90::wgmma_wait<0>();", d + 1)
+        self.emit(f"tilec::sm90::promote<{n}>({cname(g.c)}, tilec_part);  // added in f32", d + 1)
+        self.emit(self.release("tilec_s"), d + 1)
+        self.emit("++tilec_it;", d + 1)
+        self.emit("}", d)
+        self.emit(f"tilec::sm90::fence_regs<{n}>({cname(g.c)});", d)
 
     def consumer_loop(self, loop: T.For, d: int):
         """The consumers' walk of a general warp-specialized loop (attention's key loop): wait
@@ -2042,7 +2090,13 @@ def _for_arch(target, options: dict):
         # D = 128, 6% slower at D = 64), each product completed before the softmax (the
         # overlapped order measured 12% slower: docs/PERFORMANCE.md)
         attention = split_k.wgmma_attention((128, 128, 3, False, False) if wgmma else ())
+        # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each K
+        # tile (128 values) is summed into a partial that is then added to the accumulators in
+        # f32 (Gemm.promote); two partials alternate, so a warpgroup of 64 x 128 accumulators
+        # holds 3 x 64 registers: 128 x 128 tiles, 6 stages of 32 KiB
+        wgmma_fp8 = (128, 128, 128, 6, 2, False, 1) if wgmma else ()
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
+                                                 wgmma_fp8=wgmma_fp8,
                                                  wgmma_attention=attention))
     return target
 

@@ -2079,17 +2079,27 @@ TILEC_DEV uint64_t b_desc(const E* b, int kk) {
 
 // One consumer warpgroup's share of a tile product: its 64 rows of the A tile (K-major: rows of
 // BK values, in panels of A_ROWS rows each) times the B tile (b_desc), BK / KS wgmmas into acc
-// (64 x BN, f32); DT the operands' WgmmaType, E their storage.
+// (64 x BN, f32), which the first adds to (scale_d 1) or overwrites (0); DT the operands'
+// WgmmaType, E their storage.
 template <int BN, int BK, bool B_MN, int DT, int A_ROWS = 128, typename E>
-TILEC_DEV void wgmma_tile(float* acc, const E* a, const E* b) {
+TILEC_DEV void wgmma_tile(float* acc, const E* a, const E* b, int scale_d = 1) {
     constexpr int P = panel_cols<E>(), KS = kstep<E>();
     static_assert(sizeof(E) == (DT <= WG_BF16 ? 2 : 1), "the operand type's storage");
     static_assert(BK % KS == 0 && (BK <= P || BK % P == 0), "K in whole panels");
 #pragma unroll
     for (int kk = 0; kk < BK / KS; ++kk) {
         const uint64_t da = desc_sw128(a + (kk / 4) * A_ROWS * P + (kk % 4) * KS, 16);
-        wgmma<BN, B_MN ? 1 : 0, DT>(acc, da, b_desc<BN, BK, B_MN>(b, kk), 1);
+        wgmma<BN, B_MN ? 1 : 0, DT>(acc, da, b_desc<BN, BK, B_MN>(b, kk), kk == 0 ? scale_d : 1);
     }
+}
+
+// acc += part, in f32, once part's wgmmas are complete (a wait): the promotion of a partial sum
+// of fp8 products, which the tensor cores accumulate in less than f32 precision.
+template <int N>
+TILEC_DEV void promote(float* acc, float* part) {
+    fence_regs<N>(part);
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] += part[i];
 }
 
 // The same with A from registers: a 16-bit fragment of this warpgroup's 64 x BK values in the
