@@ -146,6 +146,19 @@ def wgmma_tile(default: tuple) -> tuple:
     return (bm, bn, 64, stages, 2 if pingpong else bm // 64, pingpong, cluster)
 
 
+def fp8_promote(default: int) -> int:
+    """`TILEC_FP8_PROMOTE` (K values, a multiple of 128, or "off"): how many values of K the fp8
+    wgmma GEMM sums on the tensor cores before adding the partial to its f32 accumulators
+    (Gemm.promote), in place of the target's `fp8_promote`; "off": never (the tensor cores'
+    precision over all of K), for measuring on a device."""
+    knob = _knob("TILEC_FP8_PROMOTE", "K values per promotion (a multiple of 128) or off", 1)
+    if knob is None:
+        return default
+    if knob and (knob[0] <= 0 or knob[0] % 128):
+        raise error(f"TILEC_FP8_PROMOTE={knob[0]}: expected a positive multiple of 128 or off")
+    return knob[0] if knob else 0
+
+
 def wgmma_attention(default: tuple) -> tuple:
     """`TILEC_WGMMA_ATTENTION` ("stages,overlap,pingpong", each flag 1 or 0, e.g. "3,1,1"): the
     warp-specialized attention's K/V stages, whether each warpgroup overlaps its softmax with

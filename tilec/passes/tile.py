@@ -406,8 +406,9 @@ class GroupLowering:
                 Alloc(acc, "fragment", mm.type.dtype, (iconst(bm), iconst(bn))),
                 Fill(acc, T.Const(0, mm.type.dtype)),
                 For((k,), (trip,), "pipelined",
-                    tuple(load_a + load_b + [Gemm(As, Bs, acc, ta, tb,
-                                                  promote=bk if mma_dt in FP8 else 0)]),
+                    tuple(load_a + load_b + [Gemm(
+                        As, Bs, acc, ta, tb,
+                        promote=self.target.resources.fp8_promote if mma_dt in FP8 else 0)]),
                     stages)]
         i, j = self.names.fresh("i"), self.names.fresh("j")
         r, c = iadd(row0, T.Var(i)), iadd(col0, T.Var(j))
@@ -468,7 +469,8 @@ class GroupLowering:
         if len(copies) != 2 or not all(isinstance(c, Copy) for c in copies) or \
                 not isinstance(gemm, Gemm) or gemm.transpose_a:
             raise NotWgmma()
-        *_, consumers, pingpong, cluster = wgmma_config(self.target, gemm.promote > 0)
+        a_dt = next(s.dtype for s in body if isinstance(s, Alloc) and s.name == gemm.a)
+        *_, consumers, pingpong, cluster = wgmma_config(self.target, a_dt in FP8)
         if len(grid) > 2:  # (clusters pair M tiles of one matrix: batched GEMMs take none)
             cluster = 1
         k = self.kernel(grid, bvars, threads, body,

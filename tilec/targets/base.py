@@ -51,8 +51,11 @@ class Resources:
     # neighbouring M tiles load half of the B tile each for both (TMA multicast); () = never
     wgmma: tuple = ()
     # the same for GEMMs of fp8 operands (K in values: the same 128-byte rows hold twice as
-    # many); their products are promoted (Gemm.promote); () = `wgmma`'s
+    # many); () = `wgmma`'s
     wgmma_fp8: tuple = ()
+    # K values whose fp8 products the matrix units sum before the partial is added to the f32
+    # accumulators (Gemm.promote); 0 = never
+    fp8_promote: int = 0
     # (BM, BN, stages, overlap, pingpong): attention's warp-specialized kernel on the same
     # machinery (one consumer warpgroup per 64 query rows, BN keys per stage of K and V tiles;
     # overlap: each warpgroup's softmax runs beside its products, FlashAttention-3's order;

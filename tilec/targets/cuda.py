@@ -739,35 +739,49 @@ class CudaRenderer(CStyleRenderer):
                 f"{64 * _const(a.shape[-1])}, {cname(g.b)} + {stage} * {b.layout.size()}")
 
     def promoted_k_loop(self, loop: T.For, d: int):
-        """gemm_k_loop with promoted products (Gemm.promote: fp8): each K tile's wgmmas sum
-        into a partial (the tensor cores' precision), completed before it is added to the
-        accumulators in f32 and the stage freed; meanwhile the other consumer warpgroup's
-        wgmmas keep the tensor cores busy. (Two partials, alternating, would keep a warpgroup's
-        own wgmmas in flight too, but 3 x 64 registers of partials and accumulators spill
-        under the 168 a thread of 384 gets.)"""
+        """gemm_k_loop with promoted products (Gemm.promote: fp8): the wgmmas of each group of
+        promote / BK K tiles sum into a partial (the tensor cores' precision), which once they
+        complete is added to the accumulators in f32 and the group's stages freed; meanwhile the
+        other consumer warpgroup's wgmmas keep the tensor cores busy. (Two partials, alternating,
+        would keep a warpgroup's own wgmmas in flight too, but 3 x 64 registers of partials and
+        accumulators spill under the 168 a thread of 384 gets.)"""
         k, g, S = self.k, self.ws_gemm, loop.stages
-        assert not k.pingpong and g.promote == _const(self.allocs[g.a].shape[-1]), \
-            "promoted products: the cooperative kernel, one partial per K tile"
-        self.loop_body = ()  # (the consumers read no loop variable: stages count tilec_it)
         a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
-        n = c.layout.slots()
-        self.emit(f"float tilec_part[{n}];  // one K tile's products, in the tensor cores' "
-                  "precision", d)
-        self.loop_head(loop.vars[0], loop.extents[0], d)
         bk = _const(a.shape[-1])
+        group = g.promote // bk  # K tiles per partial
+        assert not k.pingpong and g.promote % bk == 0 and group <= S, \
+            "promoted products: the cooperative kernel, whole K tiles per partial"
+        kv, trip = cname(loop.vars[0]), self.expr(loop.extents[0])
+        # (what the consumers read of the loop: the K tile's index, to group the K tiles)
+        self.loop_body = (T.Store("tilec_k", (), T.Var(loop.vars[0])),) if group > 1 else ()
+        n = c.layout.slots()
+        self.emit(f"float tilec_part[{n}];  // {g.promote} values of K's products, in the tensor "
+                  "cores' precision", d)
+        self.loop_head(loop.vars[0], loop.extents[0], d)
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
         self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
         self.emit("tilec::sm90::wgmma_fence();", d + 1)
+        first = f"{kv} % {group} == 0" if group > 1 else None
         self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} (rows of "
                   f"{'K' if g.transpose_b else 'N'}), {bk * BYTES[a.dtype] // 32} wgmmas, into "
-                  "the partial", d + 1)
+                  "the partial" + (" (a group's first K tile starts it)" if first else ""), d + 1)
         self.emit(f"tilec::sm90::wgmma_tile<{c.layout.cols}, {bk}, "
                   f"{str(not g.transpose_b).lower()}, {wgmma_type(a.dtype)}>(tilec_part, "
-                  f"{self.ws_operands(g, 'tilec_s')}, 0);", d + 1)
+                  f"{self.ws_operands(g, 'tilec_s')}, {f'{first} ? 0 : 1' if first else '0'});",
+                  d + 1)
         self.emit("tilec::sm90::wgmma_commit();", d + 1)
-        self.emit("tilec::sm90::wgmma_wait<0>();", d + 1)
-        self.emit(f"tilec::sm90::promote<{n}>({cname(g.c)}, tilec_part);  // added in f32", d + 1)
-        self.emit(self.release("tilec_s"), d + 1)
+        body = d + 1
+        if group > 1:  # the group's last K tile (or the loop's)
+            self.emit(f"if ({kv} % {group} == {group - 1} || {kv} + 1 == {trip}) {{", d + 1)
+            body = d + 2
+        self.emit("tilec::sm90::wgmma_wait<0>();", body)
+        self.emit(f"tilec::sm90::promote<{n}>({cname(g.c)}, tilec_part);  // added in f32", body)
+        if group > 1:  # the group's stages: this one and the K tiles before it in the group
+            self.emit(f"for (int tilec_j = 0; tilec_j <= (int)({kv} % {group}); ++tilec_j)", body)
+            self.emit(self.release(f"(tilec_it - tilec_j) % {S}"), body + 1)
+            self.emit("}", d + 1)
+        else:
+            self.emit(self.release("tilec_s"), body)
         self.emit("++tilec_it;", d + 1)
         self.emit("}", d)
         self.emit(f"tilec::sm90::fence_regs<{n}>({cname(g.c)});", d)
@@ -2090,13 +2104,14 @@ def _for_arch(target, options: dict):
         # D = 128, 6% slower at D = 64), each product completed before the softmax (the
         # overlapped order measured 12% slower: docs/PERFORMANCE.md)
         attention = split_k.wgmma_attention((128, 128, 3, False, False) if wgmma else ())
-        # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each K
-        # tile (128 values) is summed into a partial that is then added to the accumulators in
-        # f32 (Gemm.promote); two partials alternate, so a warpgroup of 64 x 128 accumulators
-        # holds 3 x 64 registers: 128 x 128 tiles, 6 stages of 32 KiB
+        # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
+        # PROMOTE values of K are summed into a partial that is then added to the accumulators
+        # in f32 (Gemm.promote); a partial beside the accumulators of 64 x 128 fits a consumer
+        # thread's registers: 128 x 128 tiles, K tiles of 128 values, 6 stages of 32 KiB
         wgmma_fp8 = (128, 128, 128, 6, 2, False, 1) if wgmma else ()
+        promote = split_k.fp8_promote(256)
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
-                                                 wgmma_fp8=wgmma_fp8,
+                                                 wgmma_fp8=wgmma_fp8, fp8_promote=promote,
                                                  wgmma_attention=attention))
     return target
 
