@@ -120,7 +120,7 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
         text = T.print_kernel(k)
         assert re.search(rf"A_s = shared\({dt}, \[6, 128, 128\]\)", text)
         assert re.search(rf"B_s = shared\({dt}, \[6, 128, 128\]\)", text)
-        assert "transpose_b=True, promote=256)" in text
+        assert "transpose_b=True, promote=128)" in text
         assert "% 16 == 0" in str(k.when)  # (16-byte rows: K a multiple of 16 values)
         assert "A_s = shared(f16" in T.print_kernel(ks[f"{name}_k0"])
     for text in ("kernel t(A: fp8e4m3[M, K], B: fp8e4m3[K, N]) -> C: f16[M, N]:\n    C = A @ B\n",
@@ -139,9 +139,9 @@ def test_a_malformed_fp8_promotion_knob_is_a_user_error(monkeypatch, knob):
 
 
 @pytest.mark.nvcc
-@pytest.mark.parametrize("promote", ["128", "", "off"])
+@pytest.mark.parametrize("promote", ["", "256", "off"])
 def test_fp8_gemms_compile_to_fp8_wgmma(monkeypatch, promote):
-    """Promoted each K tile, each two (the default) and never (TILEC_FP8_PROMOTE)."""
+    """Promoted each K tile (the default), each two and never (TILEC_FP8_PROMOTE)."""
     if promote:
         monkeypatch.setenv("TILEC_FP8_PROMOTE", promote)
     need_nvcc()
@@ -153,7 +153,7 @@ def test_fp8_gemms_compile_to_fp8_wgmma(monkeypatch, promote):
     ks = [k for k in _kernels(GEMMS_FP8) if k.warp_specialize]
     gemms = [s for k in ks for s in T.walk_stmts(k.body) if isinstance(s, T.Gemm)]
     assert len(gemms) == 2 and {g.promote for g in gemms} == {
-        {"128": 128, "": 256, "off": 0}[promote]}
+        {"": 128, "256": 256, "off": 0}[promote]}
     # the promoted loop (a 64-register partial beside the accumulators): no spills, and no
     # warpgroup.arrive that ptxas injects where registers a wgmma uses are touched in between
     for _, r, _ in nvcc_each(GEMMS_FP8, "hop8.tile", [

@@ -2105,11 +2105,15 @@ def _for_arch(target, options: dict):
         # overlapped order measured 12% slower: docs/PERFORMANCE.md)
         attention = split_k.wgmma_attention((128, 128, 3, False, False) if wgmma else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
-        # PROMOTE values of K are summed into a partial that is then added to the accumulators
-        # in f32 (Gemm.promote); a partial beside the accumulators of 64 x 128 fits a consumer
-        # thread's registers: 128 x 128 tiles, K tiles of 128 values, 6 stages of 32 KiB
+        # 128 values of K are summed into a partial that is then added to the accumulators in
+        # f32 (Gemm.promote); a partial beside the accumulators of 64 x 128 fits a consumer
+        # thread's 168 registers (ptxas allocates by the block's size, setmaxnreg or not):
+        # 128 x 128 tiles, K tiles of 128 values, 6 stages of 32 KiB. Measured at 8192^3
+        # (docs/PERFORMANCE.md): partials of 128 / 256 / 512 values 0.88x / 0.85x / 0.78x
+        # torch._scaled_mm (a group holds its stages longer), never promoted 0.99x with 3x the
+        # error
         wgmma_fp8 = (128, 128, 128, 6, 2, False, 1) if wgmma else ()
-        promote = split_k.fp8_promote(256)
+        promote = split_k.fp8_promote(128)
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
                                                  wgmma_fp8=wgmma_fp8, fp8_promote=promote,
                                                  wgmma_attention=attention))
