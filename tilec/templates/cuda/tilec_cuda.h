@@ -86,18 +86,17 @@ template <typename T> struct Plain {
     static TILEC_DEV reg load(storage s) { return s; }
     static TILEC_DEV storage store(reg r) { return r; }
 };
-struct F16 {
-    typedef uint16_t storage;
+// narrow floats: their bits in memory, floats in registers (F16, BF16, and FP8E4M3, FP8E5M2
+// below)
+template <typename S, float (*LOAD)(S), S (*STORE)(float)>
+struct NarrowFloat {
+    typedef S storage;
     typedef float reg;
-    static TILEC_DEV float load(uint16_t s) { return f16_to_f32(s); }
-    static TILEC_DEV uint16_t store(float r) { return f32_to_f16(r); }
+    static TILEC_DEV float load(S s) { return LOAD(s); }
+    static TILEC_DEV S store(float r) { return STORE(r); }
 };
-struct BF16 {
-    typedef uint16_t storage;
-    typedef float reg;
-    static TILEC_DEV float load(uint16_t s) { return bf16_to_f32(s); }
-    static TILEC_DEV uint16_t store(float r) { return f32_to_bf16(r); }
-};
+typedef NarrowFloat<uint16_t, f16_to_f32, f32_to_f16> F16;
+typedef NarrowFloat<uint16_t, bf16_to_f32, f32_to_bf16> BF16;
 
 // ---- 8-bit floats (OCP FP8): stored as raw bits (uint8_t), computed in float ---------------
 // E4M3 (no infinities; its NaN is S.1111.111; largest 448) and E5M2 (IEEE-like; largest 57344).
@@ -145,18 +144,8 @@ TILEC_HD uint8_t f32_to_fp8e4m3(float x) { return f32_to_fp8<4, 3>(x); }
 TILEC_HD uint8_t f32_to_fp8e5m2(float x) { return f32_to_fp8<5, 2>(x); }
 TILEC_DEV float round_fp8e4m3(float x) { return fp8e4m3_to_f32(f32_to_fp8e4m3(x)); }
 TILEC_DEV float round_fp8e5m2(float x) { return fp8e5m2_to_f32(f32_to_fp8e5m2(x)); }
-struct FP8E4M3 {
-    typedef uint8_t storage;
-    typedef float reg;
-    static TILEC_DEV float load(uint8_t s) { return fp8e4m3_to_f32(s); }
-    static TILEC_DEV uint8_t store(float r) { return f32_to_fp8e4m3(r); }
-};
-struct FP8E5M2 {
-    typedef uint8_t storage;
-    typedef float reg;
-    static TILEC_DEV float load(uint8_t s) { return fp8e5m2_to_f32(s); }
-    static TILEC_DEV uint8_t store(float r) { return f32_to_fp8e5m2(r); }
-};
+typedef NarrowFloat<uint8_t, fp8e4m3_to_f32, f32_to_fp8e4m3> FP8E4M3;
+typedef NarrowFloat<uint8_t, fp8e5m2_to_f32, f32_to_fp8e5m2> FP8E5M2;
 
 // 4-bit packed integers: two per byte along the last axis, low nibble first; each row of `cols`
 // elements starts on a byte boundary ((cols+1)/2 bytes).
