@@ -71,12 +71,14 @@ def scalar_params(g) -> set:
 
 
 def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: list,
-                     threads: str | None = None, guards=None) -> dict:
+                     threads: str | None = None, guards=None, refusable=None) -> dict:
     """Everything the shared header and launcher templates print for one source kernel.
     `threads`: the C expression of the threads a call may use (`T.THREADS` in a variant's
     condition), on targets whose variants ask for it. `guards(kernel)`: the target's own C
     conditions a variant (its first kernel) also needs at run time (CUDA: TMA's aligned
-    addresses, an sm_90a device)."""
+    addresses, an sm_90a device). `refusable(kernel)`: whether a one-launch variant's launch
+    may refuse (TILEC_ERR_UNSUPPORTED) where a later variant still runs (CUDA: a tensor map the
+    driver does not build); the launcher then tries the next."""
     abi, arg_docs, checks, scalars = [], [], [], []
     tensors = [(p, "input") for p in g.params] + [(p, "output") for p in g.outputs]
     for p, role in tensors:
@@ -143,7 +145,9 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                 uses_threads = True
             conds = ([] if when is None else [when.c(launcher_name)]) + \
                 (guards(parts[0]) if guards else [])
-            opts.append(dict(calls=calls, when=" && ".join(conds) if conds else None))
+            opts.append(dict(calls=calls, when=" && ".join(conds) if conds else None,
+                             retry=len(calls) == 1 and refusable is not None and
+                             refusable(parts[0])))
         launches.append(opts)
     doc_lines = (g.doc or "").splitlines() or [""]
     info_args = []

@@ -2080,7 +2080,8 @@ def render(target, src, m, env, banner, options) -> dict:
 
     def kernel_context(g, prog):
         ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"],
-                               guards=variant_guards)
+                               guards=variant_guards,
+                               refusable=lambda k: bool(k.warp_specialize))
         ctx["kernels"] = [render_kernel(k, g.symbols, target) for k in prog.kernels]
         return ctx
     files, libs = render_libraries(
