@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / 4) & 1);
                 tilec::sm90::wgmma_fence();
                 // this warpgroup's 64 rows of A_s times B_s (rows of N), 4 wgmmas
-                tilec::sm90::wgmma_tile<256, 64, true, false>(acc, A_s + tilec_s * 8192 + (tilec_warp / 4) * 4096, B_s + tilec_s * 16384);
+                tilec::sm90::wgmma_tile<256, 64, true, tilec::sm90::WG_F16>(acc, A_s + tilec_s * 8192 + (tilec_warp / 4) * 4096, B_s + tilec_s * 16384);
                 tilec::sm90::wgmma_commit();
                 tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done
                 if (k > 0) { __syncwarp(); if (tilec_lane == 0) { tilec::sm90::mbar_arrive(&tilec_empty[tilec_prev]); } }
@@ -436,8 +436,8 @@ extern "C" int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16
     (void)tilec_workspace;
     (void)tilec_workspace_bytes;
     int tilec_status = TILEC_OK;
-    if ((K % 8 == 0) && (M < 2147483648) && (K < 2147483648) && (N % 8 == 0) && (N < 2147483648) && tilec::aligned16(A) && tilec::aligned16(B) && tilec::aligned16(C) && tilec::sm90a_device()) {
-        tilec_status = tilec_launch_gemm_bias_relu_k0_tma(A, B, bias, C, M, K, N, tilec_stream);
+    if ((K % 8 == 0) && (M < 2147483648) && (K < 2147483648) && (N % 8 == 0) && (N < 2147483648) && tilec::aligned16(A) && tilec::aligned16(B) && tilec::aligned16(C) && tilec::sm90a_device() && (tilec_status = tilec_launch_gemm_bias_relu_k0_tma(A, B, bias, C, M, K, N, tilec_stream)) != TILEC_ERR_UNSUPPORTED) {
+        // (launched, or failed; refused: the next variant)
     } else if (true) {
         tilec_status = tilec_launch_gemm_bias_relu_k0(A, B, bias, C, M, K, N, tilec_stream);
     }
