@@ -1781,11 +1781,11 @@ _COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.GemmLoad, T.GemvMma, 
 
 
 # ---- whole-program rendering ----------------------------------------------------------------
-def render_kernel(k: T.TileKernel, symbols, target) -> dict:
+def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
     # the Lets of dimensions alone (host_scalars pass) and the grid: computed by the launcher
     host = host_scalars.host_lets(k)
     body = tuple(st for st in k.body if not any(st is h for h in host))
-    em = CudaRenderer(k, target)
+    em = (renderer or CudaRenderer)(k, target)  # (the HIP target's subclass renders its own)
     em.launcher_values = T.shape_dims(k) | {h.name for h in host}
     # shared buffers: 128-byte aligned; TMA's 128-byte swizzle needs 1024 (and the mbarriers
     # of a warp-specialized kernel follow them)
@@ -1856,7 +1856,7 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
                 shared=shared, frags=frags, plans=list(em.copy_plans.values()), body=em.lines,
-                tile_ir=T.print_kernel(k).splitlines())
+                tile_ir=T.print_kernel(k).splitlines(), smem=off, args=args)
 
 
 def variant_guards(k: T.TileKernel) -> list:
