@@ -1,0 +1,766 @@
+// tilec_hip.h -- the tilec HIP device library (AMD GPUs: CDNA2 gfx90a, wave64).
+//
+// Every .hip file tilec emits for the HIP target includes this header (copied verbatim next to
+// the generated sources). It needs only the HIP runtime and a GPU with MFMA instructions. It
+// offers the same names as tilec_cuda.h's sm_80 part (the HIP renderer subclasses the CUDA one),
+// implemented for AMD hardware:
+//   * f16 / bf16 storage (raw 16-bit patterns) and conversions, vector loads and stores of up to
+//     16 bytes with predicated tails;
+//   * LDS tile layouts (16-byte chunks XOR-swizzled by row, or padded rows);
+//   * tile copies global -> LDS in 16-byte chunks (synchronous: AMD has no cp.async);
+//   * tile GEMMs on MFMA (v_mfma_f32_32x32x8f16 / _16x16x16f16 and their bf16_1k forms) with the
+//     accumulator layout of tilec/ir/layout_mfma.py, and a scalar FMA path in the same layout;
+//   * row reductions across the lanes that share a row (__shfl_xor over the 64 lanes of a
+//     wavefront, then LDS across wavefronts);
+//   * the elementwise math of fused expressions (NumPy semantics for NaN and integer division)
+//     and the host helpers of the launchers.
+// Generated code is compiled with -ffp-contract=off (elementwise code computes exactly what the
+// program says); only the matrix products here fuse multiply-adds, explicitly.
+#ifndef TILEC_HIP_H
+#define TILEC_HIP_H
+
+#include <hip/hip_runtime.h>
+
+#include "tilec_checked.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <atomic>
+#include <type_traits>
+
+#define TILEC_DEV __device__ __forceinline__
+#define TILEC_HD __host__ __device__ __forceinline__
+
+namespace tilec {
+
+constexpr int WAVE = 64;  // lanes of a wavefront (CDNA)
+
+// ---- 16-bit floats: stored as raw bits (uint16_t), computed in float ----------------------
+// f16 through clang's _Float16 (host and device: round to nearest even); bf16 by bit
+// manipulation (its bits are the high half of an f32's).
+TILEC_HD float f16_to_f32(uint16_t h) { return (float)__builtin_bit_cast(_Float16, h); }
+TILEC_HD uint16_t f32_to_f16(float x) { return __builtin_bit_cast(uint16_t, (_Float16)x); }
+TILEC_HD float bf16_to_f32(uint16_t h) { return __builtin_bit_cast(float, (uint32_t)h << 16); }
+TILEC_HD uint16_t f32_to_bf16(float x) {
+    const uint32_t u = __builtin_bit_cast(uint32_t, x);
+    if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) return (uint16_t)(0x7fc0u | (u >> 16 & 0x8000u));
+    return (uint16_t)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);  // to nearest even
+}
+TILEC_DEV float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+TILEC_DEV float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// A 16-bit value as the renderer passes it between a load and a store (its bits, tagged with the
+// dtype): the HIP renderer computes every 16-bit operation in f32 and rounds once (the same
+// bits as a 16-bit instruction: see tilec_cuda.h), so these only convert.
+struct H16 { uint16_t b; };
+struct B16 { uint16_t b; };
+TILEC_DEV H16 as_f16(uint16_t b) { return H16{b}; }
+TILEC_DEV B16 as_bf16(uint16_t b) { return B16{b}; }
+TILEC_DEV H16 to_f16(float x) { return H16{f32_to_f16(x)}; }
+TILEC_DEV B16 to_bf16(float x) { return B16{f32_to_bf16(x)}; }
+TILEC_DEV float to_f32(H16 h) { return f16_to_f32(h.b); }
+TILEC_DEV float to_f32(B16 h) { return bf16_to_f32(h.b); }
+TILEC_DEV uint16_t bits(H16 h) { return h.b; }
+TILEC_DEV uint16_t bits(B16 h) { return h.b; }
+
+// 16-bit fragments hold two values per 32-bit register: value e is half e % 2 of register e / 2
+TILEC_DEV uint16_t get16(const uint32_t* r, int e) { return (uint16_t)(r[e >> 1] >> ((e & 1) * 16)); }
+TILEC_DEV void set16(uint32_t* r, int e, uint16_t v) {
+    const int sh = (e & 1) * 16;
+    r[e >> 1] = (r[e >> 1] & ~(0xffffu << sh)) | ((uint32_t)v << sh);
+}
+
+// How a dtype is stored in memory and held in registers: `storage` <-> `reg`.
+template <typename T> struct Plain {
+    typedef T storage;
+    typedef T reg;
+    static TILEC_DEV reg load(storage s) { return s; }
+    static TILEC_DEV storage store(reg r) { return r; }
+};
+struct F16 {
+    typedef uint16_t storage;
+    typedef float reg;
+    static TILEC_DEV float load(uint16_t s) { return f16_to_f32(s); }
+    static TILEC_DEV uint16_t store(float r) { return f32_to_f16(r); }
+};
+struct BF16 {
+    typedef uint16_t storage;
+    typedef float reg;
+    static TILEC_DEV float load(uint16_t s) { return bf16_to_f32(s); }
+    static TILEC_DEV uint16_t store(float r) { return f32_to_bf16(r); }
+};
+
+// 4-bit packed integers: two per byte along the last axis, low nibble first; each row of `cols`
+// elements starts on a byte boundary ((cols+1)/2 bytes).
+TILEC_DEV int32_t load_u4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
+    const uint8_t b = base[row * ((cols + 1) >> 1) + (col >> 1)];
+    return (int32_t)((col & 1) ? (b >> 4) : (b & 0x0f));
+}
+TILEC_DEV int32_t load_i4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
+    return (load_u4(base, row, col, cols) ^ 8) - 8;
+}
+
+// ---- elementwise math of fused expressions: float and double overloads, NumPy semantics ------
+// exp of f32: the hardware exp2 of x * log2 e (HIP's __expf: about 2 ulp for |x| < 20); the others
+// are the ROCm device library's full-precision functions.
+TILEC_DEV float exp(float x) { return __expf(x); }
+TILEC_DEV double exp(double x) { return ::exp(x); }
+TILEC_DEV float exp2(float x) { return exp2f(x); }
+TILEC_DEV double exp2(double x) { return ::exp2(x); }
+TILEC_DEV float log(float x) { return logf(x); }
+TILEC_DEV double log(double x) { return ::log(x); }
+TILEC_DEV float log2(float x) { return log2f(x); }
+TILEC_DEV double log2(double x) { return ::log2(x); }
+TILEC_DEV float log1p(float x) { return log1pf(x); }
+TILEC_DEV double log1p(double x) { return ::log1p(x); }
+TILEC_DEV float sqrt(float x) { return sqrtf(x); }
+TILEC_DEV double sqrt(double x) { return ::sqrt(x); }
+TILEC_DEV float sin(float x) { return sinf(x); }
+TILEC_DEV double sin(double x) { return ::sin(x); }
+TILEC_DEV float cos(float x) { return cosf(x); }
+TILEC_DEV double cos(double x) { return ::cos(x); }
+TILEC_DEV float tanh(float x) { return tanhf(x); }
+TILEC_DEV double tanh(double x) { return ::tanh(x); }
+TILEC_DEV float erf(float x) { return erff(x); }
+TILEC_DEV double erf(double x) { return ::erf(x); }
+TILEC_DEV float erfc(float x) { return erfcf(x); }
+TILEC_DEV double erfc(double x) { return ::erfc(x); }
+TILEC_DEV float pow(float x, float y) { return powf(x, y); }
+TILEC_DEV double pow(double x, double y) { return ::pow(x, y); }
+TILEC_DEV float abs(float x) { return fabsf(x); }
+TILEC_DEV double abs(double x) { return ::fabs(x); }
+template <typename T> TILEC_DEV T abs(T x) { return x < T(0) ? T(-x) : x; }
+template <typename T> TILEC_DEV T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN
+// 1 / x, correctly rounded (a row's reciprocal, computed once per row)
+TILEC_DEV float recip(float x) { return __frcp_rn(x); }
+TILEC_DEV double recip(double x) { return 1.0 / x; }
+// 1 / y for y in [1, 2] (sigmoid's denominator): the hardware reciprocal for f32 (v_rcp_f32,
+// within 1 ulp), a division for f64
+TILEC_DEV float recip_1_2(float y) { return __builtin_amdgcn_rcpf(y); }
+TILEC_DEV double recip_1_2(double y) { return 1.0 / y; }
+// 1 / (1 + exp(-x)) without overflow: for x < 0 it is e / (1 + e) with e = exp(x)
+template <typename T> TILEC_DEV T sigmoid(T x) {
+    const T e = exp(-abs(x));
+    const T s = recip_1_2(T(1) + e);
+    return x >= T(0) ? s : e * s;
+}
+template <typename T> TILEC_DEV T silu(T x) { return x * sigmoid(x); }
+// 0.5 x (1 + erf(x / sqrt 2)), with erfc so that it does not cancel to 0 for x << 0
+template <typename T> TILEC_DEV T gelu(T x) { return T(0.5) * x * erfc(-x * T(0.70710678118654752440)); }
+template <typename T> TILEC_DEV T gelu_tanh(T x) {
+    const T c = T(0.79788456080286535588);  // sqrt(2 / pi)
+    return x * sigmoid(T(2) * c * (x + T(0.044715) * x * x * x));
+}
+template <typename T> TILEC_DEV T softplus(T x) { return (x > T(0) ? x : T(0)) + log1p(exp(-abs(x))); }
+template <typename T> TILEC_DEV T mish(T x) { return x * tanh(softplus(x)); }
+// NumPy's maximum / minimum: NaN wins
+template <typename T> TILEC_DEV T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> TILEC_DEV T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
+
+// x ** N for a small constant N, as repeated multiplication ((x * x) * x ...), 1 / that for N < 0
+template <int N, typename T> TILEC_DEV T ipow(T x) {
+    if constexpr (N < 0) {
+        return T(1) / ipow<-N>(x);
+    } else {
+        T p = x;
+#pragma unroll
+        for (int i = 1; i < N; ++i) p = p * x;
+        return p;
+    }
+}
+
+// Python floor division / modulo: integer division by zero gives 0, MIN / -1 wraps (NumPy).
+template <typename T> TILEC_HD T floordiv(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+        const T mod = fmod(a, b);
+        T div = (a - mod) / b;
+        if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+        if (div == 0) return copysign((T)0, a / b);
+        T fd = floor(div);
+        return div - fd > (T)0.5 ? fd + 1 : fd;
+    } else if constexpr (std::is_signed<T>::value) {
+        if (b == 0) return (T)0;
+        if (b == -1) return (T)(0u - (typename std::make_unsigned<T>::type)a);
+        const T q = (T)(a / b);
+        return (T)(q - (T)(((a % b) != 0) & ((a < 0) != (b < 0))));
+    } else {
+        return b == 0 ? (T)0 : (T)(a / b);
+    }
+}
+template <typename T> TILEC_HD T floormod(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+        const T mod = fmod(a, b);
+        if (mod == 0) return copysign((T)0, b);
+        return (b < 0) != (mod < 0) ? mod + b : mod;
+    } else if constexpr (std::is_signed<T>::value) {
+        if (b == 0 || b == -1) return (T)0;
+        const T r = (T)(a % b);
+        return (T)((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);
+    } else {
+        return b == 0 ? (T)0 : (T)(a % b);
+    }
+}
+
+// Integer ranges [lo, hi]; `end` = hi + 1 as a double (exact: a power of two).
+template <typename I> struct limits {
+    static constexpr int64_t lo = std::is_signed<I>::value ? -((int64_t)1 << (8 * sizeof(I) - 1)) : 0;
+    static constexpr int64_t hi = (int64_t)(std::is_signed<I>::value ? ((uint64_t)1 << (8 * sizeof(I) - 1)) - 1
+                                                                       : ((uint64_t)1 << (8 * sizeof(I))) - 1);
+    static constexpr double end = (double)hi + 1.0;
+};
+// float -> integer: round half to even, saturate, NaN -> 0; bool: x != 0
+template <typename I> TILEC_DEV I sat_cast(double x) {
+    if constexpr (std::is_same<I, bool>::value) {
+        return x != 0.0;
+    } else {
+        if (x != x) return (I)0;
+        const double r = rint(x);
+        if (r < (double)limits<I>::lo) return (I)limits<I>::lo;
+        if (r >= limits<I>::end) return (I)limits<I>::hi;
+        return (I)r;
+    }
+}
+// integer -> narrower integer, saturating
+template <typename I, typename S> TILEC_DEV I sat_int(S x) {
+    const int64_t v = (int64_t)x;
+    return v < limits<I>::lo ? (I)limits<I>::lo : v > limits<I>::hi ? (I)limits<I>::hi : (I)v;
+}
+
+TILEC_HD int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+TILEC_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+TILEC_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// multiply-add of a matrix product (products may fuse; elementwise code may not)
+TILEC_DEV float fma_acc(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+TILEC_DEV double fma_acc(double a, double b, double c) { return __fma_rn(a, b, c); }
+template <typename T> TILEC_DEV T fma_acc(T a, T b, T c) { return a * b + c; }
+
+// ---- vector loads and stores: V consecutive elements; the first n are valid -----------------
+// One access of V * sizeof(storage) bytes (several 16-byte ones above that: global_load_dwordx4)
+// when all V are valid and the address is aligned to it; element by element otherwise. Words are
+// clang vectors and integers, never HIP's uint4 struct: values move through 32-bit registers by
+// shifts, which the compiler keeps in registers (a struct copied by memcpy stayed in scratch).
+typedef uint32_t u32x4 __attribute__((ext_vector_type(4)));
+template <int BYTES> struct Word;
+template <> struct Word<1> { typedef uint8_t type; };
+template <> struct Word<2> { typedef uint16_t type; };
+template <> struct Word<4> { typedef uint32_t type; };
+template <> struct Word<8> { typedef uint64_t type; };
+template <> struct Word<16> { typedef u32x4 type; };
+template <int BYTES> struct VecWord { typedef typename Word<(BYTES >= 16 ? 16 : BYTES)>::type type; };
+template <int V, class K> struct WholeWords {
+    typedef typename VecWord<V * sizeof(typename K::storage)>::type W;
+    static constexpr bool value = (V * sizeof(typename K::storage)) % sizeof(W) == 0;
+};
+template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p) {
+    typedef typename WholeWords<V, K>::W W;
+    return WholeWords<V, K>::value &&
+           (sizeof(W) <= alignof(typename K::storage) || reinterpret_cast<uintptr_t>(p) % sizeof(W) == 0);
+}
+// The B bytes at p (aligned to min(B, 16)) as 32-bit pieces, and back.
+template <int B> TILEC_DEV void load_words(uint32_t (&u)[B / 4], const void* p) {
+    if constexpr (B >= 16) {
+#pragma unroll
+        for (int i = 0; i < B / 16; ++i) {
+            const u32x4 w = reinterpret_cast<const u32x4*>(p)[i];
+            u[4 * i] = w[0], u[4 * i + 1] = w[1], u[4 * i + 2] = w[2], u[4 * i + 3] = w[3];
+        }
+    } else if constexpr (B == 8) {
+        const uint64_t w = *reinterpret_cast<const uint64_t*>(p);
+        u[0] = (uint32_t)w, u[1] = (uint32_t)(w >> 32);
+    } else {
+        u[0] = *reinterpret_cast<const uint32_t*>(p);
+    }
+}
+template <int B> TILEC_DEV void store_words(void* p, const uint32_t (&u)[B / 4]) {
+    if constexpr (B >= 16) {
+#pragma unroll
+        for (int i = 0; i < B / 16; ++i)
+            reinterpret_cast<u32x4*>(p)[i] = u32x4{u[4 * i], u[4 * i + 1], u[4 * i + 2], u[4 * i + 3]};
+    } else if constexpr (B == 8) {
+        *reinterpret_cast<uint64_t*>(p) = (uint64_t)u[0] | ((uint64_t)u[1] << 32);
+    } else {
+        *reinterpret_cast<uint32_t*>(p) = u[0];
+    }
+}
+// Element v of type S of the bytes in u, and its bits put there (u starts zeroed).
+template <typename S, int N> TILEC_DEV S unpack(const uint32_t (&u)[N], int v) {
+    if constexpr (sizeof(S) == 8)
+        return __builtin_bit_cast(S, (uint64_t)u[2 * v] | ((uint64_t)u[2 * v + 1] << 32));
+    else if constexpr (sizeof(S) == 4)
+        return __builtin_bit_cast(S, u[v]);
+    else if constexpr (sizeof(S) == 2)
+        return __builtin_bit_cast(S, (uint16_t)(u[v / 2] >> (16 * (v % 2))));
+    else
+        return __builtin_bit_cast(S, (uint8_t)(u[v / 4] >> (8 * (v % 4))));
+}
+template <typename S, int N> TILEC_DEV void pack(uint32_t (&u)[N], int v, S x) {
+    if constexpr (sizeof(S) == 8) {
+        const uint64_t b = __builtin_bit_cast(uint64_t, x);
+        u[2 * v] = (uint32_t)b, u[2 * v + 1] = (uint32_t)(b >> 32);
+    } else if constexpr (sizeof(S) == 4) {
+        u[v] = __builtin_bit_cast(uint32_t, x);
+    } else if constexpr (sizeof(S) == 2) {
+        u[v / 2] |= (uint32_t)__builtin_bit_cast(uint16_t, x) << (16 * (v % 2));
+    } else {
+        u[v / 4] |= (uint32_t)__builtin_bit_cast(uint8_t, x) << (8 * (v % 4));
+    }
+}
+// (the load hints of tilec_cuda.h; on AMD every whole-vector load is a plain global load)
+enum LoadHint { LOAD_ANY, LOAD_ONCE, LOAD_GLOBAL };
+template <int V, class K, LoadHint H = LOAD_ANY>
+TILEC_DEV void load_vec_whole(typename K::reg (&out)[V], const typename K::storage* p) {
+    typedef typename K::storage S;
+    constexpr int B = V * (int)sizeof(S);
+    if constexpr (B < 4) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v] = K::load(p[v]);
+    } else {
+        uint32_t u[B / 4];
+        load_words<B>(u, p);
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v] = K::load(unpack<S>(u, v));
+    }
+}
+template <int V, class K>
+TILEC_DEV void store_vec_whole(typename K::storage* p, const typename K::reg (&in)[V]) {
+    typedef typename K::storage S;
+    constexpr int B = V * (int)sizeof(S);
+    if constexpr (B < 4) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) p[v] = K::store(in[v]);
+    } else {
+        uint32_t u[B / 4] = {};
+#pragma unroll
+        for (int v = 0; v < V; ++v) pack<S>(u, v, K::store(in[v]));
+        store_words<B>(p, u);
+    }
+}
+template <int V, class K, class N>
+TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p, N n) {
+    if (n >= V && vec_aligned<V, K>(p)) {
+        load_vec_whole<V, K>(out, p);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v] = v < n ? K::load(p[v]) : typename K::reg(0);
+    }
+}
+template <int V, class K, class N>
+TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V], N n) {
+    if (n >= V && vec_aligned<V, K>(p)) {
+        store_vec_whole<V, K>(p, in);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            if (v < n) p[v] = K::store(in[v]);
+    }
+}
+
+// ---- dequantization of 4-bit weights, eight values per call ------------------------------------
+// out[v] = H((q_v - zero) * s_v) for the eight values of the 32-bit word w (value v in bits 4v ..
+// 4v + 3), each product rounded once. `bias` is tilec_cuda.h's 16-bit pair (MAGIC + zero [+ 8 for
+// signed values]) in both halves: MAGIC + q - bias is q - zero exactly, which is what this
+// computes (as an f32: q - zero and the 16-bit scale are exact in f32, so the product rounded to
+// H is the f32 expression's conversion).
+template <class H> struct Magic;
+template <> struct Magic<F16> { static constexpr float value = 1024.0f; };
+template <> struct Magic<BF16> { static constexpr float value = 128.0f; };
+template <class H, bool SIGNED>
+TILEC_DEV void dequant4x8(uint16_t (&out)[8], uint32_t w, uint32_t bias, const uint16_t (&s)[8]) {
+    if (SIGNED) w ^= 0x88888888u;  // q + 8 for two's complement nibbles
+    const float shift = H::load((uint16_t)bias) - Magic<H>::value;  // zero (+ 8)
+#pragma unroll
+    for (int v = 0; v < 8; ++v) out[v] = H::store(((float)((w >> (4 * v)) & 15u) - shift) * H::load(s[v]));
+}
+// The 32-bit word that holds values col0 .. col0+7 of row `row` of a packed [.., cols] tensor,
+// when it is one aligned word (else the caller takes the value-by-value path).
+TILEC_DEV bool word4(uint32_t& w, const uint8_t* base, int64_t row, int64_t col0, int64_t cols) {
+    const uint8_t* p = base + row * ((cols + 1) >> 1) + (col0 >> 1);
+    if ((col0 & 7) != 0 || (reinterpret_cast<uintptr_t>(p) & 3) != 0) return false;
+    w = *reinterpret_cast<const uint32_t*>(p);
+    return true;
+}
+// ... where it is known to be one aligned word (tested once for a whole loop: words_aligned)
+TILEC_DEV uint32_t word4_whole(const uint8_t* base, int64_t row, int64_t col0, int64_t cols) {
+    return *reinterpret_cast<const uint32_t*>(base + row * (cols >> 1) + (col0 >> 1));
+}
+TILEC_HD bool words_aligned(const uint8_t* base, int64_t cols) {
+    return cols % 8 == 0 && (reinterpret_cast<uintptr_t>(base) & 3) == 0;
+}
+// V consecutive 4-bit values of row `row` from column col0 (n valid) of a packed [.., cols]
+// tensor: one V/2-byte load when col0 is even and the bytes are aligned, else value by value.
+template <int V, bool SIGNED>
+TILEC_DEV void load_vec4(int32_t (&out)[V], const uint8_t* base, int64_t row, int64_t col0,
+                         int64_t cols, int64_t n) {
+    const uint8_t* p = base + row * ((cols + 1) >> 1) + (col0 >> 1);
+    // (one word of up to 8 bytes: 16 values)
+    typedef typename VecWord<(V / 2 > 0 ? (V / 2 < 8 ? V / 2 : 8) : 1)>::type W;
+    if (V % 2 == 0 && sizeof(W) * 2 == V && n >= V && (col0 & 1) == 0 &&
+        reinterpret_cast<uintptr_t>(p) % sizeof(W) == 0) {
+        const uint64_t w = (uint64_t)*reinterpret_cast<const W*>(p);
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            const int32_t q = (int32_t)(w >> (4 * v)) & 15;
+            out[v] = SIGNED ? (q ^ 8) - 8 : q;
+        }
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            out[v] = v < n ? (SIGNED ? load_i4(base, row, col0 + v, cols) : load_u4(base, row, col0 + v, cols)) : 0;
+    }
+}
+
+// ---- LDS tile layouts: element (r, c) of a ROWS x COLS tile ----------------------------------
+// Swizzled: the 16-byte chunks of row r are XOR-permuted by r (rows of 1, 2 or 4 chunks by r/8,
+// r/4 or r/2), so that rows read at one column spread over the banks. Padded: each row PAD
+// elements longer. QUADS: 4 consecutive elements from a column that is a multiple of 4 are
+// contiguous and 8-byte aligned (for 16-bit elements: one ds_read_b64 of an MFMA operand).
+template <int ROWS, int COLS, typename T> struct SwizzledTile {
+    static constexpr int E = 16 / (int)sizeof(T);  // elements per 16-byte chunk
+    static constexpr int CPR = COLS / E;           // chunks per row
+    static constexpr int S = CPR < 8 ? CPR : 8;    // positions the XOR permutes
+    static constexpr int REP = 8 / S;              // consecutive rows sharing one permutation
+    static constexpr int size = ROWS * COLS;
+    static constexpr int PERIOD = 8;  // offset(r + 8, c) == offset(r, c) + 8 * STRIDE
+    static constexpr int STRIDE = COLS;
+    static constexpr bool QUADS = E % 4 == 0;
+    static_assert(COLS % E == 0 && (CPR % 8 == 0 || CPR == 1 || CPR == 2 || CPR == 4),
+                  "a swizzled row is 1, 2, 4 or a multiple of 8 chunks of 16 bytes");
+    static TILEC_DEV int offset(int r, int c) {
+        return r * COLS + (((c / E) ^ ((r / REP) % S)) * E) + (c % E);
+    }
+};
+template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
+    static constexpr int size = ROWS * (COLS + PAD);
+    static constexpr int PERIOD = 1;  // offset(r + 1, c) == offset(r, c) + STRIDE
+    static constexpr int STRIDE = COLS + PAD;
+    static constexpr bool QUADS = STRIDE % 4 == 0;
+    static TILEC_DEV int offset(int r, int c) { return r * (COLS + PAD) + c; }
+};
+
+// (s + c) % M for 0 <= s < M and 0 <= c < M: a pipelined loop's stage c iterations ahead of the
+// stage counter s it keeps (32-bit, wrapped each iteration) instead of a 64-bit remainder.
+template <int M> TILEC_DEV int wrap_add(int s, int c) { return s + c >= M ? s + c - M : s + c; }
+
+// ---- tile copies global -> LDS ----------------------------------------------------------------
+// Copy the ROWS x COLS window at `src` (row stride `ld` elements; the first nr rows and nc columns
+// of it lie inside the tensor) into the LDS tile `dst` of layout L; the rest of the tile is zero.
+// THREADS threads call it together; each moves whole 16-byte chunks (global_load_dwordx4 +
+// ds_write_b128) in an unrolled loop. A chunk cut by the tensor's edge, or a tensor whose rows are
+// not 16-byte aligned, is copied element by element. WHOLE: the window's column offset is a
+// multiple of a chunk, so with aligned rows no chunk is cut. ASYNC must be false (AMD has no
+// asynchronous global -> LDS copy here: the HIP target's pipeline stages are synchronous).
+template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
+TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
+    static_assert(!ASYNC, "no asynchronous copies on the HIP target");
+    constexpr int E = 16 / (int)sizeof(T);
+    constexpr int CPR = COLS / E;  // chunks per row
+    constexpr int ITERS = (ROWS * CPR + THREADS - 1) / THREADS;
+    const int tid = threadIdx.x;
+    const bool chunks = COLS % E == 0 && ld % E == 0 && (reinterpret_cast<uintptr_t>(src) % 16) == 0;
+    if (chunks) {
+#pragma unroll
+        for (int it = 0; it < ITERS; ++it) {
+            const int c = tid + it * THREADS;
+            if ((ROWS * CPR) % THREADS != 0 && c >= ROWS * CPR) break;
+            const int r = c / CPR, k = (c % CPR) * E;
+            T* d = dst + L::offset(r, k);
+            const T* s = src + (int64_t)r * ld + k;
+            const bool in = r < nr && k < nc;
+            if (WHOLE || !in || k + E <= nc) {  // a whole chunk, or none
+                *reinterpret_cast<u32x4*>(d) = in ? *reinterpret_cast<const u32x4*>(s) : u32x4{0, 0, 0, 0};
+            } else {
+#pragma unroll
+                for (int e = 0; e < E; ++e) d[e] = k + e < nc ? s[e] : T(0);
+            }
+        }
+    } else {
+        for (int e = tid; e < ROWS * COLS; e += THREADS) {
+            const int r = e / COLS, c = e % COLS;
+            dst[L::offset(r, c)] = (r < nr && c < nc) ? src[(int64_t)r * ld + c] : T(0);
+        }
+    }
+}
+
+// ---- matrix units: MFMA ---------------------------------------------------------------------
+// The accumulator layout of every tile GEMM (MfmaLayout in tilec/ir/layout_mfma.py). Wavefronts
+// form a WARPS_M x WARPS_N grid; wave (wm, wn) owns rows wm*WM.., columns wn*WN.. of the tile as
+// MI x NI MFMA tiles of T x T (T = 32: v_mfma_f32_32x32x8, k-steps of 8; T = 16:
+// v_mfma_f32_16x16x16, k-steps of 16). Each product runs transposed, C^T = B^T A^T (B's fragment
+// is the instruction's A operand, A's its B operand), so that a lane's accumulator registers hold
+// consecutive columns of one row of C. With H = 64 / T lane groups and G = T / (4 H) register
+// groups per tile, lane l holds in tile (mi, ni) row l % T and, in its registers 4g + v
+// (g < G, v < 4), column 4 H g + 4 (l / T) + v: acc[(mi * NI + ni) * 4 G + 4 g + v].
+// Operands: lane l holds row (A) or column (B) l % T of the k-step at k = 4 (l / T) + j, j < 4.
+template <int T> struct MfmaShape;
+typedef float f32x16 __attribute__((ext_vector_type(16)));
+typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef _Float16 f16x4 __attribute__((ext_vector_type(4)));
+typedef short i16x4 __attribute__((ext_vector_type(4)));
+template <> struct MfmaShape<32> { static constexpr int KSTEP = 8, REGS = 16; typedef f32x16 acc; };
+template <> struct MfmaShape<16> { static constexpr int KSTEP = 16, REGS = 4; typedef f32x4 acc; };
+
+// d += a * b for one T x T tile; a, b: four 16-bit values each (the low one first)
+template <class K, int T> TILEC_DEV void mfma(typename MfmaShape<T>::acc& d, uint64_t a, uint64_t b) {
+    if constexpr (std::is_same<K, F16>::value && T == 32)
+        d = __builtin_amdgcn_mfma_f32_32x32x8f16(__builtin_bit_cast(f16x4, a), __builtin_bit_cast(f16x4, b), d, 0, 0, 0);
+    else if constexpr (std::is_same<K, F16>::value)
+        d = __builtin_amdgcn_mfma_f32_16x16x16f16(__builtin_bit_cast(f16x4, a), __builtin_bit_cast(f16x4, b), d, 0, 0, 0);
+    else if constexpr (T == 32)
+        d = __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(__builtin_bit_cast(i16x4, a), __builtin_bit_cast(i16x4, b), d, 0, 0, 0);
+    else
+        d = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(__builtin_bit_cast(i16x4, a), __builtin_bit_cast(i16x4, b), d, 0, 0, 0);
+}
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, int T> struct Waves {
+    static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N, MI = WM / T, NI = WN / T;
+    static constexpr int H = WAVE / T, G = T / (4 * H);
+    static_assert(WM % T == 0 && WN % T == 0 && (T == 32 || T == 16), "wave tiles of whole MFMA tiles");
+    static TILEC_DEV int m0() { return (int)(threadIdx.x / WAVE) / WARPS_N * WM; }
+    static TILEC_DEV int n0() { return (int)(threadIdx.x / WAVE) % WARPS_N * WN; }
+};
+
+// Four 16-bit values of a tile: (r, c .. c + 3) along a row (one 8-byte LDS read where the layout
+// keeps them together) or (r .. r + 3, c) down a column.
+template <class L> TILEC_DEV uint64_t quad_along(const uint16_t* t, int r, int c) {
+    if constexpr (L::QUADS) {
+        return *reinterpret_cast<const uint64_t*>(t + L::offset(r, c));
+    } else {
+        uint64_t q = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) q |= (uint64_t)t[L::offset(r, c + j)] << (16 * j);
+        return q;
+    }
+}
+template <class L> TILEC_DEV uint64_t quad_down(const uint16_t* t, int r, int c) {
+    uint64_t q = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q |= (uint64_t)t[L::offset(r + j, c)] << (16 * j);
+    return q;
+}
+
+// acc += A(BM x BK) * B(BK x BN) from LDS tiles (A [BM][BK] or, TA, [BK][BM]; B [BK][BN] or, TB,
+// [BN][BK]) on MFMA of T x T tiles; all threads of the wave grid call it together.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
+          class K, int T>
+TILEC_DEV void gemm_ss(const uint16_t* As, const uint16_t* Bs, float* acc) {
+    typedef Waves<BM, BN, WARPS_M, WARPS_N, T> W;
+    typedef MfmaShape<T> S;
+    static_assert(BK % S::KSTEP == 0, "K tile of whole MFMA k-steps");
+    const int lane = threadIdx.x % WAVE, r = lane % T, kq = lane / T * 4;
+    typename S::acc d[W::MI][W::NI];
+#pragma unroll
+    for (int t = 0; t < W::MI * W::NI; ++t)
+#pragma unroll
+        for (int i = 0; i < S::REGS; ++i) d[t / W::NI][t % W::NI][i] = acc[t * S::REGS + i];
+#pragma unroll
+    for (int k0 = 0; k0 < BK; k0 += S::KSTEP) {
+        uint64_t a[W::MI], b[W::NI];
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi) {
+            const int m = W::m0() + mi * T + r;
+            a[mi] = TA ? quad_down<LA>(As, k0 + kq, m) : quad_along<LA>(As, m, k0 + kq);
+        }
+#pragma unroll
+        for (int ni = 0; ni < W::NI; ++ni) {
+            const int n = W::n0() + ni * T + r;
+            b[ni] = TB ? quad_along<LB>(Bs, n, k0 + kq) : quad_down<LB>(Bs, k0 + kq, n);
+        }
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni) mfma<K, T>(d[mi][ni], b[ni], a[mi]);  // (C^T)
+    }
+#pragma unroll
+    for (int t = 0; t < W::MI * W::NI; ++t)
+#pragma unroll
+        for (int i = 0; i < S::REGS; ++i) acc[t * S::REGS + i] = d[t / W::NI][t % W::NI][i];
+}
+
+// acc += A * B(BK x BN) with A in registers: a 16-bit fragment laid out like an accumulator of
+// BM x BK on WARPS_M x 1 waves in T x T tiles (attention's P). A lane's registers 4g .. 4g + 3 of
+// A's tile nk hold row l % T at columns T nk + 4 H g + 4 (l / T) + v: exactly the operand of
+// k-step 4 nk G + g (its k = 4 (l / T) + v), so P feeds the second product with no data movement.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TB, class LB, class K, int T>
+TILEC_DEV void gemm_rs(const uint32_t* a_frag, const uint16_t* Bs, float* acc) {
+    typedef Waves<BM, BN, WARPS_M, WARPS_N, T> W;
+    typedef MfmaShape<T> S;
+    static_assert(WARPS_N == 1, "A in registers needs whole rows in each wave");
+    static_assert(BK % T == 0, "A fragment of whole MFMA tiles");
+    constexpr int NIA = BK / T;  // tiles of the A fragment per row of tiles
+    const int lane = threadIdx.x % WAVE, r = lane % T, kq = lane / T * 4;
+    typename S::acc d[W::MI][W::NI];
+#pragma unroll
+    for (int t = 0; t < W::MI * W::NI; ++t)
+#pragma unroll
+        for (int i = 0; i < S::REGS; ++i) d[t / W::NI][t % W::NI][i] = acc[t * S::REGS + i];
+#pragma unroll
+    for (int ks = 0; ks < BK / S::KSTEP; ++ks) {
+        const int k0 = ks * S::KSTEP;
+        uint64_t b[W::NI];
+#pragma unroll
+        for (int ni = 0; ni < W::NI; ++ni) {
+            const int n = W::n0() + ni * T + r;
+            b[ni] = TB ? quad_along<LB>(Bs, n, k0 + kq) : quad_down<LB>(Bs, k0 + kq, n);
+        }
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi) {
+            // registers ((mi * NIA + nk) * G + g) * 4 .. + 3: two 32-bit pairs
+            const int w = ((mi * NIA + ks / W::G) * W::G + ks % W::G) * 2;
+            const uint64_t a = (uint64_t)a_frag[w] | ((uint64_t)a_frag[w + 1] << 32);
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni) mfma<K, T>(d[mi][ni], b[ni], a);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < W::MI * W::NI; ++t)
+#pragma unroll
+        for (int i = 0; i < S::REGS; ++i) acc[t * S::REGS + i] = d[t / W::NI][t % W::NI][i];
+}
+
+// The same products on the scalar units, for dtypes the matrix units do not take (f32, f64,
+// integers): each lane computes its own accumulator elements, in the same layout.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
+          class KA, class KB, typename Acc, int T>
+TILEC_DEV void gemm_simt(const typename KA::storage* As, const typename KB::storage* Bs, Acc* acc) {
+    typedef Waves<BM, BN, WARPS_M, WARPS_N, T> W;
+    const int lane = threadIdx.x % WAVE, m0 = W::m0() + lane % T, n0 = W::n0() + lane / T * 4;
+#pragma unroll 2
+    for (int k = 0; k < BK; ++k) {
+        Acc a[W::MI], b[W::NI][W::G][4];
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi) {
+            const int r = m0 + mi * T;
+            a[mi] = (Acc)KA::load(As[TA ? LA::offset(k, r) : LA::offset(r, k)]);
+        }
+#pragma unroll
+        for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+            for (int g = 0; g < W::G; ++g)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    const int c = n0 + ni * T + g * 4 * W::H + v;
+                    b[ni][g][v] = (Acc)KB::load(Bs[TB ? LB::offset(c, k) : LB::offset(k, c)]);
+                }
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+                for (int e = 0; e < 4 * W::G; ++e) {
+                    Acc& d = acc[(mi * W::NI + ni) * 4 * W::G + e];
+                    d = fma_acc(a[mi], b[ni][e / 4][e % 4], d);
+                }
+    }
+}
+
+// acc += A * B on the scalar units with A in registers (an f32/f64 fragment laid out like an
+// accumulator of BM x BK on WARPS_M x 1 waves): the H lanes l % T + T h hold a row's columns
+// between them, so each A value comes from its owner by a shuffle.
+template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TB, class LB, class KB, typename A,
+          typename Acc, int T>
+TILEC_DEV void gemm_simt_rs(const A* a_frag, const typename KB::storage* Bs, Acc* acc) {
+    typedef Waves<BM, BN, WARPS_M, WARPS_N, T> W;
+    static_assert(WARPS_N == 1, "A in registers needs whole rows in each wave");
+    constexpr int NIA = BK / T;
+    const int lane = threadIdx.x % WAVE, n0 = W::n0() + lane / T * 4;
+#pragma unroll  // register indices must be constants
+    for (int k = 0; k < BK; ++k) {
+        Acc b[W::NI][W::G][4];
+#pragma unroll
+        for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+            for (int g = 0; g < W::G; ++g)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    const int c = n0 + ni * T + g * 4 * W::H + v;
+                    b[ni][g][v] = (Acc)KB::load(Bs[TB ? LB::offset(c, k) : LB::offset(k, c)]);
+                }
+        // column k of a row: tile k / T, register group (k % T) / (4 H), lane group (k % 4H) / 4
+        const int owner = lane % T + T * ((k % (4 * W::H)) / 4);
+#pragma unroll
+        for (int mi = 0; mi < W::MI; ++mi) {
+            const A mine = a_frag[((mi * NIA + k / T) * W::G + (k % T) / (4 * W::H)) * 4 + k % 4];
+            const Acc a = (Acc)__shfl(mine, owner, WAVE);
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+                for (int e = 0; e < 4 * W::G; ++e) {
+                    Acc& d = acc[(mi * W::NI + ni) * 4 * W::G + e];
+                    d = fma_acc(a, b[ni][e / 4][e % 4], d);
+                }
+        }
+    }
+}
+
+// ---- reductions across the threads that share a row -------------------------------------------
+struct OpSum { template <typename T> static TILEC_DEV T apply(T a, T b) { return a + b; } };
+struct OpMax { template <typename T> static TILEC_DEV T apply(T a, T b) { return maximum(a, b); } };
+struct OpMin { template <typename T> static TILEC_DEV T apply(T a, T b) { return minimum(a, b); } };
+
+// __shfl_xor over the whole 64-lane wavefront (ds_swizzle / DPP where the compiler can)
+TILEC_DEV float shfl_xor(float v, int m) { return __shfl_xor(v, m, WAVE); }
+TILEC_DEV double shfl_xor(double v, int m) { return __shfl_xor(v, m, WAVE); }
+TILEC_DEV int64_t shfl_xor(int64_t v, int m) { return (int64_t)__shfl_xor((long long)v, m, WAVE); }
+TILEC_DEV uint64_t shfl_xor(uint64_t v, int m) { return (uint64_t)__shfl_xor((long long)v, m, WAVE); }
+template <typename T> TILEC_DEV T shfl_xor(T v, int m) { return (T)__shfl_xor((int)v, m, WAVE); }
+
+// Butterfly over the lanes l ^ FIRST, l ^ 2 FIRST, ..., l ^ 32: every lane of a group gets the
+// same value.
+template <class Op, int FIRST, typename T> TILEC_DEV T wave_allreduce(T v) {
+#pragma unroll
+    for (int m = FIRST; m < WAVE; m *= 2) v = Op::apply(v, shfl_xor(v, m));
+    return v;
+}
+
+// The row values of an MFMA accumulator of T x T tiles: each row is held by the H = 64 / T lanes
+// l % T + T h of one wave (whole rows per wave).
+template <class Op, int T, int N, typename V> TILEC_DEV void mfma_row_allreduce(V (&rows)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) rows[i] = wave_allreduce<Op, T>(rows[i]);
+}
+
+// One value per thread, combined over the whole block of THREADS threads; every thread gets the
+// result (waves combined in a fixed order, so it is the same bits in every thread and run).
+// `scratch`: THREADS / 64 values of LDS (8 bytes each), the kernel's own (its LDS is one array
+// whose size tilec states); free again when this returns.
+template <class Op, int THREADS, typename T> TILEC_DEV T block_allreduce(T v, unsigned char* scratch) {
+    static_assert(sizeof(T) <= 8, "a reduction value of at most 8 bytes");
+    v = wave_allreduce<Op, 1>(v);
+    if constexpr (THREADS <= WAVE) {
+        return v;
+    } else {
+        T* s = reinterpret_cast<T*>(scratch);
+        const int wave = threadIdx.x / WAVE;
+        if (threadIdx.x % WAVE == 0) s[wave] = v;
+        __syncthreads();
+        T r = s[0];
+#pragma unroll
+        for (int w = 1; w < THREADS / WAVE; ++w) r = Op::apply(r, s[w]);
+        __syncthreads();  // scratch is free for the next reduction
+        return r;
+    }
+}
+
+// ---- host-side helpers for launchers ----------------------------------------------------------
+// Each workspace buffer starts on a 256-byte boundary of the caller's workspace block.
+inline size_t workspace_align(size_t n) { return (n + 255) & ~(size_t)255; }
+// The plain entry point's workspace, stream-ordered (the _with_workspace entry point takes the
+// caller's and allocates nothing).
+inline void* workspace_alloc(size_t bytes, hipStream_t stream) {
+    void* p = nullptr;
+    return hipMallocAsync(&p, bytes, stream) == hipSuccess ? p : nullptr;
+}
+inline void workspace_free(void* p, hipStream_t stream) { (void)hipFreeAsync(p, stream); }
+
+// Do the byte ranges [a, a + na) and [b, b + nb) overlap?
+inline bool overlap(const void* a, size_t na, const void* b, size_t nb) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+}  // namespace tilec
+
+#endif  // TILEC_HIP_H
