@@ -217,6 +217,23 @@ def test_the_launcher_abi_is_cudas_with_a_trailing_hip_stream(tmp_path):
     assert set(files) >= {"attention.hip", "attention.h", "tilec_hip.h", "Makefile"}
 
 
+def test_gemm_and_attention_tiles_are_double_buffered_through_registers(tmp_path):
+    """The pipelined K loops keep 2 LDS stages; their copies are issued ahead into registers
+    (copy_issue, global loads in flight during the product) and land at the loop's wait."""
+    for sample, kernel, buf in (("gemm_bias_relu", "gemm_bias_relu_k0", "A_s: f16[2, 128, 32]"),
+                                ("attention", "attention_k0_D128exact", "K_s: f16[2, 32, 128]")):
+        files = emit(SAMPLES / f"{sample}.tile", tmp_path)
+        body = kernel_sources(files[f"{sample}.hip"])[kernel]
+        assert "tilec::copy_issue<" in body and "tilec::copy_land(" in body, body
+        decls = re.findall(r"uint16_t\* __restrict__ (\w+) = .*?// (f16\[[^\]]*\])", body)
+        assert f"{buf.split(':')[0]}: {buf.split(': ')[1]}" in [f"{n}: {d}" for n, d in decls]
+        loop = body[body.index("for (int tilec_k_i"):]
+        # in the loop: the product, then the landing of the copies issued one iteration before,
+        # the barrier, and the next copies issued
+        assert loop.index("tilec::gemm_") < loop.index("copy_land") < loop.index("__syncthreads") \
+            < loop.index("copy_issue")
+
+
 def test_wave64_lanes_and_shuffles(tmp_path):
     """Kernels index lanes and waves of 64, reductions shuffle over the 64 lanes."""
     files = emit(SAMPLES / "softmax.tile", tmp_path)

@@ -400,9 +400,14 @@ class CudaRenderer(CStyleRenderer):
             return
         # (elsewhere no plan: its registers live through the kernel, and in loops that are not
         # versioned it saves only a few instructions per copy; attention spilled more with it)
+        self.copy_call(s, tparams, whole, [ptr, f"{cname(src.name)} + {start}", dims[-1],
+                                           left(dims[-2], offs[-2]), left(dims[-1], offs[-1])],
+                       depth)
+
+    def copy_call(self, s: T.Copy, tparams: str, whole: bool, args: list, depth):
+        """The call of a tile copy (dst, src, row stride, rows and columns left in the tensor)."""
         self.emit(f"tilec::copy_g2s<{tparams}, {str(s.async_).lower()}, {str(whole).lower()}>("
-                  f"{ptr}, {cname(src.name)} + {start}, {dims[-1]}, {left(dims[-2], offs[-2])}, "
-                  f"{left(dims[-1], offs[-1])});", depth)
+                  f"{', '.join(args)});", depth)
 
     def s_Commit(self, s, depth):
         self.emit("tilec::cp_async_commit();", depth)

@@ -1,8 +1,9 @@
 """The HIP target (AMD GPUs, CDNA: gfx90a, gfx942): one workgroup per grid block of the Tile IR,
 wavefronts of 64 lanes.
 
-It is the CUDA target's sm_80 path with AMD's tables: the same lowering steps (but no cp.async
-stages, no Hopper steps, no overlapped gemm), the layout pass with MFMA accumulator layouts
+It is the CUDA target's sm_80 path with AMD's tables: the same lowering steps (its pipeline's
+copies issued ahead load into registers and land in LDS at the next wait: AMD has no cp.async;
+no Hopper steps, no overlapped gemm), the layout pass with MFMA accumulator layouts
 (passes/layout_mfma.py, ir/layout_mfma.py), and `HipRenderer`, a subclass of the CUDA renderer
 that calls tilec_hip.h's MFMA GEMMs and wave64 reductions and launches through the HIP runtime.
 The launcher ABI is the CUDA one with a trailing `hipStream_t`.
@@ -46,6 +47,32 @@ ARCHS = ("gfx90a", "gfx942")
 class HipRenderer(CudaRenderer):
     """The CUDA renderer with AMD's device library: gemms on MFMA (the accumulator's MFMA tile is
     a template argument), row values of an accumulator reduced over the lanes that share them."""
+
+    def __init__(self, kernel: T.TileKernel, target):
+        super().__init__(kernel, target)
+        # the staging registers of the copies issued ahead (one set per destination buffer),
+        # landed in LDS at every wait
+        self.staged = sorted({f"tilec_stage_{cname(c.dst.buf)}" for c in T.walk_stmts(kernel.body)
+                              if isinstance(c, T.Copy) and c.async_})
+
+    def copy_call(self, s: T.Copy, tparams: str, whole: bool, args: list, depth):
+        if not s.async_:
+            super().copy_call(s, tparams, whole, args, depth)
+            return
+        # issued ahead: the chunks are loaded into registers now and land at the next wait
+        name = f"tilec_stage_{cname(s.dst.buf)}"
+        ctype = STORE[self.allocs[s.dst.buf].dtype]
+        self.copy_plans[name] = f"tilec::Staged<{tparams}, {ctype}> {name};  // copies in flight"
+        self.emit(f"tilec::copy_issue<{str(whole).lower()}>({name}, {', '.join(args)});", depth)
+
+    def s_Commit(self, s, depth):
+        pass  # (a copy issued ahead is complete once its registers land: s_Wait)
+
+    def s_Wait(self, s: T.Wait, depth):
+        # every copy issued ahead lands (at least the groups the wait asks for; the stages they
+        # write are free since their issue)
+        for name in self.staged:
+            self.emit(f"tilec::copy_land({name});", depth)
 
     def native16(self, e) -> bool:
         # 16-bit operations are computed in f32 and rounded once (the same bits; tilec_hip.h has
@@ -121,6 +148,7 @@ def hip_kernel(k: T.TileKernel, symbols, target) -> dict:
     block-wide reduction needs it, its scratch (a double per wave, reused by every reduction)."""
     ctx = render_kernel(k, symbols, target, HipRenderer)
     lds = ctx["smem"]
+    assert lds <= target.resources.tile_memory, f"{k.name}: {lds} bytes of LDS"
     if any("tilec_red" in line for line in ctx["body"]):
         lds += REDUCE_SCRATCH * (k.threads // target.resources.warp)
     decl = []
@@ -198,25 +226,28 @@ HIP = Target(
     resources=Resources(
         # wave64; 64 KiB of LDS per workgroup; accumulators in 16 x 16 MFMA tiles (32 x 32 where
         # wave tiles allow); 128 x 128 x 32 GEMM tiles on 4 waves of 64 x 64 (2 x 2 MFMA 32x32x8
-        # tiles: 64 accumulator registers a lane), one LDS stage (no asynchronous copies)
+        # tiles: 64 accumulator registers a lane), 2 LDS stages filled through registers
+        # (HipRenderer.copy_call)
         warp=64, max_threads=1024, tile_memory=64 * 1024, mma=(16, 16, 16),
-        gemm_tile=(128, 128, 32), gemm_stages=1, gemm_threads=256, row_block=1, row_threads=256,
+        gemm_tile=(128, 128, 32), gemm_stages=2, gemm_threads=256, row_block=1, row_threads=256,
         ew_tile=(1, 4096), ew_threads=256,
-        # attention: 128 queries x 64 keys per step on 4 waves of 32 query rows (32x32 MFMA
-        # tiles); head dims up to 128 held on chip
-        attn_tile=(128, 64), attn_threads=256, attn_stages=1,
-        dtypes=tuple(d for d in ALL_DTYPES if not d.startswith("fp8")), async_copy=False,
+        # attention: 128 queries x 32 keys per step on 4 waves of 32 query rows (32x32 MFMA
+        # tiles), K and V tiles double-buffered: at a head dim of 128 the Q tile and 2 stages
+        # of K and V take the whole 64 KiB
+        attn_tile=(128, 32), attn_threads=256, attn_stages=2,
+        dtypes=tuple(d for d in ALL_DTYPES if not d.startswith("fp8")), async_copy=True,
         mma_dtypes=SIXTEEN, matrix_capacities=(64, 128),
         row_capacities=(256, 1024, 4096, 8192), row_threads_by_capacity=((256, 128),),
         gemm_swizzle=8, scalar_gemm_tile=(64, 64, 32), row_tile=False,
-        # M <= 16 (decode): 16-row tiles on 4 waves of 16 x 32 (16x16x16 MFMA), deep K tiles
-        gemm_variants=((16, (16, 128, 64), 256, 1),),
+        # M <= 16 (decode): 16-row tiles on 4 waves of 16 x 32 (16x16x16 MFMA), 2 stages of K
+        # tiles of 32 (f32 operands fit too)
+        gemm_variants=((16, (16, 128, 32), 256, 2),),
         # M = 1: the scalar GEMV streaming B's rows (4-bit weights dequantized in registers):
         # 64 lanes x 4 columns, 4 waves walking K, splits of at least 128 rows
         gemv=(256, 256, 512, 128, 2, 4)),
     toolchain=Toolchain("HIPCC", "hipcc", "HIP compiler"),
     lowering=(
-        # pipelined loops become plain loops (no asynchronous global -> LDS copies)
+        # LDS stages of pipelined loops, their copies issued ahead through registers
         ("pipeline", pipeline.run),
         ("version_masks", version_masks.run),
         ("lower_reductions", lower_reductions.run),

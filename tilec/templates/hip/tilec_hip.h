@@ -7,7 +7,8 @@
 //   * f16 / bf16 storage (raw 16-bit patterns) and conversions, vector loads and stores of up to
 //     16 bytes with predicated tails;
 //   * LDS tile layouts (16-byte chunks XOR-swizzled by row, or padded rows);
-//   * tile copies global -> LDS in 16-byte chunks (synchronous: AMD has no cp.async);
+//   * tile copies global -> LDS in 16-byte chunks; the pipeline's copies issued ahead are loaded
+//     into registers and written to LDS at the next wait (AMD has no cp.async);
 //   * tile GEMMs on MFMA (v_mfma_f32_32x32x8f16 / _16x16x16f16 and their bf16_1k forms) with the
 //     accumulator layout of tilec/ir/layout_mfma.py, and a scalar FMA path in the same layout;
 //   * row reductions across the lanes that share a row (__shfl_xor over the 64 lanes of a
@@ -448,40 +449,98 @@ template <int M> TILEC_DEV int wrap_add(int s, int c) { return s + c >= M ? s + 
 // Copy the ROWS x COLS window at `src` (row stride `ld` elements; the first nr rows and nc columns
 // of it lie inside the tensor) into the LDS tile `dst` of layout L; the rest of the tile is zero.
 // THREADS threads call it together; each moves whole 16-byte chunks (global_load_dwordx4 +
-// ds_write_b128) in an unrolled loop. A chunk cut by the tensor's edge, or a tensor whose rows are
-// not 16-byte aligned, is copied element by element. WHOLE: the window's column offset is a
-// multiple of a chunk, so with aligned rows no chunk is cut. ASYNC must be false (AMD has no
-// asynchronous global -> LDS copy here: the HIP target's pipeline stages are synchronous).
+// ds_write_b128) in an unrolled loop: chunk c of the tile (c = tid + it * THREADS) is row
+// c / CPR, columns (c % CPR) * E ... A chunk cut by the tensor's edge is gathered element by
+// element, a tensor whose rows are not 16-byte aligned copied element by element. WHOLE: the
+// window's column offset is a multiple of a chunk, so with aligned rows no chunk is cut.
+template <int ROWS, int COLS, int THREADS, typename T> struct Chunks {
+    static constexpr int E = 16 / (int)sizeof(T);  // elements per chunk
+    static constexpr int CPR = COLS / E;           // chunks per row
+    static constexpr int ITERS = (ROWS * CPR + THREADS - 1) / THREADS;
+    static constexpr bool ROUNDS = (ROWS * CPR) % THREADS == 0;  // every thread has ITERS chunks
+    static TILEC_HD bool readable(const T* src, int64_t ld) {
+        return COLS % E == 0 && ld % E == 0 && (reinterpret_cast<uintptr_t>(src) % 16) == 0;
+    }
+    // chunk `it` of the calling thread: (row, column); false past the tile's chunks
+    static TILEC_DEV bool at(int it, int& r, int& k) {
+        const int c = (int)threadIdx.x + it * THREADS;
+        r = c / CPR, k = (c % CPR) * E;
+        return ROUNDS || c < ROWS * CPR;
+    }
+    // the chunk at (r, k) of the window: 16 bytes read, zeros outside the tensor
+    template <bool WHOLE> static TILEC_DEV u32x4 read(const T* src, int64_t ld, int64_t nr, int64_t nc, int r, int k) {
+        const T* s = src + (int64_t)r * ld + k;
+        if (r >= nr || k >= nc) return u32x4{0, 0, 0, 0};
+        if (WHOLE || k + E <= nc) return *reinterpret_cast<const u32x4*>(s);
+        uint32_t u[4] = {};
+#pragma unroll
+        for (int e = 0; e < E; ++e) pack<T>(u, e, k + e < nc ? s[e] : T(0));
+        return u32x4{u[0], u[1], u[2], u[3]};
+    }
+};
+template <int ROWS, int COLS, class L, typename T>
+TILEC_DEV void copy_elements(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc, int threads) {
+    for (int e = threadIdx.x; e < ROWS * COLS; e += threads) {
+        const int r = e / COLS, c = e % COLS;
+        dst[L::offset(r, c)] = (r < nr && c < nc) ? src[(int64_t)r * ld + c] : T(0);
+    }
+}
 template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
 TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
-    static_assert(!ASYNC, "no asynchronous copies on the HIP target");
-    constexpr int E = 16 / (int)sizeof(T);
-    constexpr int CPR = COLS / E;  // chunks per row
-    constexpr int ITERS = (ROWS * CPR + THREADS - 1) / THREADS;
-    const int tid = threadIdx.x;
-    const bool chunks = COLS % E == 0 && ld % E == 0 && (reinterpret_cast<uintptr_t>(src) % 16) == 0;
-    if (chunks) {
-#pragma unroll
-        for (int it = 0; it < ITERS; ++it) {
-            const int c = tid + it * THREADS;
-            if ((ROWS * CPR) % THREADS != 0 && c >= ROWS * CPR) break;
-            const int r = c / CPR, k = (c % CPR) * E;
-            T* d = dst + L::offset(r, k);
-            const T* s = src + (int64_t)r * ld + k;
-            const bool in = r < nr && k < nc;
-            if (WHOLE || !in || k + E <= nc) {  // a whole chunk, or none
-                *reinterpret_cast<u32x4*>(d) = in ? *reinterpret_cast<const u32x4*>(s) : u32x4{0, 0, 0, 0};
-            } else {
-#pragma unroll
-                for (int e = 0; e < E; ++e) d[e] = k + e < nc ? s[e] : T(0);
-            }
-        }
-    } else {
-        for (int e = tid; e < ROWS * COLS; e += THREADS) {
-            const int r = e / COLS, c = e % COLS;
-            dst[L::offset(r, c)] = (r < nr && c < nc) ? src[(int64_t)r * ld + c] : T(0);
-        }
+    static_assert(!ASYNC, "asynchronous copies go through Staged (copy_issue / copy_land)");
+    typedef Chunks<ROWS, COLS, THREADS, T> C;
+    if (!C::readable(src, ld)) {
+        copy_elements<ROWS, COLS, L>(dst, src, ld, nr, nc, THREADS);
+        return;
     }
+#pragma unroll
+    for (int it = 0; it < C::ITERS; ++it) {
+        int r, k;
+        if (C::at(it, r, k))
+            *reinterpret_cast<u32x4*>(dst + L::offset(r, k)) = C::template read<WHOLE>(src, ld, nr, nc, r, k);
+    }
+}
+
+// The pipeline's copies issued ahead (the Tile IR's copy_async / commit / wait), AMD's way: AMD
+// has no asynchronous global -> LDS copy, so copy_issue loads the thread's chunks into registers
+// (the global loads are in flight while the loop's product runs) and copy_land writes them to
+// LDS at the next wait, before the barrier that publishes the stage. The destination stage is
+// free from the issue on (the pipeline issues a copy only after the barrier that ends the reads
+// of that stage), so landing at any time between the issue and the wait is correct; a second
+// issue on the same staging registers lands the first one before. A tensor that cannot be read
+// in chunks is copied element by element at the issue.
+template <int ROWS, int COLS, int THREADS, class L, typename T> struct Staged {
+    u32x4 chunk[Chunks<ROWS, COLS, THREADS, T>::ITERS];
+    T* dst = nullptr;
+    bool pending = false;
+};
+template <int ROWS, int COLS, int THREADS, class L, typename T>
+TILEC_DEV void copy_land(Staged<ROWS, COLS, THREADS, L, T>& st) {
+    typedef Chunks<ROWS, COLS, THREADS, T> C;
+    if (!st.pending) return;
+#pragma unroll
+    for (int it = 0; it < C::ITERS; ++it) {
+        int r, k;
+        if (C::at(it, r, k)) *reinterpret_cast<u32x4*>(st.dst + L::offset(r, k)) = st.chunk[it];
+    }
+    st.pending = false;
+}
+template <bool WHOLE, int ROWS, int COLS, int THREADS, class L, typename T>
+TILEC_DEV void copy_issue(Staged<ROWS, COLS, THREADS, L, T>& st, T* dst, const T* src, int64_t ld,
+                          int64_t nr, int64_t nc) {
+    typedef Chunks<ROWS, COLS, THREADS, T> C;
+    copy_land(st);
+    if (!C::readable(src, ld)) {
+        copy_elements<ROWS, COLS, L>(dst, src, ld, nr, nc, THREADS);
+        return;
+    }
+#pragma unroll
+    for (int it = 0; it < C::ITERS; ++it) {
+        int r, k;
+        st.chunk[it] = C::at(it, r, k) ? C::template read<WHOLE>(src, ld, nr, nc, r, k) : u32x4{0, 0, 0, 0};
+    }
+    st.dst = dst;
+    st.pending = true;
 }
 
 // ---- matrix units: MFMA ---------------------------------------------------------------------
