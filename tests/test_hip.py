@@ -71,15 +71,17 @@ def simulate_mfma(tile: int, a_regs: dict, b_regs: dict, d_regs: dict) -> dict:
 
 @pytest.mark.parametrize("tile", [32, 16])
 @pytest.mark.parametrize("grid", [(1, 1), (2, 2), (4, 1)])
-def test_mfma_accumulator_layout_matches_the_instruction(tile, grid):
+@pytest.mark.parametrize("paired", [True, False], ids=["pairs", "steps"])
+def test_mfma_accumulator_layout_matches_the_instruction(tile, grid, paired):
     """gemm_ss's product as tilec_hip.h issues it (C^T = B^T A^T: lane l's A operand is B's
-    column, its B operand A's row, at k = 4 (l / T) + j), simulated per instruction, leaves in
-    each lane's accumulator registers exactly the C elements MfmaLayout says they hold; every
-    element of C is held once."""
+    column, its B operand A's row; k-step s at k = 4 (l / T) + j, or, for pairs of k-steps,
+    at k = 8 (l / T) + 4 (s % 2) + j), simulated per instruction, leaves in each lane's
+    accumulator registers exactly the C elements MfmaLayout says they hold; every element of C
+    is held once."""
     wm_, wn_ = grid
     L = MfmaLayout(tile * 2 * wm_, tile * wn_, wm_, wn_, tile=tile)
     rng = random.Random(tile * 10 + wm_)
-    K = 2 * (4 * WAVE // tile)  # two k-steps
+    K = 4 * (4 * WAVE // tile)  # four k-steps
     A = [[rng.randint(-3, 3) for _ in range(K)] for _ in range(L.rows)]
     B = [[rng.randint(-3, 3) for _ in range(L.cols)] for _ in range(K)]
     C = [[sum(A[i][k] * B[k][j] for k in range(K)) for j in range(L.cols)] for i in range(L.rows)]
@@ -91,8 +93,13 @@ def test_mfma_accumulator_layout_matches_the_instruction(tile, grid):
         for mi in range(L.mi):
             for ni in range(L.ni):
                 d = {(lane, r): 0 for lane in range(WAVE) for r in range(regs)}
-                for k0 in range(0, K, 4 * WAVE // tile):
-                    kq = {lane: k0 + lane // tile * 4 for lane in range(WAVE)}
+                kstep = 4 * WAVE // tile
+                for k0 in range(0, K, kstep):
+                    if paired:  # (the pair's first step k0 - k0 % 2 kstep)
+                        kq = {lane: k0 - k0 % (2 * kstep) + lane // tile * 8 + (k0 // kstep % 2) * 4
+                              for lane in range(WAVE)}
+                    else:
+                        kq = {lane: k0 + lane // tile * 4 for lane in range(WAVE)}
                     a_op = {(lane, j): B[kq[lane] + j][n0 + ni * tile + lane % tile]
                             for lane in range(WAVE) for j in range(4)}
                     b_op = {(lane, j): A[m0 + mi * tile + lane % tile][kq[lane] + j]
@@ -121,6 +128,116 @@ def test_a_16bit_accumulator_is_the_next_products_operand(tile):
             for j in range(4):
                 slot = ((0 * L.ni + ks // L.g) * L.g + ks % L.g) * 4 + j
                 assert elements[slot] == (lane % tile, ks * kstep + 4 * (lane // tile) + j)
+
+
+# ---- LDS bank conflicts of the MFMA gemms' accesses, in a model of the LDS ----------------------
+# The model (AMD's LDS on CDNA: 32 banks of 4 bytes): an access of W bytes per lane is served for
+# 128 / W consecutive lanes at a time (8 for 16-byte accesses, 16 for 8-byte, 32 for 4 bytes or
+# less); within such a group, the 4-byte words one bank holds are read one per cycle (lanes
+# reading the same word share it). Conflict-free: one word per bank in every group.
+def tile_offset(L, r: int, c: int) -> int:
+    """tilec_hip.h's SwizzledTile / PaddedTile offset of (r, c) in elements."""
+    if not L.swizzle:
+        return r * (L.cols + L.pad) + c
+    e = 16 // L.elem_bytes
+    cpr = L.cols // e
+    sw = min(cpr, 8)
+    rep = 8 // sw
+    return r * L.cols + ((c // e) ^ (((r // rep) ^ (r // (8 * rep) * 2)) % sw)) * e + c % e
+
+
+def bank_conflicts(addresses: dict, width: int) -> int:
+    """The worst number of distinct words one bank serves in one group of lanes (1: none)."""
+    group, worst = 128 // width if width >= 4 else 32, 1
+    for g0 in range(0, WAVE, group):
+        banks: dict = {}
+        for lane in range(g0, g0 + group):
+            if lane in addresses:
+                for w in range(addresses[lane] // 4, (addresses[lane] + width - 1) // 4 + 1):
+                    banks.setdefault(w % 32, set()).add(w)
+        worst = max([worst] + [len(ws) for ws in banks.values()])
+    return worst
+
+
+def gemm_lds_accesses(g, allocs, threads):
+    """Each LDS access of tilec_hip.h's gemm_ss / gemm_rs for gemm `g`, and of the tile copies
+    that fill its operands, per wave: (what, {lane: byte address}, bytes per lane)."""
+    c = allocs[g.c].layout
+    t, kstep = c.tile, 4 * WAVE // c.tile
+    out = []
+    operands = [(g.b, True, not g.transpose_b, c.ni, lambda w: w % c.warps_n * c.wn)]
+    if allocs[g.a].scope == "shared":
+        operands.append((g.a, False, g.transpose_a, c.mi, lambda w: w // c.warps_n * c.wm))
+    for name, is_b, rows_are_k, tiles, base in operands:
+        L = allocs[name].layout
+        bk = L.rows if rows_are_k else L.cols
+        paired = allocs[g.a].scope == "shared" and bk % (2 * kstep) == 0
+        octs = (16 // L.elem_bytes) % 8 == 0 if L.swizzle else (L.cols + L.pad) % 8 == 0
+        for w in range(threads // WAVE):
+            for i in range(tiles):
+                for k0 in range(0, bk, 2 * kstep if paired else kstep):
+                    rc = {lane: base(w) + i * t + lane % t for lane in range(WAVE)}
+                    k = {lane: k0 + lane // t * (8 if paired else 4) for lane in range(WAVE)}
+                    n = 8 if paired else 4
+                    if rows_are_k:  # value by value down the column
+                        for j in range(n):
+                            out.append((f"{name} down", {ln: 2 * tile_offset(L, k[ln] + j, rc[ln])
+                                                         for ln in range(WAVE)}, 2))
+                    elif paired and octs:
+                        out.append((f"{name} b128", {ln: 2 * tile_offset(L, rc[ln], k[ln])
+                                                     for ln in range(WAVE)}, 16))
+                    else:
+                        for h in range(n // 4):
+                            out.append((f"{name} b64", {ln: 2 * tile_offset(L, rc[ln], k[ln] + 4 * h)
+                                                        for ln in range(WAVE)}, 8))
+    for name in (g.a, g.b):  # the copies' 16-byte chunk writes
+        a = allocs[name]
+        if a.scope != "shared":
+            continue
+        L = a.layout
+        e = 16 // L.elem_bytes
+        cpr = L.cols // e
+        for w in range(threads // WAVE):
+            for it in range(-(-L.rows * cpr // threads)):
+                chunks = {ln: w * WAVE + ln + it * threads for ln in range(WAVE)}
+                out.append((f"{name} copy", {ln: L.elem_bytes * tile_offset(L, ch // cpr, ch % cpr * e)
+                                             for ln, ch in chunks.items() if ch < L.rows * cpr}, 16))
+    return out
+
+
+@pytest.mark.parametrize("path", [p for p in SAMPLE_FILES if p.stem in (
+    "gemm_bias_relu", "attention", "causal_attention", "w4a16", "w4a16_kmajor", "gemm_relu",
+    "flash_attention")], ids=lambda p: p.stem)
+def test_mfma_gemm_lds_accesses_are_free_of_bank_conflicts(path):
+    """In the LDS model above, every operand read of every MFMA gemm of the sample and every
+    16-byte write of the copies that fill its tiles is free of bank conflicts."""
+    from tilec.ir import tile as T
+    from tilec.passes.layout import on_matrix_units
+    _, _, m = compile_text(path.read_text(), path.name, "hip", options=GFX90A)
+    res = driver.get_target("hip").resources
+    checked = 0
+    for prog in m.programs:
+        for k in prog.kernels:
+            allocs = {a.name: a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
+            for g in (s for s in T.walk_stmts(k.body) if isinstance(s, T.Gemm)):
+                if not on_matrix_units(g, allocs, res):
+                    continue
+                for name in (g.a, g.b):  # (a layout is a permutation of the tile's elements)
+                    L = allocs[name].layout
+                    if allocs[name].scope == "shared" and L.swizzle:
+                        offsets = {tile_offset(L, r, c) for r in range(L.rows) for c in range(L.cols)}
+                        assert offsets == set(range(L.rows * L.cols)), (k.name, name)
+                for what, addresses, width in gemm_lds_accesses(g, allocs, k.threads):
+                    assert bank_conflicts(addresses, width) == 1, (k.name, what, width)
+                    checked += 1
+    assert checked
+
+
+def test_the_bank_model_sees_a_conflict():
+    """(The model can fail: 16 lanes reading 8 bytes at a stride of 64 bytes, rows 8 apart in one
+    bank group, conflict 2 ways.)"""
+    assert bank_conflicts({ln: 64 * ln for ln in range(WAVE)}, 8) == 8
+    assert bank_conflicts({ln: 16 * ln for ln in range(WAVE)}, 16) == 1
 
 
 # ---- hipcc: every sample for gfx90a, its assembly -----------------------------------------------

@@ -414,30 +414,39 @@ TILEC_DEV void load_vec4(int32_t (&out)[V], const uint8_t* base, int64_t row, in
 }
 
 // ---- LDS tile layouts: element (r, c) of a ROWS x COLS tile ----------------------------------
-// Swizzled: the 16-byte chunks of row r are XOR-permuted by r (rows of 1, 2 or 4 chunks by r/8,
-// r/4 or r/2), so that rows read at one column spread over the banks. Padded: each row PAD
-// elements longer. QUADS: 4 consecutive elements from a column that is a multiple of 4 are
-// contiguous and 8-byte aligned (for 16-bit elements: one ds_read_b64 of an MFMA operand).
+// Swizzled: the 16-byte chunks of row r are XOR-permuted by a function of r, so that the MFMA
+// operand reads spread over the banks (tests/test_hip.py checks every gemm's accesses in a model
+// of the LDS): rows read at one chunk by 8 lanes (16-byte reads of 8 consecutive rows) and by the
+// 16-lane halves of 32 lanes (16-bit reads down a column of rows k and k + 8) land in different
+// bank groups, and the copies' 16-byte writes of 8 consecutive chunks too. The permutation of
+// row r is the XOR with (r / REP) ^ 2 (r / 8 REP), modulo the S positions (rows of 1, 2 or 4
+// chunks: REP = 8, 4 or 2 rows share one; of 8 or more: REP = 1): 8 consecutive rows (8 REP) take
+// S different ones, and rows 8 apart differ in bit 1 (another pair of chunks). (Not tilec_cuda.h's
+// swizzle, which ldmatrix's 8-row reads shape.) Padded: each row PAD elements longer. QUADS: 4
+// consecutive elements from a column that is a multiple of 4 are contiguous and 8-byte aligned
+// (for 16-bit elements: one ds_read_b64 of an MFMA operand); OCTS: 8 consecutive 16-bit elements
+// from a column that is a multiple of 8 are one aligned 16-byte chunk (one ds_read_b128: two
+// k-steps' operands).
 template <int ROWS, int COLS, typename T> struct SwizzledTile {
     static constexpr int E = 16 / (int)sizeof(T);  // elements per 16-byte chunk
     static constexpr int CPR = COLS / E;           // chunks per row
     static constexpr int S = CPR < 8 ? CPR : 8;    // positions the XOR permutes
     static constexpr int REP = 8 / S;              // consecutive rows sharing one permutation
     static constexpr int size = ROWS * COLS;
-    static constexpr int PERIOD = 8;  // offset(r + 8, c) == offset(r, c) + 8 * STRIDE
-    static constexpr int STRIDE = COLS;
     static constexpr bool QUADS = E % 4 == 0;
+    static constexpr bool OCTS = E % 8 == 0;
     static_assert(COLS % E == 0 && (CPR % 8 == 0 || CPR == 1 || CPR == 2 || CPR == 4),
                   "a swizzled row is 1, 2, 4 or a multiple of 8 chunks of 16 bytes");
     static TILEC_DEV int offset(int r, int c) {
-        return r * COLS + (((c / E) ^ ((r / REP) % S)) * E) + (c % E);
+        const int x = ((r / REP) ^ (r / (8 * REP) * 2)) % S;
+        return r * COLS + (((c / E) ^ x) * E) + (c % E);
     }
 };
 template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
     static constexpr int size = ROWS * (COLS + PAD);
-    static constexpr int PERIOD = 1;  // offset(r + 1, c) == offset(r, c) + STRIDE
     static constexpr int STRIDE = COLS + PAD;
     static constexpr bool QUADS = STRIDE % 4 == 0;
+    static constexpr bool OCTS = STRIDE % 8 == 0 && sizeof(T) == 2;
     static TILEC_DEV int offset(int r, int c) { return r * (COLS + PAD) + c; }
 };
 
@@ -600,37 +609,82 @@ template <class L> TILEC_DEV uint64_t quad_down(const uint16_t* t, int r, int c)
     return q;
 }
 
+// The operand values of two k-steps of a tile's row or column `rc` (m of A, n of B) at k .. k + 7:
+// ALONG, a tile whose rows are rc (K contiguous): one 16-byte read where the layout keeps the 8
+// together; else a tile whose rows are k, value by value down the column. lo: k .. k + 3, hi:
+// k + 4 .. k + 7.
+template <bool ALONG, class L>
+TILEC_DEV void operand_pair(uint64_t& lo, uint64_t& hi, const uint16_t* t, int rc, int k) {
+    if constexpr (ALONG && L::OCTS) {
+        const u32x4 v = *reinterpret_cast<const u32x4*>(t + L::offset(rc, k));
+        lo = (uint64_t)v[0] | ((uint64_t)v[1] << 32);
+        hi = (uint64_t)v[2] | ((uint64_t)v[3] << 32);
+    } else if constexpr (ALONG) {
+        lo = quad_along<L>(t, rc, k), hi = quad_along<L>(t, rc, k + 4);
+    } else {
+        lo = quad_down<L>(t, k, rc), hi = quad_down<L>(t, k + 4, rc);
+    }
+}
+
+
 // acc += A(BM x BK) * B(BK x BN) from LDS tiles (A [BM][BK] or, TA, [BK][BM]; B [BK][BN] or, TB,
-// [BN][BK]) on MFMA of T x T tiles; all threads of the wave grid call it together.
+// [BN][BK]) on MFMA of T x T tiles; all threads of the wave grid call it together. The sum runs
+// over K in any order, so k-steps go in pairs with K permuted within each pair of 8 H values:
+// lane l's operands of the pair's two k-steps are k = 8 (l / T) + 0..3 and 8 (l / T) + 4..7
+// (instead of 4 (l / T) + 0..3 of each step), the same k for A and B. An operand whose tile
+// rows are m or n is then one 16-byte LDS read per pair (ds_read_b128: 8 lanes of a row-swizzled
+// tile read 8 different 16-byte bank groups), not two 8-byte ones (16 lanes, 8 bank groups: a
+// 2-way conflict). A K tile of an odd number of k-steps takes them one by one.
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
           class K, int T>
 TILEC_DEV void gemm_ss(const uint16_t* As, const uint16_t* Bs, float* acc) {
     typedef Waves<BM, BN, WARPS_M, WARPS_N, T> W;
     typedef MfmaShape<T> S;
     static_assert(BK % S::KSTEP == 0, "K tile of whole MFMA k-steps");
-    const int lane = threadIdx.x % WAVE, r = lane % T, kq = lane / T * 4;
+    const int lane = threadIdx.x % WAVE, r = lane % T;
     typename S::acc d[W::MI][W::NI];
 #pragma unroll
     for (int t = 0; t < W::MI * W::NI; ++t)
 #pragma unroll
         for (int i = 0; i < S::REGS; ++i) d[t / W::NI][t % W::NI][i] = acc[t * S::REGS + i];
+    if constexpr (BK % (2 * S::KSTEP) == 0) {
+        const int k8 = lane / T * 8;
 #pragma unroll
-    for (int k0 = 0; k0 < BK; k0 += S::KSTEP) {
-        uint64_t a[W::MI], b[W::NI];
+        for (int k0 = 0; k0 < BK; k0 += 2 * S::KSTEP) {
+            uint64_t a[W::MI][2], b[W::NI][2];
 #pragma unroll
-        for (int mi = 0; mi < W::MI; ++mi) {
-            const int m = W::m0() + mi * T + r;
-            a[mi] = TA ? quad_down<LA>(As, k0 + kq, m) : quad_along<LA>(As, m, k0 + kq);
+            for (int mi = 0; mi < W::MI; ++mi)
+                operand_pair<!TA, LA>(a[mi][0], a[mi][1], As, W::m0() + mi * T + r, k0 + k8);
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni)
+                operand_pair<TB, LB>(b[ni][0], b[ni][1], Bs, W::n0() + ni * T + r, k0 + k8);
+#pragma unroll
+            for (int s = 0; s < 2; ++s)
+#pragma unroll
+                for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+                    for (int ni = 0; ni < W::NI; ++ni) mfma<K, T>(d[mi][ni], b[ni][s], a[mi][s]);  // (C^T)
         }
+    } else {
+        const int kq = lane / T * 4;
 #pragma unroll
-        for (int ni = 0; ni < W::NI; ++ni) {
-            const int n = W::n0() + ni * T + r;
-            b[ni] = TB ? quad_along<LB>(Bs, n, k0 + kq) : quad_down<LB>(Bs, k0 + kq, n);
+        for (int k0 = 0; k0 < BK; k0 += S::KSTEP) {
+            uint64_t a[W::MI], b[W::NI];
+#pragma unroll
+            for (int mi = 0; mi < W::MI; ++mi) {
+                const int m = W::m0() + mi * T + r;
+                a[mi] = TA ? quad_down<LA>(As, k0 + kq, m) : quad_along<LA>(As, m, k0 + kq);
+            }
+#pragma unroll
+            for (int ni = 0; ni < W::NI; ++ni) {
+                const int n = W::n0() + ni * T + r;
+                b[ni] = TB ? quad_along<LB>(Bs, n, k0 + kq) : quad_down<LB>(Bs, k0 + kq, n);
+            }
+#pragma unroll
+            for (int mi = 0; mi < W::MI; ++mi)
+#pragma unroll
+                for (int ni = 0; ni < W::NI; ++ni) mfma<K, T>(d[mi][ni], b[ni], a[mi]);  // (C^T)
         }
-#pragma unroll
-        for (int mi = 0; mi < W::MI; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < W::NI; ++ni) mfma<K, T>(d[mi][ni], b[ni], a[mi]);  // (C^T)
     }
 #pragma unroll
     for (int t = 0; t < W::MI * W::NI; ++t)
