@@ -384,3 +384,12 @@ def test_hip_refuses_hopper_only_schedules_by_taking_the_generic_path():
 def test_unknown_hip_arch_is_an_error():
     with pytest.raises(TilecError, match="unknown --arch 'sm_80' for target hip"):
         driver.get_target("hip").parse_arch("sm_80")
+
+
+def test_a_handwritten_gemv_mma_is_a_located_error_on_hip():
+    from test_tile_level import GEMV_MMA, GEMV_MMA_KMAJOR
+    for text in (GEMV_MMA, GEMV_MMA_KMAJOR):
+        src, _, m = compile_text(text, "g.tile", "hip", options=GFX90A)
+        with pytest.raises(TilecError, match="gemv_mma") as e:
+            driver.render(src, m, "hip", GFX90A)
+        assert e.value.loc is not None and e.value.loc.line == 3

@@ -74,6 +74,10 @@ class HipRenderer(CudaRenderer):
         for name in self.staged:
             self.emit(f"tilec::copy_land({name});", depth)
 
+    def s_GemvMma(self, s: T.GemvMma, depth):
+        raise T.Unsupported("gemv_mma() has no HIP version (tilec_cuda.h's routine is mma.sync "
+                            "code); write the GEMV with a parallel loop")
+
     def native16(self, e) -> bool:
         # 16-bit operations are computed in f32 and rounded once (the same bits; tilec_hip.h has
         # no 16-bit instruction wrappers)
