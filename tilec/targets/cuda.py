@@ -2013,6 +2013,7 @@ def render(target, src, m, env, banner, options) -> dict:
         ["tilec_stream: the CUDA stream the kernels run on (0: default)",
          "Tensor pointers are device memory."])
     files["tilec_cuda.h"] = env.loader.get_source(env, "cuda/tilec_cuda.h")[0]
+    files.update(gpu_common_files(env))
     # PTX of the last architecture for newer GPUs, without the `a` (arch-specific code such as
     # wgmma runs only on the GPUs it names; the warp-specialized kernels are launched on those
     # alone, so the portable PTX holds a stub of them)
@@ -2022,6 +2023,11 @@ def render(target, src, m, env, banner, options) -> dict:
         gencode=" ".join(_gencode(a) for a in archs) +
         f" -gencode arch=compute_{last},code=compute_{last}", archs=", ".join(archs))
     return files
+
+
+def gpu_common_files(env) -> dict:
+    """The device code the GPU libraries share (tilec_cuda.h and tilec_hip.h include it)."""
+    return {"tilec_gpu.h": env.loader.get_source(env, "common/tilec_gpu.h")[0]}
 
 
 def _for_arch(target, options: dict):

@@ -36,7 +36,7 @@ from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
 from .cstyle import cname
-from .cuda import SIXTEEN, STORE, CudaRenderer, _const, kind, render_kernel
+from .cuda import SIXTEEN, STORE, CudaRenderer, _const, gpu_common_files, kind, render_kernel
 
 # LDS bytes per wave of a block-wide reduction's scratch (a value of up to 8 bytes)
 REDUCE_SCRATCH = 8
@@ -219,6 +219,7 @@ def render(target, src, m, env, banner, options) -> dict:
         ["tilec_stream: the HIP stream the kernels run on (0: default)",
          "Tensor pointers are device memory."])
     files["tilec_hip.h"] = env.loader.get_source(env, "hip/tilec_hip.h")[0]
+    files.update(gpu_common_files(env))
     files["Makefile"] = env.get_template("hip/Makefile.j2").render(
         banner=banner("#"), libs=libs, archs=", ".join(archs),
         offload=" ".join(f"--offload-arch={a}" for a in archs))
