@@ -393,3 +393,29 @@ def test_a_handwritten_gemv_mma_is_a_located_error_on_hip():
         with pytest.raises(TilecError, match="gemv_mma") as e:
             driver.render(src, m, "hip", GFX90A)
         assert e.value.loc is not None and e.value.loc.line == 3
+
+
+ATTENTION_F32 = """
+kernel att32(Q: f32[B, H, L, D], K: f32[B, H, S, D], V: f32[B, H, S, D]) -> O: f32[B, H, L, D]:
+    P = softmax((Q @ K.T) * rsqrt(f32(D)), axis=-1)
+    O = P @ V
+"""
+
+
+def test_a_variant_whose_tiles_exceed_the_lds_is_refused_at_run_time(tmp_path):
+    """f32 attention's head-dim 128 variants would need 128 KiB of LDS (CUDA's capacities): they
+    are not built, their launchers return TILEC_ERR_UNSUPPORTED, and the file still compiles
+    warning-free for gfx90a."""
+    need_hipcc()
+    src = tmp_path / "att32.tile"
+    src.write_text(ATTENTION_F32)
+    files = emit(src, tmp_path)
+    text = files["att32.hip"]
+    kernels = kernel_sources(text)
+    assert "not built for HIP: its tiles need 131072 bytes of LDS" in kernels["att32_k0_D128"]
+    launch = text.split("static int tilec_launch_att32_k0_D128(")[1].split("\n}\n")[0]
+    assert "return TILEC_ERR_UNSUPPORTED;" in launch and "hipLaunchKernelGGL" not in launch
+    assert "hipLaunchKernelGGL" in text.split("static int tilec_launch_att32_k0_D64(")[1].split("\n}\n")[0]
+    out = hipcc(["-std=c++17", "-O3", "-Wall", "-ffp-contract=off", "--offload-arch=gfx90a",
+                 "-c", "att32.hip", "-o", "att32.o"], tmp_path)
+    assert "warning" not in out.replace("argument unused during compilation", ""), out

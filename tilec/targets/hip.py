@@ -152,9 +152,10 @@ def hip_kernel(k: T.TileKernel, symbols, target) -> dict:
     block-wide reduction needs it, its scratch (a double per wave, reused by every reduction)."""
     ctx = render_kernel(k, symbols, target, HipRenderer)
     lds = ctx["smem"]
-    assert lds <= target.resources.tile_memory, f"{k.name}: {lds} bytes of LDS"
     if any("tilec_red" in line for line in ctx["body"]):
         lds += REDUCE_SCRATCH * (k.threads // target.resources.warp)
+    if lds > target.resources.tile_memory:
+        return too_big(ctx, k, lds, target.resources.tile_memory)
     decl = []
     if lds:
         decl = [f"// LDS: {lds} bytes",
@@ -164,6 +165,19 @@ def hip_kernel(k: T.TileKernel, symbols, target) -> dict:
                         "// block reductions' scratch")
     ctx.update(bounds=str(k.threads), launch=launch_lines(k, 0, ctx["args"]), smem_decl=decl,
                lds=lds)
+    return ctx
+
+
+def too_big(ctx: dict, k: T.TileKernel, lds: int, limit: int) -> dict:
+    """A kernel variant whose tiles need more LDS than a workgroup has (capacities chosen for
+    CUDA's 227 KiB, e.g. attention of f32 values at a head dim of 128): not built; its launcher
+    returns TILEC_ERR_UNSUPPORTED, so the dims that pick it are refused at run time."""
+    why = f"its tiles need {lds} bytes of LDS; a workgroup has {limit}"
+    ctx.update(body=[f"    // not built for HIP: {why} (the launcher returns TILEC_ERR_UNSUPPORTED)"],
+               frags=[], plans=[], shared=[], smem_decl=[], block=["(void)tilec_grid;"], lds=0,
+               bounds=str(k.threads),
+               launch=[f"(void){k.name};", "(void)tilec_g0;", "(void)tilec_g1;", "(void)tilec_g2;",
+                       f"return TILEC_ERR_UNSUPPORTED;  // {why}"])
     return ctx
 
 

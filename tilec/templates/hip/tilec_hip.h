@@ -560,7 +560,31 @@ TILEC_DEV void gemm_rs(const uint32_t* a_frag, const uint16_t* Bs, float* acc) {
 }
 
 // The same products on the scalar units, for dtypes the matrix units do not take (f32, f64,
-// integers): each lane computes its own accumulator elements, in the same layout.
+// integers): each lane computes its own accumulator elements, in the same layout. Per k: B's row
+// k at the lane's columns (simt_b_row), then each of its accumulator rows mi gets a * b
+// (simt_fma_row).
+template <class W, int T, bool TB, class LB, class KB, typename Acc>
+TILEC_DEV void simt_b_row(Acc (&b)[W::NI][W::G][4], const typename KB::storage* Bs, int n0, int k) {
+#pragma unroll
+    for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+        for (int g = 0; g < W::G; ++g)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int c = n0 + ni * T + g * 4 * W::H + v;
+                b[ni][g][v] = (Acc)KB::load(Bs[TB ? LB::offset(c, k) : LB::offset(k, c)]);
+            }
+}
+template <class W, typename Acc>
+TILEC_DEV void simt_fma_row(Acc* acc, int mi, Acc a, const Acc (&b)[W::NI][W::G][4]) {
+#pragma unroll
+    for (int ni = 0; ni < W::NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4 * W::G; ++e) {
+            Acc& d = acc[(mi * W::NI + ni) * 4 * W::G + e];
+            d = fma_acc(a, b[ni][e / 4][e % 4], d);
+        }
+}
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
           class KA, class KB, typename Acc, int T>
 TILEC_DEV void gemm_simt(const typename KA::storage* As, const typename KB::storage* Bs, Acc* acc) {
@@ -568,30 +592,13 @@ TILEC_DEV void gemm_simt(const typename KA::storage* As, const typename KB::stor
     const int lane = threadIdx.x % WAVE, m0 = W::m0() + lane % T, n0 = W::n0() + lane / T * 4;
 #pragma unroll 2
     for (int k = 0; k < BK; ++k) {
-        Acc a[W::MI], b[W::NI][W::G][4];
+        Acc b[W::NI][W::G][4];
+        simt_b_row<W, T, TB, LB, KB>(b, Bs, n0, k);
 #pragma unroll
         for (int mi = 0; mi < W::MI; ++mi) {
             const int r = m0 + mi * T;
-            a[mi] = (Acc)KA::load(As[TA ? LA::offset(k, r) : LA::offset(r, k)]);
+            simt_fma_row<W>(acc, mi, (Acc)KA::load(As[TA ? LA::offset(k, r) : LA::offset(r, k)]), b);
         }
-#pragma unroll
-        for (int ni = 0; ni < W::NI; ++ni)
-#pragma unroll
-            for (int g = 0; g < W::G; ++g)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) {
-                    const int c = n0 + ni * T + g * 4 * W::H + v;
-                    b[ni][g][v] = (Acc)KB::load(Bs[TB ? LB::offset(c, k) : LB::offset(k, c)]);
-                }
-#pragma unroll
-        for (int mi = 0; mi < W::MI; ++mi)
-#pragma unroll
-            for (int ni = 0; ni < W::NI; ++ni)
-#pragma unroll
-                for (int e = 0; e < 4 * W::G; ++e) {
-                    Acc& d = acc[(mi * W::NI + ni) * 4 * W::G + e];
-                    d = fma_acc(a[mi], b[ni][e / 4][e % 4], d);
-                }
     }
 }
 
@@ -608,28 +615,13 @@ TILEC_DEV void gemm_simt_rs(const A* a_frag, const typename KB::storage* Bs, Acc
 #pragma unroll  // register indices must be constants
     for (int k = 0; k < BK; ++k) {
         Acc b[W::NI][W::G][4];
-#pragma unroll
-        for (int ni = 0; ni < W::NI; ++ni)
-#pragma unroll
-            for (int g = 0; g < W::G; ++g)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) {
-                    const int c = n0 + ni * T + g * 4 * W::H + v;
-                    b[ni][g][v] = (Acc)KB::load(Bs[TB ? LB::offset(c, k) : LB::offset(k, c)]);
-                }
+        simt_b_row<W, T, TB, LB, KB>(b, Bs, n0, k);
         // column k of a row: tile k / T, register group (k % T) / (4 H), lane group (k % 4H) / 4
         const int owner = lane % T + T * ((k % (4 * W::H)) / 4);
 #pragma unroll
         for (int mi = 0; mi < W::MI; ++mi) {
             const A mine = a_frag[((mi * NIA + k / T) * W::G + (k % T) / (4 * W::H)) * 4 + k % 4];
-            const Acc a = (Acc)__shfl(mine, owner, WAVE);
-#pragma unroll
-            for (int ni = 0; ni < W::NI; ++ni)
-#pragma unroll
-                for (int e = 0; e < 4 * W::G; ++e) {
-                    Acc& d = acc[(mi * W::NI + ni) * 4 * W::G + e];
-                    d = fma_acc(a, b[ni][e / 4][e % 4], d);
-                }
+            simt_fma_row<W>(acc, mi, (Acc)__shfl(mine, owner, WAVE), b);
         }
     }
 }
