@@ -165,10 +165,10 @@ def gemm_lds_accesses(g, allocs, threads):
     c = allocs[g.c].layout
     t, kstep = c.tile, 4 * WAVE // c.tile
     out = []
-    operands = [(g.b, True, not g.transpose_b, c.ni, lambda w: w % c.warps_n * c.wn)]
+    operands = [(g.b, not g.transpose_b, c.ni, lambda w: w % c.warps_n * c.wn)]
     if allocs[g.a].scope == "shared":
-        operands.append((g.a, False, g.transpose_a, c.mi, lambda w: w // c.warps_n * c.wm))
-    for name, is_b, rows_are_k, tiles, base in operands:
+        operands.append((g.a, g.transpose_a, c.mi, lambda w: w // c.warps_n * c.wm))
+    for name, rows_are_k, tiles, base in operands:
         L = allocs[name].layout
         bk = L.rows if rows_are_k else L.cols
         paired = allocs[g.a].scope == "shared" and bk % (2 * kstep) == 0
@@ -258,7 +258,11 @@ def asm_kernels(asm: str) -> dict:
         m = re.match(r"_ZN12_GLOBAL__N_1(\d+)(\w+)", mangled)
         return m.group(2)[:int(m.group(1))] if m else mangled
     for m in re.finditer(r"^(_Z\w+):(.*?)^\.Lfunc_end\d+:", asm, re.S | re.M):
-        out.setdefault(name(m.group(1)), {})["mfma"] = len(re.findall(r"^\s*v_mfma", m.group(2), re.M))
+        facts = out.setdefault(name(m.group(1)), {})
+        facts["mfma"] = len(re.findall(r"^\s*v_mfma", m.group(2), re.M))
+        # generic-address memory instructions: an LDS or global pointer whose address space the
+        # compiler lost (slower than ds_* / global_*)
+        facts["flat"] = len(re.findall(r"^\s*flat_(load|store|atomic)", m.group(2), re.M))
     for m in re.finditer(r"\.amdhsa_kernel (\S+)\n(.*?)\.end_amdhsa_kernel", asm, re.S):
         fields = dict(re.findall(r"\.amdhsa_(\w+) (\S+)", m.group(2)))
         out.setdefault(name(m.group(1)), {}).update(
@@ -288,7 +292,8 @@ def emit(path: Path, out: Path, options=GFX90A) -> dict:
 def test_sample_compiles_for_gfx90a_and_its_assembly_checks(path, tmp_path):
     """The sample's Makefile builds libNAME.a and libNAME.so with hipcc, warning-free; in the
     device assembly every kernel that calls a matrix-unit GEMM has v_mfma instructions, no
-    kernel uses scratch, and every kernel's LDS is tilec's count."""
+    kernel uses scratch or generic-address (flat) loads and stores, and every kernel's LDS is
+    tilec's count."""
     need_hipcc()
     files = emit(path, tmp_path)
     r = subprocess.run(["make", "-C", str(tmp_path), "-j2", "--no-print-directory"],
@@ -311,6 +316,7 @@ def test_sample_compiles_for_gfx90a_and_its_assembly_checks(path, tmp_path):
             facts = asm[k]
             lds = re.search(r"// LDS: (\d+) bytes", body)
             assert facts["private"] == 0, f"{k} uses {facts['private']} bytes of scratch"
+            assert facts["flat"] == 0, f"{k} has {facts['flat']} flat (generic address) accesses"
             assert facts["lds"] == (int(lds.group(1)) if lds else 0), (k, facts)
             if MFMA_CALL.search(body):
                 assert facts["mfma"] > 0, f"{k} calls an MFMA gemm but has no v_mfma"
@@ -319,6 +325,26 @@ def test_sample_compiles_for_gfx90a_and_its_assembly_checks(path, tmp_path):
     if path.stem in ("gemm_bias_relu", "attention", "causal_attention", "w4a16", "w4a16_kmajor",
                      "flash_attention", "gemm_relu"):
         assert mfma_kernels >= 2 if path.parent.name != "tile" else mfma_kernels == 1
+
+
+@pytest.mark.hipcc
+@pytest.mark.parametrize("sample", ["batched_matmul", "gemm_gelu_softmax", "linear_tf32"])
+def test_the_f32_gemm_samples_in_16_bits_run_on_mfma(sample, tmp_path):
+    """The samples whose products are f32 (scalar FMAs, as on CUDA without tf32) with 16-bit
+    tensors instead: the batched GEMM, the GEMM feeding a row softmax through a workspace and the
+    transposed-weight linear layer put their tile products on v_mfma, without scratch."""
+    need_hipcc()
+    text = (SAMPLES / f"{sample}.tile").read_text().replace("f32[", "f16[")
+    path = tmp_path / f"{sample}.tile"
+    path.write_text(text)
+    files = emit(path, tmp_path)
+    (name,) = [n for n in files if n.endswith(".hip")]
+    hipcc(["-std=c++17", "-O3", "-ffp-contract=off", "--offload-arch=gfx90a", "--cuda-device-only",
+           "-S", "-o", "k.s", name], tmp_path)
+    asm = asm_kernels((tmp_path / "k.s").read_text())
+    tiled = [k for k, body in kernel_sources(files[name]).items() if MFMA_CALL.search(body)]
+    assert len(tiled) == 2, tiled  # the default tile and the decode tile
+    assert all(asm[k]["mfma"] > 0 and asm[k]["private"] == 0 for k in tiled), asm
 
 
 def test_the_launcher_abi_is_cudas_with_a_trailing_hip_stream(tmp_path):

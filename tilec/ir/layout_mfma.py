@@ -76,7 +76,7 @@ class MfmaLayout(MmaLayout):
         g = f" + ({q}) % {self.g} * {4 * self.h}" if self.g > 1 else ""
         return f"{warp_n} + ({q}) / {self.g} % {self.ni} * {self.tile}{g} + tilec_lane / {self.tile} * 4"
 
-    def rows_layout(self) -> "MfmaRows":
+    def rows_layout(self) -> MfmaRows:
         return MfmaRows(self.rows, self.warps_m, self.warps_n, self.tile)
 
     def row_slot(self, q: str) -> str:
@@ -120,8 +120,8 @@ def lane_elements(L: MfmaLayout, warp: int, lane: int) -> dict:
     out = {}
     env = {"tilec_warp": warp, "tilec_lane": lane}
     for q in range(L.groups()):
-        r = eval(L.row(str(q)).replace("/", "//"), {}, env)  # noqa: S307 (our own formulas)
-        c = eval(L.col0(str(q)).replace("/", "//"), {}, env)  # noqa: S307
+        r = eval(L.row(str(q)).replace("/", "//"), {}, env)  # (our own formulas)
+        c = eval(L.col0(str(q)).replace("/", "//"), {}, env)
         for v in range(4):
             out[q * 4 + v] = (r, c + v)
     return out

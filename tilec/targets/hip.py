@@ -15,7 +15,6 @@ import functools
 import os
 import subprocess
 import tempfile
-from dataclasses import replace
 
 from ..diagnostics import TilecError
 from ..ir import tile as T
@@ -52,7 +51,7 @@ class HipRenderer(CudaRenderer):
         super().__init__(kernel, target)
         # the staging registers of the copies issued ahead (one set per destination buffer),
         # landed in LDS at every wait
-        self.staged = sorted({f"tilec_stage_{cname(c.dst.buf)}" for c in T.walk_stmts(kernel.body)
+        self.staged = sorted({c.dst.buf for c in T.walk_stmts(kernel.body)
                               if isinstance(c, T.Copy) and c.async_})
 
     def copy_call(self, s: T.Copy, tparams: str, whole: bool, args: list, depth):
@@ -63,7 +62,8 @@ class HipRenderer(CudaRenderer):
         name = f"tilec_stage_{cname(s.dst.buf)}"
         ctype = STORE[self.allocs[s.dst.buf].dtype]
         self.copy_plans[name] = f"tilec::Staged<{tparams}, {ctype}> {name};  // copies in flight"
-        self.emit(f"tilec::copy_issue<{str(whole).lower()}>({name}, {', '.join(args)});", depth)
+        self.emit(f"tilec::copy_issue<{str(whole).lower()}>({name}, {cname(s.dst.buf)}, "
+                  f"{', '.join(args)});", depth)
 
     def s_Commit(self, s, depth):
         pass  # (a copy issued ahead is complete once its registers land: s_Wait)
@@ -71,8 +71,8 @@ class HipRenderer(CudaRenderer):
     def s_Wait(self, s: T.Wait, depth):
         # every copy issued ahead lands (at least the groups the wait asks for; the stages they
         # write are free since their issue)
-        for name in self.staged:
-            self.emit(f"tilec::copy_land({name});", depth)
+        for buf in self.staged:
+            self.emit(f"tilec::copy_land(tilec_stage_{cname(buf)}, {cname(buf)});", depth)
 
     def s_GemvMma(self, s: T.GemvMma, depth):
         raise T.Unsupported("gemv_mma() has no HIP version (tilec_cuda.h's routine is mma.sync "
@@ -181,6 +181,25 @@ def too_big(ctx: dict, k: T.TileKernel, lds: int, limit: int) -> dict:
     return ctx
 
 
+class HipToolchain(Toolchain):
+    """hipcc, whose `--version` prints the HIP and clang versions among other lines (on a
+    machine without a GPU, a tool's traceback last): the version is those two lines."""
+
+    def version(self) -> str:
+        return _hip_version(self.command())
+
+
+@functools.cache
+def _hip_version(cmd: str) -> str:
+    try:
+        out = subprocess.run(cmd.split() + ["--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+    lines = [x.strip() for x in (out.stdout + out.stderr).splitlines()
+             if x.startswith("HIP version") or "clang version" in x]
+    return "; ".join(lines) or "unknown"
+
+
 @functools.cache
 def _compiles_for(hipcc: str, arch: str) -> str | None:
     """None when `hipcc` compiles device code for `arch`, else its first error line (probed once
@@ -199,7 +218,7 @@ def _compiles_for(hipcc: str, arch: str) -> str | None:
     if p.returncode == 0:
         return None
     lines = [x for x in (p.stderr + p.stdout).splitlines() if "error" in x]
-    return (lines or ["exit status %d" % p.returncode])[0].strip()
+    return (lines or [f"exit status {p.returncode}"])[0].strip()
 
 
 def check_archs(target, archs) -> None:
@@ -264,7 +283,7 @@ HIP = Target(
         # M = 1: the scalar GEMV streaming B's rows (4-bit weights dequantized in registers):
         # 64 lanes x 4 columns, 4 waves walking K, splits of at least 128 rows
         gemv=(256, 256, 512, 128, 2, 4)),
-    toolchain=Toolchain("HIPCC", "hipcc", "HIP compiler"),
+    toolchain=HipToolchain("HIPCC", "hipcc", "HIP compiler"),
     lowering=(
         # LDS stages of pipelined loops, their copies issued ahead through registers
         ("pipeline", pipeline.run),

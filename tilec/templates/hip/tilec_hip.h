@@ -344,28 +344,31 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
 // free from the issue on (the pipeline issues a copy only after the barrier that ends the reads
 // of that stage), so landing at any time between the issue and the wait is correct; a second
 // issue on the same staging registers lands the first one before. A tensor that cannot be read
-// in chunks is copied element by element at the issue.
+// in chunks is copied element by element at the issue. The stage is kept as an offset into its
+// buffer, `base` (passed again at the landing): a pointer kept in the registers would lose its
+// LDS address space (flat stores instead of ds_write_b128).
 template <int ROWS, int COLS, int THREADS, class L, typename T> struct Staged {
     u32x4 chunk[Chunks<ROWS, COLS, THREADS, T>::ITERS];
-    T* dst = nullptr;
+    int offset = 0;  // elements from the buffer's start to the stage
     bool pending = false;
 };
 template <int ROWS, int COLS, int THREADS, class L, typename T>
-TILEC_DEV void copy_land(Staged<ROWS, COLS, THREADS, L, T>& st) {
+TILEC_DEV void copy_land(Staged<ROWS, COLS, THREADS, L, T>& st, T* base) {
     typedef Chunks<ROWS, COLS, THREADS, T> C;
     if (!st.pending) return;
+    T* const dst = base + st.offset;
 #pragma unroll
     for (int it = 0; it < C::ITERS; ++it) {
         int r, k;
-        if (C::at(it, r, k)) *reinterpret_cast<u32x4*>(st.dst + L::offset(r, k)) = st.chunk[it];
+        if (C::at(it, r, k)) *reinterpret_cast<u32x4*>(dst + L::offset(r, k)) = st.chunk[it];
     }
     st.pending = false;
 }
 template <bool WHOLE, int ROWS, int COLS, int THREADS, class L, typename T>
-TILEC_DEV void copy_issue(Staged<ROWS, COLS, THREADS, L, T>& st, T* dst, const T* src, int64_t ld,
-                          int64_t nr, int64_t nc) {
+TILEC_DEV void copy_issue(Staged<ROWS, COLS, THREADS, L, T>& st, T* base, T* dst, const T* src,
+                          int64_t ld, int64_t nr, int64_t nc) {
     typedef Chunks<ROWS, COLS, THREADS, T> C;
-    copy_land(st);
+    copy_land(st, base);
     if (!C::readable(src, ld)) {
         copy_elements<ROWS, COLS, L>(dst, src, ld, nr, nc, THREADS);
         return;
@@ -375,7 +378,7 @@ TILEC_DEV void copy_issue(Staged<ROWS, COLS, THREADS, L, T>& st, T* dst, const T
         int r, k;
         st.chunk[it] = C::at(it, r, k) ? C::template read<WHOLE>(src, ld, nr, nc, r, k) : u32x4{0, 0, 0, 0};
     }
-    st.dst = dst;
+    st.offset = (int)(dst - base);
     st.pending = true;
 }
 
