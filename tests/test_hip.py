@@ -445,3 +445,45 @@ def test_a_variant_whose_tiles_exceed_the_lds_is_refused_at_run_time(tmp_path):
     out = hipcc(["-std=c++17", "-O3", "-Wall", "-ffp-contract=off", "--offload-arch=gfx90a",
                  "-c", "att32.hip", "-o", "att32.o"], tmp_path)
     assert "warning" not in out.replace("argument unused during compilation", ""), out
+
+
+@pytest.mark.hipcc
+def test_cmake_builds_a_program_against_a_hip_library(tmp_path):
+    """tilec_add_library(... TARGET_KIND hip) builds the kernels with hipcc at build time and a
+    C++ program compiled by the project's compiler links them with hip::host; without a GPU
+    the call returns a status instead of crashing."""
+    need_hipcc()
+    if shutil.which("cmake") is None:
+        if ON_CI:
+            pytest.fail("cmake is not installed on this CI machine")
+        pytest.skip("cmake not found")
+    import tilec
+    wrapper = tmp_path / "tilec"
+    root = Path(tilec.__file__).resolve().parents[1]
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={root} exec {sys.executable} -m tilec.cli \"$@\"\n")
+    wrapper.chmod(0o755)
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "CMakeLists.txt").write_text(f"""cmake_minimum_required(VERSION 3.20)
+project(hip_app CXX)
+find_package(Tilec REQUIRED)
+tilec_add_library(kernels SOURCES {SAMPLES / "softmax.tile"} TARGET_KIND hip)
+add_executable(app main.cpp)
+target_link_libraries(app PRIVATE kernels)
+""")
+    (app / "main.cpp").write_text("""#include "softmax.h"
+#include <cstdio>
+int main() {
+    float* none = nullptr;  // (no device memory here: the call's checks answer)
+    std::printf("%s\\n", tilec_status_string(softmax_rows(none, none, 2, 3, 0)));
+    return 0;
+}
+""")
+    build = tmp_path / "build"
+    for cmd in (["cmake", "-S", str(app), "-B", str(build), f"-DTILEC_EXECUTABLE={wrapper}",
+                 f"-DCMAKE_PREFIX_PATH={root / 'tilec' / 'cmake'}"],
+                ["cmake", "--build", str(build), "-j2"]):
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = subprocess.run([str(build / "app")], capture_output=True, text=True)
+    assert r.returncode == 0 and "NULL" in r.stdout, r.stdout + r.stderr
