@@ -27,6 +27,7 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: runs kernels on a CUDA GPU (skipped without one)")
     config.addinivalue_line("markers", "nvcc: compiles CUDA sources with nvcc (no GPU needed)")
+    config.addinivalue_line("markers", "hipcc: compiles HIP sources with hipcc (no GPU needed)")
 
 
 @pytest.fixture

@@ -3,12 +3,12 @@
 #   list(APPEND CMAKE_PREFIX_PATH "<output of `tilec --cmake-dir`>")
 #   find_package(Tilec REQUIRED)
 #   tilec_add_library(my_kernels SOURCES ops.tile [more.tile ...]
-#                     [TARGET_KIND cpu|cuda] [ARCH <tilec --arch value>])
+#                     [TARGET_KIND cpu|cuda|hip] [ARCH <tilec --arch value>])
 #   target_link_libraries(my_app PRIVATE my_kernels)
 #
 # Each .tile file becomes lib<stem>.a and <stem>.h under ${CMAKE_CURRENT_BINARY_DIR}/tilec/<stem>;
 # `my_kernels` carries their include directory and what they link against (OpenMP for cpu, the
-# CUDA runtime for cuda). tilec reruns only when a .tile file or tilec itself changed: it writes
+# CUDA runtime for cuda, the HIP runtime for hip). tilec reruns only when a .tile file or tilec itself changed: it writes
 # a depfile that the custom command reads (CMake >= 3.20).
 
 cmake_minimum_required(VERSION 3.20)
@@ -25,8 +25,8 @@ function(tilec_add_library name)
   if(NOT TILEC_TARGET_KIND)
     set(TILEC_TARGET_KIND cpu)
   endif()
-  if(NOT TILEC_TARGET_KIND MATCHES "^(cpu|cuda)$")
-    message(FATAL_ERROR "tilec_add_library(${name}): TARGET_KIND is cpu or cuda, not ${TILEC_TARGET_KIND}")
+  if(NOT TILEC_TARGET_KIND MATCHES "^(cpu|cuda|hip)$")
+    message(FATAL_ERROR "tilec_add_library(${name}): TARGET_KIND is cpu, cuda or hip, not ${TILEC_TARGET_KIND}")
   endif()
   set(arch_args "")
   if(TILEC_ARCH)
@@ -41,7 +41,8 @@ function(tilec_add_library name)
     string(MAKE_C_IDENTIFIER "${stem}" lib)
     set(out "${CMAKE_CURRENT_BINARY_DIR}/tilec/${lib}")
     file(MAKE_DIRECTORY "${out}")
-    # the kernels are compiled by the project's C++ compiler (CUDA kernels by nvcc)
+    # the kernels are compiled by the project's C++ compiler (CUDA kernels by nvcc, HIP ones by
+    # hipcc)
     set(compiler_env "")
     if(TILEC_TARGET_KIND STREQUAL "cpu" AND CMAKE_CXX_COMPILER)
       set(compiler_env "CXX=${CMAKE_CXX_COMPILER}")
@@ -67,6 +68,10 @@ function(tilec_add_library name)
   if(TILEC_TARGET_KIND STREQUAL "cpu")
     find_package(OpenMP REQUIRED COMPONENTS CXX)
     target_link_libraries(${name} INTERFACE OpenMP::OpenMP_CXX)
+  elseif(TILEC_TARGET_KIND STREQUAL "hip")
+    # (hip::host: the runtime library and the platform macro its header needs)
+    find_package(hip REQUIRED)
+    target_link_libraries(${name} INTERFACE hip::host)
   else()
     find_package(CUDAToolkit REQUIRED)
     target_link_libraries(${name} INTERFACE CUDA::cudart)

@@ -17,13 +17,15 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def warp_grids(rows: int, cols: int, warps: int, rows_in_warp: bool = False) -> list:
+def warp_grids(rows: int, cols: int, warps: int, rows_in_warp: bool = False,
+               tile: tuple = (16, 8)) -> list:
     """The (warps_m, warps_n) grids of `warps` warps that tile a rows x cols accumulator in
-    16 x 8 mma tiles (rows_in_warp: whole rows per warp, warps_n = 1)."""
+    `tile` (m, n) mma tiles, 16 x 8 by default (rows_in_warp: whole rows per warp, warps_n = 1)."""
+    tm, tn = tile
     if rows_in_warp:
-        return [(warps, 1)] if warps and rows % (16 * warps) == 0 else []
+        return [(warps, 1)] if warps and rows % (tm * warps) == 0 else []
     return [(wm, warps // wm) for wm in range(1, warps + 1)
-            if warps % wm == 0 and rows % (16 * wm) == 0 and cols % (8 * (warps // wm)) == 0]
+            if warps % wm == 0 and rows % (tm * wm) == 0 and cols % (tn * (warps // wm)) == 0]
 
 
 @dataclass(frozen=True)

@@ -30,16 +30,23 @@ def _const(e) -> int | None:
     return e.value if isinstance(e, T.Const) else None
 
 
-def mma_layout(rows: int, cols: int, warps: int, rows_in_warp: bool) -> MmaLayout:
-    """The best warp grid (the tile pass has checked that one exists: warp_grids)."""
-    grids = warp_grids(rows, cols, warps, rows_in_warp)
+def best_grid(rows: int, cols: int, warps: int, rows_in_warp: bool, tile: tuple = (16, 8),
+              pair: int = 16) -> tuple:
+    """The best warp grid (the tile pass has checked that one exists: warp_grids): warp tiles
+    whose columns are a multiple of `pair` first (CUDA: pairs of n-tiles load with one
+    ldmatrix.x4), then the shortest warp tiles."""
+    grids = warp_grids(rows, cols, warps, rows_in_warp, tile)
     if not grids:
         raise AssertionError(f"no warp grid of {warps} warps tiles a {rows}x{cols} accumulator")
 
-    def key(g):  # pairs of n-tiles load with one ldmatrix.x4; then the shortest warp tiles
+    def key(g):
         wm, wn = g
-        return ((cols // wn) % 16 != 0, rows // wm + cols // wn, -wm)
-    return MmaLayout(rows, cols, *min(grids, key=key))
+        return ((cols // wn) % pair != 0, rows // wm + cols // wn, -wm)
+    return min(grids, key=key)
+
+
+def mma_layout(rows: int, cols: int, warps: int, rows_in_warp: bool) -> MmaLayout:
+    return MmaLayout(rows, cols, *best_grid(rows, cols, warps, rows_in_warp))
 
 
 def _columns_per_access(dtypes) -> int:
@@ -72,6 +79,11 @@ class Assign:
         self.threads = 128 if k.pingpong else k.threads - 128 if k.warp_specialize else k.threads
         self.params = {p.name: p for p in k.params if p.kind != "scalar"}
         self.vmax = _columns_per_access(p.dtype for p in self.params.values())
+
+    def acc_layout(self, rows: int, cols: int, rows_in_warp: bool):
+        """The register layout of a gemm's rows x cols accumulator (a target's matrix units:
+        mma.sync here; subclasses for others)."""
+        return mma_layout(rows, cols, self.warps, rows_in_warp)
 
     def shape(self, buf: str) -> tuple:
         return tuple(_const(d) for d in self.allocs[buf].shape)
@@ -164,7 +176,7 @@ class Assign:
                 self.set(g.c, WgmmaLayout(rows, cols, 4, 1, True) if self.k.pingpong else
                          WgmmaLayout(rows, cols, rows // 16, 1))
                 continue
-            self.set(g.c, mma_layout(rows, cols, self.warps, rows_in_warp))
+            self.set(g.c, self.acc_layout(rows, cols, rows_in_warp))
         self.propagate()
         for f in sorted(self.frags):  # row kernels' cached rows, GEMV accumulators
             if f not in self.lay and len(self.allocs[f].shape) == 2:
@@ -269,5 +281,5 @@ def on_matrix_units(g: T.Gemm, allocs: dict, resources) -> bool:
             (a.scope != "shared" or a.layout.cols * 2 % 16 == 0))
 
 
-def run(prog: T.TileProgram, target, options) -> T.TileProgram:
-    return replace(prog, kernels=tuple(Assign(k, target).run() for k in prog.kernels))
+def run(prog: T.TileProgram, target, options, assign=Assign) -> T.TileProgram:
+    return replace(prog, kernels=tuple(assign(k, target).run() for k in prog.kernels))

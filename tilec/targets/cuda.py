@@ -412,9 +412,14 @@ class CudaRenderer(CStyleRenderer):
             return
         # (elsewhere no plan: its registers live through the kernel, and in loops that are not
         # versioned it saves only a few instructions per copy; attention spilled more with it)
+        self.copy_call(s, tparams, whole, [ptr, f"{cname(src.name)} + {start}", dims[-1],
+                                           left(dims[-2], offs[-2]), left(dims[-1], offs[-1])],
+                       depth)
+
+    def copy_call(self, s: T.Copy, tparams: str, whole: bool, args: list, depth):
+        """The call of a tile copy (dst, src, row stride, rows and columns left in the tensor)."""
         self.emit(f"tilec::copy_g2s<{tparams}, {str(s.async_).lower()}, {str(whole).lower()}>("
-                  f"{ptr}, {cname(src.name)} + {start}, {dims[-1]}, {left(dims[-2], offs[-2])}, "
-                  f"{left(dims[-1], offs[-1])});", depth)
+                  f"{', '.join(args)});", depth)
 
     def s_Commit(self, s, depth):
         self.emit("tilec::cp_async_commit();", depth)
@@ -1860,11 +1865,11 @@ _COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.GemmLoad, T.GemvMma, 
 
 
 # ---- whole-program rendering ----------------------------------------------------------------
-def render_kernel(k: T.TileKernel, symbols, target) -> dict:
+def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
     # the Lets of dimensions alone (host_scalars pass) and the grid: computed by the launcher
     host = host_scalars.host_lets(k)
     body = tuple(st for st in k.body if not any(st is h for h in host))
-    em = CudaRenderer(k, target)
+    em = (renderer or CudaRenderer)(k, target)  # (the HIP target's subclass renders its own)
     em.launcher_values = T.shape_dims(k) | {h.name for h in host}
     # shared buffers: 128-byte aligned; TMA's 128-byte swizzle needs 1024 (and the mbarriers
     # of a warp-specialized kernel follow them)
@@ -1935,7 +1940,7 @@ def render_kernel(k: T.TileKernel, symbols, target) -> dict:
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
                 shared=shared, frags=frags, plans=list(em.copy_plans.values()), body=em.lines,
-                tile_ir=T.print_kernel(k).splitlines())
+                tile_ir=T.print_kernel(k).splitlines(), smem=off, args=args)
 
 
 def variant_guards(k: T.TileKernel) -> list:
@@ -2089,6 +2094,7 @@ def render(target, src, m, env, banner, options) -> dict:
         ["tilec_stream: the CUDA stream the kernels run on (0: default)",
          "Tensor pointers are device memory."])
     files["tilec_cuda.h"] = env.loader.get_source(env, "cuda/tilec_cuda.h")[0]
+    files.update(gpu_common_files(env))
     # PTX of the last architecture for newer GPUs, without the `a` (arch-specific code such as
     # wgmma runs only on the GPUs it names; the warp-specialized kernels are launched on those
     # alone, so the portable PTX holds a stub of them)
@@ -2098,6 +2104,11 @@ def render(target, src, m, env, banner, options) -> dict:
         gencode=" ".join(_gencode(a) for a in archs) +
         f" -gencode arch=compute_{last},code=compute_{last}", archs=", ".join(archs))
     return files
+
+
+def gpu_common_files(env) -> dict:
+    """The device code the GPU libraries share (tilec_cuda.h and tilec_hip.h include it)."""
+    return {"tilec_gpu.h": env.loader.get_source(env, "common/tilec_gpu.h")[0]}
 
 
 def _for_arch(target, options: dict):

@@ -71,33 +71,6 @@ TILEC_DEV float to_f32(__nv_bfloat16 h) { return __bfloat162float(h); }
 TILEC_DEV uint16_t bits(__half h) { return __half_as_ushort(h); }
 TILEC_DEV uint16_t bits(__nv_bfloat16 h) { return __bfloat16_as_ushort(h); }
 
-// 16-bit fragments hold two values per 32-bit register: value e is half e % 2 of register e / 2
-// (after unrolling, e is a constant and these are register moves)
-TILEC_DEV uint16_t get16(const uint32_t* r, int e) { return (uint16_t)(r[e >> 1] >> ((e & 1) * 16)); }
-TILEC_DEV void set16(uint32_t* r, int e, uint16_t v) {
-    const int sh = (e & 1) * 16;
-    r[e >> 1] = (r[e >> 1] & ~(0xffffu << sh)) | ((uint32_t)v << sh);
-}
-
-// How a dtype is stored in memory and held in registers: `storage` <-> `reg`.
-template <typename T> struct Plain {
-    typedef T storage;
-    typedef T reg;
-    static TILEC_DEV reg load(storage s) { return s; }
-    static TILEC_DEV storage store(reg r) { return r; }
-};
-// narrow floats: their bits in memory, floats in registers (F16, BF16, and FP8E4M3, FP8E5M2
-// below)
-template <typename S, float (*LOAD)(S), S (*STORE)(float)>
-struct NarrowFloat {
-    typedef S storage;
-    typedef float reg;
-    static TILEC_DEV float load(S s) { return LOAD(s); }
-    static TILEC_DEV S store(float r) { return STORE(r); }
-};
-typedef NarrowFloat<uint16_t, f16_to_f32, f32_to_f16> F16;
-typedef NarrowFloat<uint16_t, bf16_to_f32, f32_to_bf16> BF16;
-
 // ---- 8-bit floats (OCP FP8): stored as raw bits (uint8_t), computed in float ---------------
 // E4M3 (no infinities; its NaN is S.1111.111; largest 448) and E5M2 (IEEE-like; largest 57344).
 // Every fp8 value is an f16 value: E5M2's bits are an f16's high byte, and E4M3's, moved into
@@ -144,18 +117,6 @@ TILEC_HD uint8_t f32_to_fp8e4m3(float x) { return f32_to_fp8<4, 3>(x); }
 TILEC_HD uint8_t f32_to_fp8e5m2(float x) { return f32_to_fp8<5, 2>(x); }
 TILEC_DEV float round_fp8e4m3(float x) { return fp8e4m3_to_f32(f32_to_fp8e4m3(x)); }
 TILEC_DEV float round_fp8e5m2(float x) { return fp8e5m2_to_f32(f32_to_fp8e5m2(x)); }
-typedef NarrowFloat<uint8_t, fp8e4m3_to_f32, f32_to_fp8e4m3> FP8E4M3;
-typedef NarrowFloat<uint8_t, fp8e5m2_to_f32, f32_to_fp8e5m2> FP8E5M2;
-
-// 4-bit packed integers: two per byte along the last axis, low nibble first; each row of `cols`
-// elements starts on a byte boundary ((cols+1)/2 bytes).
-TILEC_DEV int32_t load_u4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
-    const uint8_t b = base[row * ((cols + 1) >> 1) + (col >> 1)];
-    return (int32_t)((col & 1) ? (b >> 4) : (b & 0x0f));
-}
-TILEC_DEV int32_t load_i4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
-    return (load_u4(base, row, col, cols) ^ 8) - 8;
-}
 
 // ---- elementwise math of fused expressions: float and double overloads, NumPy semantics ------
 // exp of f32 goes through ex2 (x * log2 e rounds once: about 2 ulp for |x| < 20, 3e-6 relative
@@ -167,34 +128,6 @@ TILEC_DEV float exp_f32(float x) {
     return r;
 }
 TILEC_DEV float exp(float x) { return exp_f32(x); }
-TILEC_DEV double exp(double x) { return ::exp(x); }
-TILEC_DEV float exp2(float x) { return exp2f(x); }
-TILEC_DEV double exp2(double x) { return ::exp2(x); }
-TILEC_DEV float log(float x) { return logf(x); }
-TILEC_DEV double log(double x) { return ::log(x); }
-TILEC_DEV float log2(float x) { return log2f(x); }
-TILEC_DEV double log2(double x) { return ::log2(x); }
-TILEC_DEV float log1p(float x) { return log1pf(x); }
-TILEC_DEV double log1p(double x) { return ::log1p(x); }
-TILEC_DEV float sqrt(float x) { return sqrtf(x); }
-TILEC_DEV double sqrt(double x) { return ::sqrt(x); }
-TILEC_DEV float sin(float x) { return sinf(x); }
-TILEC_DEV double sin(double x) { return ::sin(x); }
-TILEC_DEV float cos(float x) { return cosf(x); }
-TILEC_DEV double cos(double x) { return ::cos(x); }
-TILEC_DEV float tanh(float x) { return tanhf(x); }
-TILEC_DEV double tanh(double x) { return ::tanh(x); }
-TILEC_DEV float erf(float x) { return erff(x); }
-TILEC_DEV double erf(double x) { return ::erf(x); }
-TILEC_DEV float erfc(float x) { return erfcf(x); }
-TILEC_DEV double erfc(double x) { return ::erfc(x); }
-TILEC_DEV float pow(float x, float y) { return powf(x, y); }
-TILEC_DEV double pow(double x, double y) { return ::pow(x, y); }
-TILEC_DEV float abs(float x) { return fabsf(x); }
-TILEC_DEV double abs(double x) { return ::fabs(x); }
-template <typename T> TILEC_DEV T abs(T x) { return x < T(0) ? T(-x) : x; }
-
-template <typename T> TILEC_DEV T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN
 // 1 / x, correctly rounded (a row's reciprocal, computed once per row)
 TILEC_DEV float recip(float x) { return __frcp_rn(x); }
 // 1 / y for y in [1, 2] (sigmoid's denominator): f32 takes the hardware reciprocal (within 1 ulp,
@@ -205,24 +138,7 @@ TILEC_DEV float recip_1_2(float y) {
     return r;
 }
 TILEC_DEV double recip_1_2(double y) { return __drcp_rn(y); }
-// 1 / (1 + exp(-x)) without overflow: for x < 0 it is e / (1 + e) with e = exp(x)
-template <typename T> TILEC_DEV T sigmoid(T x) {
-    const T e = exp(-abs(x));
-    const T s = recip_1_2(T(1) + e);
-    return x >= T(0) ? s : e * s;
-}
-template <typename T> TILEC_DEV T silu(T x) { return x * sigmoid(x); }
-// 0.5 x (1 + erf(x / sqrt 2)), with erfc so that it does not cancel to 0 for x << 0
-template <typename T> TILEC_DEV T gelu(T x) { return T(0.5) * x * erfc(-x * T(0.70710678118654752440)); }
-template <typename T> TILEC_DEV T gelu_tanh(T x) {
-    const T c = T(0.79788456080286535588);  // sqrt(2 / pi)
-    return x * sigmoid(T(2) * c * (x + T(0.044715) * x * x * x));
-}
-template <typename T> TILEC_DEV T softplus(T x) { return (x > T(0) ? x : T(0)) + log1p(exp(-abs(x))); }
-template <typename T> TILEC_DEV T mish(T x) { return x * tanh(softplus(x)); }
 // NumPy's maximum / minimum: NaN wins (for f32 one max.NaN / min.NaN instruction, sm_80+)
-template <typename T> TILEC_DEV T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
-template <typename T> TILEC_DEV T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
 TILEC_DEV float maximum(float a, float b) {
     float r;
     asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
@@ -234,91 +150,15 @@ TILEC_DEV float minimum(float a, float b) {
     return r;
 }
 
-// x ** N for a small constant N, as repeated multiplication ((x * x) * x ...), 1 / that for N < 0
-template <int N, typename T> TILEC_DEV T ipow(T x) {
-    if constexpr (N < 0) {
-        return T(1) / ipow<-N>(x);
-    } else {
-        T p = x;
-#pragma unroll
-        for (int i = 1; i < N; ++i) p = p * x;
-        return p;
-    }
-}
+}  // namespace tilec
+// the device code both GPU libraries share (16-bit fragments and storage kinds, 4-bit loads,
+// elementwise math, integer division and casts, reduction operators, host checks)
+#include "tilec_gpu.h"
+namespace tilec {
 
-// Python floor division / modulo: integer division by zero gives 0, MIN / -1 wraps (NumPy).
-template <typename T> TILEC_HD T floordiv(T a, T b) {
-    if constexpr (std::is_floating_point<T>::value) {
-        T mod = fmod(a, b);
-        T div = (a - mod) / b;
-        if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
-        if (div != 0) {
-            T fd = floor(div);
-            if (div - fd > (T)0.5) fd += 1;
-            return fd;
-        }
-        return copysign((T)0, a / b);
-    } else if constexpr (std::is_signed<T>::value) {
-        if (b == 0) return (T)0;
-        if (b == -1) return (T)(0u - (typename std::make_unsigned<T>::type)a);
-        const T q = (T)(a / b);
-        return (T)(q - (T)(((a % b) != 0) & ((a < 0) != (b < 0))));
-    } else {
-        return b == 0 ? (T)0 : (T)(a / b);
-    }
-}
-template <typename T> TILEC_HD T floormod(T a, T b) {
-    if constexpr (std::is_floating_point<T>::value) {
-        T mod = fmod(a, b);
-        if (mod != 0) {
-            if ((b < 0) != (mod < 0)) mod += b;
-        } else {
-            mod = copysign((T)0, b);
-        }
-        return mod;
-    } else if constexpr (std::is_signed<T>::value) {
-        if (b == 0 || b == -1) return (T)0;
-        const T r = (T)(a % b);
-        return (T)((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);
-    } else {
-        return b == 0 ? (T)0 : (T)(a % b);
-    }
-}
-
-// Integer ranges: [lo, hi]; `end` = hi + 1 as a double (exact: a power of two).
-template <typename I> struct limits;
-template <> struct limits<int8_t> { static constexpr int64_t lo = -128, hi = 127; static constexpr double end = 128.0; };
-template <> struct limits<uint8_t> { static constexpr int64_t lo = 0, hi = 255; static constexpr double end = 256.0; };
-template <> struct limits<int16_t> { static constexpr int64_t lo = -32768, hi = 32767; static constexpr double end = 32768.0; };
-template <> struct limits<int32_t> { static constexpr int64_t lo = -2147483647 - 1, hi = 2147483647; static constexpr double end = 2147483648.0; };
-template <> struct limits<int64_t> { static constexpr int64_t lo = -9223372036854775807LL - 1, hi = 9223372036854775807LL; static constexpr double end = 9223372036854775808.0; };
-
-// float -> integer: round half to even, saturate, NaN -> 0; bool: x != 0
-template <typename I> TILEC_DEV I sat_cast(double x) {
-    if constexpr (std::is_same<I, bool>::value) {
-        return x != 0.0;
-    } else {
-        if (x != x) return (I)0;
-        const double r = rint(x);
-        if (r < (double)limits<I>::lo) return (I)limits<I>::lo;
-        if (r >= limits<I>::end) return (I)limits<I>::hi;
-        return (I)r;
-    }
-}
-// integer -> narrower integer, saturating
-template <typename I, typename S> TILEC_DEV I sat_int(S x) {
-    const int64_t v = (int64_t)x;
-    return v < limits<I>::lo ? (I)limits<I>::lo : v > limits<I>::hi ? (I)limits<I>::hi : (I)v;
-}
-
-TILEC_HD int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-TILEC_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-TILEC_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
-
-// multiply-add of a matrix product (products may fuse; elementwise code may not)
-TILEC_DEV float fma_acc(float a, float b, float c) { return __fmaf_rn(a, b, c); }
-TILEC_DEV double fma_acc(double a, double b, double c) { return __fma_rn(a, b, c); }
-template <typename T> TILEC_DEV T fma_acc(T a, T b, T c) { return a * b + c; }
+// the storage kinds of the 8-bit floats (their conversions above)
+typedef NarrowFloat<uint8_t, fp8e4m3_to_f32, f32_to_fp8e4m3> FP8E4M3;
+typedef NarrowFloat<uint8_t, fp8e5m2_to_f32, f32_to_fp8e5m2> FP8E5M2;
 
 // ---- vector loads and stores: V consecutive elements; the first n are valid -----------------
 // One access of V * sizeof(storage) bytes (several 16-byte ones above that) when all V are valid
@@ -514,23 +354,6 @@ TILEC_DEV void dequant4x8(uint16_t (&out)[8], uint32_t w, uint32_t bias, const u
         out[2 * p + 1] = (uint16_t)(r >> 16);
     }
 }
-// The 32-bit word that holds values col0 .. col0+7 of row `row` of a packed [.., cols] tensor,
-// when it is one aligned word (else the caller takes the value-by-value path).
-TILEC_DEV bool word4(uint32_t& w, const uint8_t* base, int64_t row, int64_t col0, int64_t cols) {
-    const uint8_t* p = base + row * ((cols + 1) >> 1) + (col0 >> 1);
-    if ((col0 & 7) != 0 || (reinterpret_cast<uintptr_t>(p) & 3) != 0) return false;
-    w = *reinterpret_cast<const uint32_t*>(p);
-    return true;
-}
-
-// The same word where it is known to be one aligned word (col0 a multiple of 8, cols a multiple
-// of 8 and `base` word-aligned: tested once for a whole loop by the caller, see words_aligned).
-TILEC_DEV uint32_t word4_whole(const uint8_t* base, int64_t row, int64_t col0, int64_t cols) {
-    return *reinterpret_cast<const uint32_t*>(base + row * (cols >> 1) + (col0 >> 1));
-}
-TILEC_HD bool words_aligned(const uint8_t* base, int64_t cols) {
-    return cols % 8 == 0 && (reinterpret_cast<uintptr_t>(base) & 3) == 0;
-}
 
 // V consecutive 4-bit values of row `row` from column col0 (n valid) of a packed [.., cols]
 // tensor: one V/2-byte load when col0 is even and the bytes are aligned, else value by value.
@@ -589,10 +412,6 @@ template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
     static TILEC_DEV int offset(int r, int c) { return r * (COLS + PAD) + c; }
     static TILEC_DEV int advance(int o, int dr, int dc) { return o + dr * (COLS + PAD) + dc; }
 };
-
-// (s + c) % M for 0 <= s < M and 0 <= c < M: a pipelined loop's stage c iterations ahead of the
-// stage counter s it keeps (32-bit, wrapped each iteration) instead of a 64-bit remainder.
-template <int M> TILEC_DEV int wrap_add(int s, int c) { return s + c >= M ? s + c - M : s + c; }
 
 // ---- cp.async --------------------------------------------------------------------------------
 TILEC_DEV uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
@@ -1525,9 +1344,6 @@ TILEC_DEV void gemv_dequant4_mma_kmajor(const typename H::storage* a, const uint
 }
 
 // ---- reductions across the threads that share a row -------------------------------------------
-struct OpSum { template <typename T> static TILEC_DEV T apply(T a, T b) { return a + b; } };
-struct OpMax { template <typename T> static TILEC_DEV T apply(T a, T b) { return maximum(a, b); } };
-struct OpMin { template <typename T> static TILEC_DEV T apply(T a, T b) { return minimum(a, b); } };
 
 TILEC_DEV float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 TILEC_DEV double shfl_xor(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
@@ -1564,8 +1380,6 @@ template <class Op, int THREADS, typename T> TILEC_DEV T block_allreduce(T v) {
 }
 
 // ---- host-side helpers for launchers ----------------------------------------------------------
-// Each workspace buffer starts on a 256-byte boundary of the caller's workspace block.
-inline size_t workspace_align(size_t n) { return (n + 255) & ~(size_t)255; }
 // The plain entry point's workspace, stream-ordered (the _with_workspace entry point takes the
 // caller's and allocates nothing).
 inline void* workspace_alloc(size_t bytes, cudaStream_t stream) {
@@ -1573,12 +1387,6 @@ inline void* workspace_alloc(size_t bytes, cudaStream_t stream) {
     return cudaMallocAsync(&p, bytes, stream) == cudaSuccess ? p : nullptr;
 }
 inline void workspace_free(void* p, cudaStream_t stream) { cudaFreeAsync(p, stream); }
-
-// Do the byte ranges [a, a + na) and [b, b + nb) overlap?
-inline bool overlap(const void* a, size_t na, const void* b, size_t nb) {
-    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-    return x < y + nb && y < x + na;
-}
 
 // Raise a kernel's dynamic shared memory limit above the default 48 KiB, once per device
 // (`done` is the kernel's own bitmask of devices). Returns a CUDA error code.

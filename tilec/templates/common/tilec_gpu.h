@@ -1,0 +1,225 @@
+// tilec_gpu.h -- the device code the GPU libraries share (tilec_cuda.h, tilec_hip.h). Written
+// by tilec beside the generated sources; do not edit. Portable C++ with nothing of one GPU: each
+// library includes it, outside its namespace tilec, once it has defined TILEC_DEV / TILEC_HD and,
+// in namespace tilec, its 16-bit conversions (f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16),
+// exp of a float, recip_1_2 and its own maximum / minimum of floats, if any.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace tilec {
+
+// 16-bit fragments hold two values per 32-bit register: value e is half e % 2 of register e / 2
+// (after unrolling, e is a constant and these are register moves)
+TILEC_DEV uint16_t get16(const uint32_t* r, int e) { return (uint16_t)(r[e >> 1] >> ((e & 1) * 16)); }
+TILEC_DEV void set16(uint32_t* r, int e, uint16_t v) {
+    const int sh = (e & 1) * 16;
+    r[e >> 1] = (r[e >> 1] & ~(0xffffu << sh)) | ((uint32_t)v << sh);
+}
+
+// How a dtype is stored in memory and held in registers: `storage` <-> `reg`.
+template <typename T> struct Plain {
+    typedef T storage;
+    typedef T reg;
+    static TILEC_DEV reg load(storage s) { return s; }
+    static TILEC_DEV storage store(reg r) { return r; }
+};
+// narrow floats: their bits in memory, floats in registers (F16, BF16; a library's 8-bit
+// floats likewise)
+template <typename S, float (*LOAD)(S), S (*STORE)(float)>
+struct NarrowFloat {
+    typedef S storage;
+    typedef float reg;
+    static TILEC_DEV float load(S s) { return LOAD(s); }
+    static TILEC_DEV S store(float r) { return STORE(r); }
+};
+typedef NarrowFloat<uint16_t, f16_to_f32, f32_to_f16> F16;
+typedef NarrowFloat<uint16_t, bf16_to_f32, f32_to_bf16> BF16;
+
+// 4-bit packed integers: two per byte along the last axis, low nibble first; each row of `cols`
+// elements starts on a byte boundary ((cols+1)/2 bytes).
+TILEC_DEV int32_t load_u4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
+    const uint8_t b = base[row * ((cols + 1) >> 1) + (col >> 1)];
+    return (int32_t)((col & 1) ? (b >> 4) : (b & 0x0f));
+}
+TILEC_DEV int32_t load_i4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
+    return (load_u4(base, row, col, cols) ^ 8) - 8;
+}
+
+// ---- elementwise math of fused expressions: float and double overloads, NumPy semantics ------
+TILEC_DEV double exp(double x) { return ::exp(x); }
+TILEC_DEV float exp2(float x) { return exp2f(x); }
+TILEC_DEV double exp2(double x) { return ::exp2(x); }
+TILEC_DEV float log(float x) { return logf(x); }
+TILEC_DEV double log(double x) { return ::log(x); }
+TILEC_DEV float log2(float x) { return log2f(x); }
+TILEC_DEV double log2(double x) { return ::log2(x); }
+TILEC_DEV float log1p(float x) { return log1pf(x); }
+TILEC_DEV double log1p(double x) { return ::log1p(x); }
+TILEC_DEV float sqrt(float x) { return sqrtf(x); }
+TILEC_DEV double sqrt(double x) { return ::sqrt(x); }
+TILEC_DEV float sin(float x) { return sinf(x); }
+TILEC_DEV double sin(double x) { return ::sin(x); }
+TILEC_DEV float cos(float x) { return cosf(x); }
+TILEC_DEV double cos(double x) { return ::cos(x); }
+TILEC_DEV float tanh(float x) { return tanhf(x); }
+TILEC_DEV double tanh(double x) { return ::tanh(x); }
+TILEC_DEV float erf(float x) { return erff(x); }
+TILEC_DEV double erf(double x) { return ::erf(x); }
+TILEC_DEV float erfc(float x) { return erfcf(x); }
+TILEC_DEV double erfc(double x) { return ::erfc(x); }
+TILEC_DEV float pow(float x, float y) { return powf(x, y); }
+TILEC_DEV double pow(double x, double y) { return ::pow(x, y); }
+TILEC_DEV float abs(float x) { return fabsf(x); }
+TILEC_DEV double abs(double x) { return ::fabs(x); }
+template <typename T> TILEC_DEV T abs(T x) { return x < T(0) ? T(-x) : x; }
+
+template <typename T> TILEC_DEV T relu(T x) { return x < T(0) ? T(0) : x; }  // NaN stays NaN
+
+// 1 / (1 + exp(-x)) without overflow: for x < 0 it is e / (1 + e) with e = exp(x)
+template <typename T> TILEC_DEV T sigmoid(T x) {
+    const T e = exp(-abs(x));
+    const T s = recip_1_2(T(1) + e);
+    return x >= T(0) ? s : e * s;
+}
+template <typename T> TILEC_DEV T silu(T x) { return x * sigmoid(x); }
+// 0.5 x (1 + erf(x / sqrt 2)), with erfc so that it does not cancel to 0 for x << 0
+template <typename T> TILEC_DEV T gelu(T x) { return T(0.5) * x * erfc(-x * T(0.70710678118654752440)); }
+template <typename T> TILEC_DEV T gelu_tanh(T x) {
+    const T c = T(0.79788456080286535588);  // sqrt(2 / pi)
+    return x * sigmoid(T(2) * c * (x + T(0.044715) * x * x * x));
+}
+template <typename T> TILEC_DEV T softplus(T x) { return (x > T(0) ? x : T(0)) + log1p(exp(-abs(x))); }
+template <typename T> TILEC_DEV T mish(T x) { return x * tanh(softplus(x)); }
+
+// NumPy's maximum / minimum: NaN wins
+template <typename T> TILEC_DEV T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> TILEC_DEV T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
+
+// x ** N for a small constant N, as repeated multiplication ((x * x) * x ...), 1 / that for N < 0
+template <int N, typename T> TILEC_DEV T ipow(T x) {
+    if constexpr (N < 0) {
+        return T(1) / ipow<-N>(x);
+    } else {
+        T p = x;
+#pragma unroll
+        for (int i = 1; i < N; ++i) p = p * x;
+        return p;
+    }
+}
+
+// Python floor division / modulo: integer division by zero gives 0, MIN / -1 wraps (NumPy).
+template <typename T> TILEC_HD T floordiv(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+        T mod = fmod(a, b);
+        T div = (a - mod) / b;
+        if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
+        if (div != 0) {
+            T fd = floor(div);
+            if (div - fd > (T)0.5) fd += 1;
+            return fd;
+        }
+        return copysign((T)0, a / b);
+    } else if constexpr (std::is_signed<T>::value) {
+        if (b == 0) return (T)0;
+        if (b == -1) return (T)(0u - (typename std::make_unsigned<T>::type)a);
+        const T q = (T)(a / b);
+        return (T)(q - (T)(((a % b) != 0) & ((a < 0) != (b < 0))));
+    } else {
+        return b == 0 ? (T)0 : (T)(a / b);
+    }
+}
+template <typename T> TILEC_HD T floormod(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value) {
+        T mod = fmod(a, b);
+        if (mod != 0) {
+            if ((b < 0) != (mod < 0)) mod += b;
+        } else {
+            mod = copysign((T)0, b);
+        }
+        return mod;
+    } else if constexpr (std::is_signed<T>::value) {
+        if (b == 0 || b == -1) return (T)0;
+        const T r = (T)(a % b);
+        return (T)((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);
+    } else {
+        return b == 0 ? (T)0 : (T)(a % b);
+    }
+}
+
+// Integer ranges: [lo, hi]; `end` = hi + 1 as a double (exact: a power of two).
+template <typename I> struct limits;
+template <> struct limits<int8_t> { static constexpr int64_t lo = -128, hi = 127; static constexpr double end = 128.0; };
+template <> struct limits<uint8_t> { static constexpr int64_t lo = 0, hi = 255; static constexpr double end = 256.0; };
+template <> struct limits<int16_t> { static constexpr int64_t lo = -32768, hi = 32767; static constexpr double end = 32768.0; };
+template <> struct limits<int32_t> { static constexpr int64_t lo = -2147483647 - 1, hi = 2147483647; static constexpr double end = 2147483648.0; };
+template <> struct limits<int64_t> { static constexpr int64_t lo = -9223372036854775807LL - 1, hi = 9223372036854775807LL; static constexpr double end = 9223372036854775808.0; };
+
+// float -> integer: round half to even, saturate, NaN -> 0; bool: x != 0
+template <typename I> TILEC_DEV I sat_cast(double x) {
+    if constexpr (std::is_same<I, bool>::value) {
+        return x != 0.0;
+    } else {
+        if (x != x) return (I)0;
+        const double r = rint(x);
+        if (r < (double)limits<I>::lo) return (I)limits<I>::lo;
+        if (r >= limits<I>::end) return (I)limits<I>::hi;
+        return (I)r;
+    }
+}
+// integer -> narrower integer, saturating
+template <typename I, typename S> TILEC_DEV I sat_int(S x) {
+    const int64_t v = (int64_t)x;
+    return v < limits<I>::lo ? (I)limits<I>::lo : v > limits<I>::hi ? (I)limits<I>::hi : (I)v;
+}
+
+TILEC_HD int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+TILEC_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+TILEC_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// multiply-add of a matrix product (products may fuse; elementwise code may not)
+TILEC_DEV float fma_acc(float a, float b, float c) { return __fmaf_rn(a, b, c); }
+TILEC_DEV double fma_acc(double a, double b, double c) { return __fma_rn(a, b, c); }
+template <typename T> TILEC_DEV T fma_acc(T a, T b, T c) { return a * b + c; }
+
+// The 32-bit word that holds values col0 .. col0+7 of row `row` of a packed [.., cols] tensor,
+// when it is one aligned word (else the caller takes the value-by-value path).
+TILEC_DEV bool word4(uint32_t& w, const uint8_t* base, int64_t row, int64_t col0, int64_t cols) {
+    const uint8_t* p = base + row * ((cols + 1) >> 1) + (col0 >> 1);
+    if ((col0 & 7) != 0 || (reinterpret_cast<uintptr_t>(p) & 3) != 0) return false;
+    w = *reinterpret_cast<const uint32_t*>(p);
+    return true;
+}
+
+// The same word where it is known to be one aligned word (col0 a multiple of 8, cols a multiple
+// of 8 and `base` word-aligned: tested once for a whole loop by the caller, see words_aligned).
+TILEC_DEV uint32_t word4_whole(const uint8_t* base, int64_t row, int64_t col0, int64_t cols) {
+    return *reinterpret_cast<const uint32_t*>(base + row * (cols >> 1) + (col0 >> 1));
+}
+TILEC_HD bool words_aligned(const uint8_t* base, int64_t cols) {
+    return cols % 8 == 0 && (reinterpret_cast<uintptr_t>(base) & 3) == 0;
+}
+
+// (s + c) % M for 0 <= s < M and 0 <= c < M: a pipelined loop's stage c iterations ahead of the
+// stage counter s it keeps (32-bit, wrapped each iteration) instead of a 64-bit remainder.
+template <int M> TILEC_DEV int wrap_add(int s, int c) { return s + c >= M ? s + c - M : s + c; }
+
+// the operators of reductions across the threads that share a row
+struct OpSum { template <typename T> static TILEC_DEV T apply(T a, T b) { return a + b; } };
+struct OpMax { template <typename T> static TILEC_DEV T apply(T a, T b) { return maximum(a, b); } };
+struct OpMin { template <typename T> static TILEC_DEV T apply(T a, T b) { return minimum(a, b); } };
+
+// ---- host-side helpers for launchers ----------------------------------------------------------
+// Each workspace buffer starts on a 256-byte boundary of the caller's workspace block.
+inline size_t workspace_align(size_t n) { return (n + 255) & ~(size_t)255; }
+
+// Do the byte ranges [a, a + na) and [b, b + nb) overlap?
+inline bool overlap(const void* a, size_t na, const void* b, size_t nb) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return x < y + nb && y < x + na;
+}
+
+}  // namespace tilec
