@@ -812,11 +812,12 @@ class CudaRenderer(CStyleRenderer):
             self.loop_head(loop.vars[0], loop.extents[0], d)
             self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
             self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
-            body = [st for st in loop.body if not isinstance(st, T.Copy)]
-            for n, st in enumerate(body):
+            for st in loop.body:
+                if isinstance(st, T.Copy):
+                    continue
                 if isinstance(st, T.Gemm):
-                    self.wgmma_gemm(st, d + 1, turns, fresh=self.clears(body[n - 1:n], st))
-                elif not (n + 1 < len(body) and self.clears([st], body[n + 1])):
+                    self.wgmma_gemm(st, d + 1, turns)
+                else:
                     self.stmts((st,), d + 1)
             self.emit(self.release("tilec_s"), d + 1)
             self.emit("++tilec_it;", d + 1)
@@ -910,14 +911,7 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", d)
         self.emit(f"if ({n} > 0) {self.release('tilec_prev')}", d)
 
-    def clears(self, before: list, g) -> bool:
-        """Is the statement in `before` (one, or none) a clearing of gemm `g`'s accumulators that
-        its first wgmma can do instead (overwriting them: A from shared memory)?"""
-        return isinstance(g, T.Gemm) and len(before) == 1 and isinstance(before[0], T.Fill) and \
-            before[0].buf == g.c and isinstance(before[0].value, T.Const) and \
-            before[0].value.value == 0 and self.allocs[g.a].scope == "shared"
-
-    def wgmma_gemm(self, g: T.Gemm, d: int, turns: bool = False, fresh: bool = False):
+    def wgmma_gemm(self, g: T.Gemm, d: int, turns: bool = False):
         """One gemm of a warp-specialized loop on wgmma, completed: this consumer warpgroup's
         64 rows. A from shared memory (K-major: rows of K in panels of 64 columns) or from
         registers (a 16-bit fragment in the accumulator's layout, e.g. attention's P); B from
@@ -926,17 +920,15 @@ class CudaRenderer(CStyleRenderer):
         if turns:
             self.emit("tilec::sm90::turn_wait(tilec_warp / 4);", d)
         self.emit("tilec::sm90::wgmma_fence();", d)
-        self.wgmma_issue(g, d, fresh=fresh)
+        self.wgmma_issue(g, d)
         self.emit("tilec::sm90::wgmma_commit();", d)
         if turns:
             self.emit("tilec::sm90::turn_pass(tilec_warp / 4);", d)
         self.emit("tilec::sm90::wgmma_wait<0>();", d)
         self.emit(f"tilec::sm90::fence_regs<{self.allocs[g.c].layout.slots()}>({cname(g.c)});", d)
 
-    def wgmma_issue(self, g: T.Gemm, d: int, stage: str = "tilec_s", fresh: bool = False):
-        """The wgmmas of gemm `g` (this warpgroup's rows), its staged operands at `stage`;
-        `fresh`: the first overwrites the accumulators instead of adding to them (their clearing
-        before it is left out)."""
+    def wgmma_issue(self, g: T.Gemm, d: int, stage: str = "tilec_s"):
+        """The wgmmas of gemm `g` (this warpgroup's rows), its staged operands at `stage`."""
         a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
         b_mn = not g.transpose_b
         bk = _const(b.shape[-2] if b_mn else b.shape[-1])
@@ -947,10 +939,8 @@ class CudaRenderer(CStyleRenderer):
             rows = a.layout.rows
             self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b}, {bk // 16} wgmmas", d)
             self.emit(f"tilec::sm90::wgmma_tile<{c.layout.cols}, {bk}, {str(b_mn).lower()}, {bf}, "
-                      f"{rows}>({cname(g.c)}, {a_ptr} + (tilec_warp / 4) * {64 * 64}, {b_ptr}" +
-                      (", 0);  // (the first overwrites: no clearing)" if fresh else ");"), d)
+                      f"{rows}>({cname(g.c)}, {a_ptr} + (tilec_warp / 4) * {64 * 64}, {b_ptr});", d)
         else:
-            assert not fresh, "(wgmma_tile_rs accumulates)"
             self.emit(f"// this warpgroup's 64 rows of {g.a} (registers) times {g.b}, "
                       f"{bk // 16} wgmmas", d)
             self.emit(f"tilec::sm90::wgmma_tile_rs<{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
