@@ -328,7 +328,8 @@ class GroupLowering:
                 warp_grids(rows, cols, threads // r.warp, rows_in_warp, r.mma[:2]):
             return
         shape = (f"give each of its warps a multiple of 16 of the {rows} query rows"
-                 if rows_in_warp else f"tile the {rows}x{cols} accumulator in {r.mma[0]}x{r.mma[1]} mma tiles")
+                 if rows_in_warp else
+                 f"tile the {rows}x{cols} accumulator in {r.mma[0]}x{r.mma[1]} mma tiles")
         where = "TILEC_GEMM_TILE" if knob else "schedule"
         raise error(f"{where}: {threads} threads ({threads // r.warp} warps of {r.warp}) cannot "
                     f"{shape}", None if knob else self.sched.loc_of("threads"),
