@@ -749,7 +749,7 @@ class CudaRenderer(CStyleRenderer):
         complete is added to the accumulators in f32 and the group's stages freed; meanwhile the
         other consumer warpgroup's wgmmas keep the tensor cores busy. (Two partials, alternating,
         would keep a warpgroup's own wgmmas in flight too, but 3 x 64 registers of partials and
-        accumulators spill under the 168 a thread of 384 gets.)"""
+        accumulators spilled.)"""
         k, g, S = self.k, self.ws_gemm, loop.stages
         a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
         bk = _const(a.shape[-1])
@@ -849,67 +849,81 @@ class CudaRenderer(CStyleRenderer):
 
     def overlapped_loop(self, loop: T.For, parts, d: int, turns: bool = False):
         """Two products per iteration, overlapped as FlashAttention-3 does within a warpgroup:
-        iteration j waits for its g1 (S = Q K_j^T, issued before), runs the statements that only
-        read S (the softmax) while the previous iteration's g2 (O += P V_{j-1}) still runs, waits
-        for that one (its stage is then free) before the statements that touch O or P, then
-        issues g1 of iteration j + 1 (its stage landed) and its own g2, committed in that order,
-        so that the next iteration's wait for one pending group is the wait for its g1. With
-        `turns`, each issue of products is the warpgroup's turn (ping-pong)."""
+        iteration j issues its g1 (S = Q K_j^T) and the previous iteration's g2 (O += P V_{j-1},
+        O already rescaled and P already written by that iteration), waits for g1 alone and runs
+        the statements that only read S (the softmax) while g2 still runs, then waits for g2
+        (the previous stage is then free) before the statements that touch O or P. Nothing is in
+        flight across the loop's back edge: ptxas serializes every wgmma of a loop whose
+        accumulators are still being written when the loop repeats (C7514/C7515; that form
+        measured 0.61x cuDNN). The first iteration (no g2 yet) is peeled off, the last g2
+        follows the loop. With `turns`, each issue of products is the warpgroup's turn
+        (ping-pong)."""
         first, g1, reads, rest, g2 = parts
         S, n = loop.stages, self.expr(loop.extents[0])
-        c2 = self.allocs[g2.c]
+        c1, c2 = self.allocs[g1.c], self.allocs[g2.c]
         j = cname(loop.vars[0])
-
-        def issue_g1(stage: str, it: str, depth: int):  # (the stage of key tile `it`)
-            self.emit(f"tilec::sm90::mbar_wait(&tilec_full[{stage}], ({it} / {S}) & 1);", depth)
-            self.stmts(tuple(first), depth)
-            self.emit("tilec::sm90::wgmma_fence();", depth)
-            self.wgmma_issue(g1, depth, stage)
-            self.emit("tilec::sm90::wgmma_commit();", depth)
 
         def turn(what: str, depth: int):
             if turns:
                 self.emit(f"tilec::sm90::turn_{what}(tilec_warp / 4);", depth)
-        self.emit(f"// the products overlapped: {g1.c} of key tile k + 1 and {g2.c} of tile k run "
-                  f"while tile k + 1's softmax waits for the first", d)
-        self.emit(f"if ({n} > 0) {{  // the first tile's {g1.c}", d)
-        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
-        turn("wait", d + 1)
-        issue_g1("tilec_s", "tilec_it", d + 1)
-        turn("pass", d + 1)
-        self.emit("}", d)
+
+        def issue(g: T.Gemm, stage: str, depth: int):
+            self.emit("tilec::sm90::wgmma_fence();", depth)
+            self.wgmma_issue(g, depth, stage)
+            self.emit("tilec::sm90::wgmma_commit();", depth)
+
+        def issue_g1(depth: int):  # (the stage of this key tile, once it has landed)
+            self.emit(f"const uint32_t tilec_s = tilec_it % {S};", depth)
+            self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);",
+                      depth)
+            self.stmts(tuple(first), depth)
+            issue(g1, "tilec_s", depth)
+
+        self.emit(f"// the products overlapped: key tile k's softmax runs while {g2.c} of tile "
+                  f"k - 1 does", d)
         self.emit("uint32_t tilec_prev = 0;  // the stage of the previous key tile", d)
         self.loop_body = loop.body
-        self.loop_head(loop.vars[0], loop.extents[0], d)
+        self.emit(f"if ({n} > 0) {{  // key tile 0: {g1.c} and its softmax, no {g2.c} before it", d)
         b = d + 1
-        self.emit(f"const uint32_t tilec_s = tilec_it % {S};", b)
-        self.emit(f"// {g1.c} of this tile is done ({g2.c} of the previous one may still run)", b)
-        self.emit(f"if ({j} == 0) tilec::sm90::wgmma_wait<0>(); else tilec::sm90::wgmma_wait<1>();",
-                  b)
-        self.emit(f"tilec::sm90::fence_regs<{self.allocs[g1.c].layout.slots()}>({cname(g1.c)});", b)
+        self.emit(f"const int64_t {j} = 0;", b)
+        self.emit(f"(void){j};", b)
+        turn("wait", b)
+        issue_g1(b)
+        turn("pass", b)
+        self.emit("tilec::sm90::wgmma_wait<0>();", b)
+        self.emit(f"tilec::sm90::fence_regs<{c1.layout.slots()}>({cname(g1.c)});", b)
+        self.stmts(tuple(reads) + tuple(rest), b)
+        self.emit("tilec_prev = tilec_s;", b)
+        self.emit("++tilec_it;", b)
+        self.emit("}", d)
+        self.loop_head(loop.vars[0], loop.extents[0], d, start=T.Const(1, "i64"))
+        b = d + 1
+        turn("wait", b)
+        issue_g1(b)
+        self.emit(f"// {g2.c} of the previous key tile, while this tile's {g1.c} runs", b)
+        issue(g2, "tilec_prev", b)
+        turn("pass", b)
+        self.emit(f"tilec::sm90::wgmma_wait<1>();  // this tile's {g1.c}", b)
+        self.emit(f"tilec::sm90::fence_regs<{c1.layout.slots()}>({cname(g1.c)});", b)
         self.stmts(tuple(reads), b)
         self.emit(f"tilec::sm90::wgmma_wait<0>();  // the previous tile's {g2.c}: its stage is "
                   "free", b)
         self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", b)
         self.emit(f"tilec::sm90::fence_regs<{(self.allocs[g2.a].layout.slots() + 1) // 2}>"
                   f"({cname(g2.a)});", b)
-        self.emit(f"if ({j} > 0) {self.release('tilec_prev')}", b)
+        self.emit(self.release("tilec_prev"), b)
         self.stmts(tuple(rest), b)
-        turn("wait", b)
-        self.emit(f"if ({j} + 1 < {n}) {{  // the next tile's {g1.c}", b)
-        self.emit(f"const uint32_t tilec_next = (tilec_it + 1) % {S};", b + 1)
-        issue_g1("tilec_next", "(tilec_it + 1)", b + 1)
-        self.emit("}", b)
-        self.emit("tilec::sm90::wgmma_fence();", b)
-        self.wgmma_issue(g2, b, "tilec_s")
-        self.emit("tilec::sm90::wgmma_commit();", b)
-        turn("pass", b)
         self.emit("tilec_prev = tilec_s;", b)
         self.emit("++tilec_it;", b)
         self.emit("}", d)
-        self.emit("tilec::sm90::wgmma_wait<0>();", d)
-        self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", d)
-        self.emit(f"if ({n} > 0) {self.release('tilec_prev')}", d)
+        self.emit(f"if ({n} > 0) {{  // {g2.c} of the last key tile", d)
+        turn("wait", d + 1)
+        issue(g2, "tilec_prev", d + 1)
+        turn("pass", d + 1)
+        self.emit("tilec::sm90::wgmma_wait<0>();", d + 1)
+        self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", d + 1)
+        self.emit(self.release("tilec_prev"), d + 1)
+        self.emit("}", d)
 
     def wgmma_gemm(self, g: T.Gemm, d: int, turns: bool = False):
         """One gemm of a warp-specialized loop on wgmma, completed: this consumer warpgroup's
@@ -1128,7 +1142,8 @@ class CudaRenderer(CStyleRenderer):
         else:  # (a negative trip count runs no iteration)
             n = f"(int)tilec::imax((int64_t)0, {self.expr(extent)})"
         c = f"tilec_{cname(var)}_i"
-        first = "0" if start is None else f"(int){self.expr(start)}"
+        first = "0" if start is None else str(start.value) if isinstance(start, T.Const) else \
+            f"(int){self.expr(start)}"
         self.emit(f"for (int {c} = {first}; {c} < {n}; ++{c}) {{", depth)
         self.emit(f"const int64_t {cname(var)} = {c};", depth + 1)
         if var not in names_read(self.loop_body):  # (e.g. a K loop of one row: nvcc would warn)
@@ -2113,13 +2128,16 @@ def _for_arch(target, options: dict):
         wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2, False, 1))
         # attention: 128 query rows (64 per consumer warpgroup), 128 keys per stage, 3 stages of
         # K and V tiles (224 KiB with the Q tile at D = 128; measured: 2 stages are as fast at
-        # D = 128, 6% slower at D = 64), each product completed before the softmax (the
-        # overlapped order measured 12% slower: docs/PERFORMANCE.md)
-        attention = split_k.wgmma_attention((128, 128, 3, False, False) if wgmma else ())
+        # D = 128, 6% slower at D = 64); FlashAttention-3's order, each warpgroup's softmax
+        # beside its previous P V, the two warpgroups taking turns to issue (measured on the
+        # H200: 0.84x cuDNN at D = 128 against 0.76-0.78x with each product completed before the
+        # softmax; the turns alone change D = 128 little and make D = 64 11% faster:
+        # docs/PERFORMANCE.md)
+        attention = split_k.wgmma_attention((128, 128, 3, True, True) if wgmma else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
         # 128 values of K are summed into a partial that is then added to the accumulators in
         # f32 (Gemm.promote); a partial beside the accumulators of 64 x 128 fits a consumer
-        # thread's 168 registers (ptxas allocates by the block's size, setmaxnreg or not):
+        # thread's registers without spills (two, alternating, spilled):
         # 128 x 128 tiles, K tiles of 128 values, 6 stages of 32 KiB. Measured at 8192^3
         # (docs/PERFORMANCE.md): partials of 128 / 256 / 512 values 0.88x / 0.85x / 0.78x
         # torch._scaled_mm (a group holds its stages longer), never promoted 0.99x with 3x the
