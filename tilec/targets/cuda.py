@@ -451,11 +451,21 @@ class CudaRenderer(CStyleRenderer):
         else:
             raise AssertionError(f"allreduce of {s.buf} with layout {a.layout}")
 
+    def gemm_args(self, L) -> str:
+        """Template arguments a target's tile GEMMs take after tilec_cuda.h's (accumulator
+        layout L): none here (HIP: its MFMA tile)."""
+        return ""
+
+    def check_gemm(self, s: T.Gemm, a: T.Alloc, L):
+        """A target's own conditions on a gemm it renders (HIP: its MFMA layouts)."""
+
     def s_Gemm(self, s: T.Gemm, depth):
         a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]
         L = c.layout
+        self.check_gemm(s, a, L)
         bk = _const(a.shape[-2] if s.transpose_a else a.shape[-1])
         warps = f"{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}"
+        more = self.gemm_args(L)
 
         ptr = self.operand_ptr
         lb = self.shared_layout_type(b)
@@ -465,17 +475,17 @@ class CudaRenderer(CStyleRenderer):
             assert isinstance(a.layout, MmaLayout) and a.layout.warps_n == 1 and \
                 not s.transpose_a, f"gemm with {s.a} in registers needs whole rows per warp"
             if mma:
-                self.emit(f"tilec::gemm_rs<{warps}, {tb}, {lb}, {kind(b.dtype)}>({cname(s.a)}, "
-                          f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
+                self.emit(f"tilec::gemm_rs<{warps}, {tb}, {lb}, {kind(b.dtype)}{more}>("
+                          f"{cname(s.a)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
                 return
             assert a.dtype not in SIXTEEN, f"{a.dtype} fragment {s.a} times {b.dtype} {s.b}"
             self.emit(f"tilec::gemm_simt_rs<{warps}, {tb}, {lb}, {kind(b.dtype)}, {STORE[a.dtype]}, "
-                      f"{STORE[c.dtype]}>({cname(s.a)}, {ptr(s.b, s.b_stage)}, {cname(s.c)});",
-                      depth)
+                      f"{STORE[c.dtype]}{more}>({cname(s.a)}, {ptr(s.b, s.b_stage)}, "
+                      f"{cname(s.c)});", depth)
             return
         la = self.shared_layout_type(a)
         ta = str(s.transpose_a).lower()
-        if layout.on_tf32_units(s, self.allocs):
+        if self.target.resources.tf32 and layout.on_tf32_units(s, self.allocs):
             self.emit(f"tilec::gemm_ss_tf32<{warps}, {ta}, {tb}, {la}, {lb}>({ptr(s.a, s.a_stage)}, "
                       f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
         elif mma and s.next_stage is not None and not self.edge_version:
@@ -491,15 +501,15 @@ class CudaRenderer(CStyleRenderer):
                 self.stmts(part, depth + 3)
                 self.emit("});" if last else "},", depth + 2)
         elif mma:  # (an overlapped gemm in the edge version: its statements after a plain one)
-            self.emit(f"tilec::gemm_ss<{self.ss_params(s)}>({ptr(s.a, s.a_stage)}, "
+            self.emit(f"tilec::gemm_ss<{self.ss_params(s)}{more}>({ptr(s.a, s.a_stage)}, "
                       f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
             self.stmts(s.sync, depth)
             self.stmts(s.refill, depth)
         else:
             acc = STORE[c.dtype]
             self.emit(f"tilec::gemm_simt<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}, "
-                      f"{kind(b.dtype)}, {acc}>({ptr(s.a, s.a_stage)}, {ptr(s.b, s.b_stage)}, "
-                      f"{cname(s.c)});", depth)
+                      f"{kind(b.dtype)}, {acc}{more}>({ptr(s.a, s.a_stage)}, "
+                      f"{ptr(s.b, s.b_stage)}, {cname(s.c)});", depth)
 
     def s_For(self, s: T.For, depth):
         # (only loops whose gemm overlaps their end: elsewhere the second version's

@@ -95,38 +95,14 @@ class HipRenderer(CudaRenderer):
         else:
             raise AssertionError(f"allreduce of {s.buf} with layout {a.layout}")
 
-    def s_Gemm(self, s: T.Gemm, depth):
-        a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]
-        L = c.layout
+    def gemm_args(self, L) -> str:
+        return f", {L.tile}"  # (the MFMA tile: 32 or 16)
+
+    def check_gemm(self, s: T.Gemm, a: T.Alloc, L):
         assert isinstance(L, MfmaLayout), f"gemm into {s.c} laid out {L}"
         assert s.next_stage is None and not s.sync and not s.refill, "an overlapped gemm on HIP"
-        bk = _const(a.shape[-2] if s.transpose_a else a.shape[-1])
-        warps = f"{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}"
-        mfma = layout.on_matrix_units(s, self.allocs, self.target.resources)
-        tb, lb = str(s.transpose_b).lower(), self.shared_layout_type(b)
-        bptr = self.operand_ptr(s.b, s.b_stage)
-        if a.scope != "shared":
-            assert isinstance(a.layout, MfmaLayout) and a.layout.warps_n == 1 and \
-                a.layout.tile == L.tile and not s.transpose_a, \
-                f"gemm with {s.a} in registers needs whole rows per wave, one MFMA tile"
-            if mfma:
-                self.emit(f"tilec::gemm_rs<{warps}, {tb}, {lb}, {kind(b.dtype)}, {L.tile}>("
-                          f"{cname(s.a)}, {bptr}, {cname(s.c)});", depth)
-                return
-            assert a.dtype not in SIXTEEN, f"{a.dtype} fragment {s.a} times {b.dtype} {s.b}"
-            self.emit(f"tilec::gemm_simt_rs<{warps}, {tb}, {lb}, {kind(b.dtype)}, "
-                      f"{STORE[a.dtype]}, {STORE[c.dtype]}, {L.tile}>({cname(s.a)}, {bptr}, "
-                      f"{cname(s.c)});", depth)
-            return
-        aptr = self.operand_ptr(s.a, s.a_stage)
-        if mfma:
-            self.emit(f"tilec::gemm_ss<{self.ss_params(s)}, {L.tile}>({aptr}, {bptr}, "
-                      f"{cname(s.c)});", depth)
-            return
-        ta, la = str(s.transpose_a).lower(), self.shared_layout_type(a)
-        self.emit(f"tilec::gemm_simt<{warps}, {ta}, {tb}, {la}, {lb}, {kind(a.dtype)}, "
-                  f"{kind(b.dtype)}, {STORE[c.dtype]}, {L.tile}>({aptr}, {bptr}, {cname(s.c)});",
-                  depth)
+        assert a.scope == "shared" or a.layout.tile == L.tile, \
+            f"gemm with {s.a} in registers needs one MFMA tile with its accumulators"
 
 
 def launch_lines(k: T.TileKernel, smem: int, args: list) -> list:
