@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from .diagnostics import TilecError, error
 from .ir import tile as T
 from .ir.graph import Graph
-from .ir.types import DTYPES, FP8, PACKED, Dim
+from .ir.types import DTYPES, PACKED, Dim
+from .passes.tile import fp8_product
 
 DEFAULT_DIM = 100  # not a multiple of any default tile
 BATCH_DIM = 3
@@ -264,8 +265,7 @@ def reduced_precision(m, g: Graph, target) -> bool:
     says `precision=tf32`), or it multiplies fp8 matrices on a target with matrix units (Hopper's
     accumulate fp8 products in less than f32 precision within each K tile)."""
     if target.resources.mma_dtypes and g.tile is None and any(
-            o.kind == "matmul" and all(_source_dtype(g, a) in FP8 for a in o.args)
-            for o in g.ops):
+            o.kind == "matmul" and fp8_product(g, o) for o in g.ops):
         return True
     if not target.resources.tf32:
         return False
@@ -273,15 +273,6 @@ def reduced_precision(m, g: Graph, target) -> bool:
         return True
     return g.tile is not None and any(isinstance(s, T.Gemm) and s.tf32
                                       for s in T.walk_stmts(g.tile.body))
-
-
-def _source_dtype(g: Graph, oid: int) -> str:
-    """The dtype of the value op `oid` converts or transposes (its own, if neither)."""
-    ops = g.op_map()
-    op = ops[oid]
-    while op.kind in ("cast", "transpose", "copy") and op.args:
-        op = ops[op.args[0]]
-    return op.type.dtype
 
 
 def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,

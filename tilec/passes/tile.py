@@ -37,9 +37,9 @@ from ..ir.tile import (
 )
 from ..ir.types import DTYPES, FP8, PACKED, SIXTEEN, Dim, is_float, itemsize_bits, numel
 from . import split_k
-from .tma_store import tma_conditions
 from .fuse import Fuser, is_squeeze
 from .rewrite import map_expr, map_exprs, map_stmts
+from .tma_store import tma_conditions
 
 NEG_INF = T.Const(-math.inf, "f32")
 
@@ -462,9 +462,9 @@ class GroupLowering:
 
     def wgmma_kernel(self, grid, bvars, threads, body, swizzle) -> TileKernel:
         """The warp-specialized GEMM kernel (resources.wgmma): both operands tile copies of 16-bit
-        tensors in memory (A not transposed), or of fp8 ones (B transposed too), of at most 3 dims, whose row strides TMA can take
-        (16-byte multiples: the variant's run-time condition, with every extent below 2^31 for
-        TMA's 32-bit coordinates); else NotWgmma."""
+        tensors in memory (A not transposed), or of fp8 ones (B transposed too), of at most 3
+        dims, whose row strides TMA can take (16-byte multiples: the variant's run-time
+        condition, with every extent below 2^31 for TMA's 32-bit coordinates); else NotWgmma."""
         loop = next(s for s in body if isinstance(s, For) and s.kind == "pipelined")
         *copies, gemm = loop.body
         if len(copies) != 2 or not all(isinstance(c, Copy) for c in copies) or \
@@ -926,11 +926,11 @@ def wgmma_config(target, fp8: bool) -> tuple:
     return (target.resources.wgmma_fp8 if fp8 else ()) or target.resources.wgmma
 
 
-def _fp8_product(g: Graph, grp: Group) -> bool:
-    """Are both operands of the group's GEMM of one fp8 dtype (possibly transposed or converted
-    on chip): the products the fp8 wgmma may take (wgmma_kernel checks the rest)?"""
+def fp8_product(g: Graph, mm) -> bool:
+    """Are both operands of matmul op `mm` of one fp8 dtype (possibly transposed or converted on
+    chip): the products the fp8 wgmma may take (wgmma_kernel checks the rest), which sum in the
+    tensor cores' precision (runner.reduced_precision)?"""
     ops = g.op_map()
-    mm = ops[grp.members[0]]
 
     def source(oid):
         op = ops[oid]
@@ -973,7 +973,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     # tile: a schedule's tile, threads and stages are the mma.sync kernel's)
     hopper = []
     if target.resources.wgmma and sched.warp_specialize is not False:
-        bm, bn, bk, stages, consumers, *_ = wgmma_config(target, _fp8_product(g, grp))
+        bm, bn, bk, stages, consumers, *_ = wgmma_config(target, fp8_product(g, g.op_map()[grp.members[0]]))
         hopper = [("_tma", None, GemmVariant((bm, bn, bk), 128 * (consumers + 1), stages,
                                              wgmma=True))]
     if sched.tile:
