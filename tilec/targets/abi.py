@@ -148,6 +148,7 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
             opts.append(dict(calls=calls, when=" && ".join(conds) if conds else None,
                              retry=len(calls) == 1 and refusable is not None and
                              refusable(parts[0])))
+        opts[-1]["retry"] = False  # (the last variant: no next one to try)
         launches.append(opts)
     doc_lines = (g.doc or "").splitlines() or [""]
     info_args = []
