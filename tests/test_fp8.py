@@ -56,7 +56,8 @@ def test_reference_rounds_to_the_nearest_code_saturating(dtype):
         # a tie goes to the code with an even mantissa (the lower bits of its code)
         want = near[0] if len(near) == 1 else next(
             g for g in near if int(fp8_bits(np.array([g]), dtype)[0]) % 2 == 0)
-        assert r == want and np.signbit(r) == np.signbit(v) or (r == 0 and want == 0), (v, r, want)
+        assert (r == want and np.signbit(r) == np.signbit(v)) or (r == 0 and want == 0), \
+            (v, r, want)
     # codes round-trip
     codes = np.arange(256)
     fin = np.isfinite(vals)

@@ -761,7 +761,7 @@ class CudaRenderer(CStyleRenderer):
         would keep a warpgroup's own wgmmas in flight too, but 3 x 64 registers of partials and
         accumulators spilled.)"""
         k, g, S = self.k, self.ws_gemm, loop.stages
-        a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
+        a, c = self.allocs[g.a], self.allocs[g.c]
         bk = _const(a.shape[-1])
         group = g.promote // bk  # K tiles per partial
         assert not k.pingpong and g.promote % bk == 0 and group <= S, \

@@ -24,7 +24,6 @@ from ..passes import (
     barriers,
     hoist_invariants,
     host_scalars,
-    layout,
     layout_mfma,
     lower_reductions,
     pipeline,
@@ -35,7 +34,7 @@ from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
 from .cstyle import cname
-from .cuda import SIXTEEN, STORE, CudaRenderer, _const, gpu_common_files, kind, render_kernel
+from .cuda import SIXTEEN, STORE, CudaRenderer, gpu_common_files, render_kernel
 
 # LDS bytes per wave of a block-wide reduction's scratch (a value of up to 8 bytes)
 REDUCE_SCRATCH = 8
