@@ -695,29 +695,37 @@ def case_tf32(bench: Bench) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
-def case_fp8(bench: Bench) -> None:
-    """fp8 e4m3 GEMM with per-tensor scales, bf16 out, against torch._scaled_mm (cuBLASLt's fp8
-    GEMM): at least 0.9x at 8192^3 (Hopper)."""
+def fp8_one(bench: Bench, s: int) -> None:
+    """e4m3 C = bf16((A @ W.T) * scale) at s^3 against torch._scaled_mm with the same per-tensor
+    scales: its default (sums promoted to f32, as tilec's) for the goal, fast_accum (the tensor
+    cores' sums over all of K) for information."""
     E4M3 = torch.float8_e4m3fn
+    M = K = N = s
+    bench.section("fp8", f"e4m3 C = bf16((A @ W.T) * scale), M={M} K={K} N={N}")
+    A, W = randn(M, K, dtype=torch.float32).to(E4M3), randn(N, K, dtype=torch.float32).to(E4M3)
+    sa = torch.tensor(0.5, device="cuda")
+    sw = torch.tensor(0.25, device="cuda")
+    scale = float(sa * sw)
+    ref = ((A.float() @ W.float().T) * scale).to(BF16)
+    n = n_copies((M * K + N * K) + M * N * 2, bench.l2, bench.args.copies)
+    sets = [(a, w, torch.empty(M, N, dtype=BF16, device="cuda")) for a, w in copies_of(n, A, W)]
+    tc = bench.tilec_entry("gemm_fp8", lambda k: [k.bind([a, w, scale], [c], (M, K, N))
+                                                  for a, w, c in sets], [ref], TOL[BF16])
+
+    def scaled_mm(fast: bool) -> Callable[[], object]:
+        return rotate([functools.partial(torch._scaled_mm, a, w.t(), scale_a=sa, scale_b=sw,
+                                         out_dtype=BF16, use_fast_accum=fast) for a, w, _ in sets])
+    lt = bench.peer("torch._scaled_mm", lambda: scaled_mm(False))
+    fast = bench.peer("torch._scaled_mm fast_accum", lambda: scaled_mm(True))
+    goal = {"torch._scaled_mm": (">=", 0.9)} if hopper(bench) and s == 8192 else {}
+    bench.compare(f"e4m3 {s}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, lt, fast], goal, ref)
+
+
+def case_fp8(bench: Bench) -> None:
+    """fp8 e4m3 GEMMs against torch._scaled_mm (cuBLASLt's fp8 GEMM): at least 0.9x at 8192^3
+    (Hopper)."""
     for s in [4096] if bench.args.quick else [4096, 8192]:
-        M = K = N = s
-        bench.section("fp8", f"e4m3 C = bf16((A @ W.T) * scale), M={M} K={K} N={N}")
-        A, W = randn(M, K, dtype=torch.float32).to(E4M3), randn(N, K, dtype=torch.float32).to(E4M3)
-        sa = torch.tensor(0.5, device="cuda")
-        sw = torch.tensor(0.25, device="cuda")
-        scale = float(sa * sw)
-        ref = ((A.float() @ W.float().T) * scale).to(BF16)
-        n = n_copies((M * K + N * K) + M * N * 2, bench.l2, bench.args.copies)
-        sets = [(a, w, torch.empty(M, N, dtype=BF16, device="cuda")) for a, w in copies_of(n, A, W)]
-        tc = bench.tilec_entry("gemm_fp8", lambda k: [k.bind([a, w, scale], [c], (M, K, N))
-                                                      for a, w, c in sets], [ref], TOL[BF16])
-        # (the default accumulates in f32 outside the tensor cores, as tilec does; fast_accum
-        # keeps the tensor cores' reduced-precision sums over all of K: for information)
-        lt, fast = (bench.peer(f"torch._scaled_mm{' fast_accum' if f else ''}", lambda f=f: rotate([
-            functools.partial(torch._scaled_mm, a, w.t(), scale_a=sa, scale_b=sw, out_dtype=BF16,
-                              use_fast_accum=f) for a, w, _ in sets])) for f in (False, True))
-        goal = {"torch._scaled_mm": (">=", 0.9)} if hopper(bench) and s == 8192 else {}
-        bench.compare(f"e4m3 {s}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, lt, fast], goal, ref)
+        fp8_one(bench, s)
 
 
 def linear_relu(A: torch.Tensor, B: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
