@@ -141,11 +141,45 @@ def test_a_malformed_fp8_promotion_knob_is_a_user_error(monkeypatch, knob):
         _kernels(GEMMS_FP8)
 
 
+@pytest.mark.parametrize("knob", ["2", "x", "1,1"])
+def test_a_malformed_fp8_pairs_knob_is_a_user_error(monkeypatch, knob):
+    monkeypatch.setenv("TILEC_FP8_PAIRS", knob)
+    with pytest.raises(TilecError, match="TILEC_FP8_PAIRS"):
+        _kernels(GEMMS_FP8)
+
+
+@pytest.mark.parametrize("pairs", ["", "0"])
+def test_promoted_k_tiles_go_in_pairs(monkeypatch, pairs):
+    """Each K tile promoted (the default): the K tiles go in pairs, each into a partial of its
+    own, the second's wgmmas issued before the first's partial is added, both complete before
+    the loop repeats, and an odd last one alone; TILEC_FP8_PAIRS=0 one at a time."""
+    if pairs:
+        monkeypatch.setenv("TILEC_FP8_PAIRS", pairs)
+    src = _kernel_source(GEMMS_FP8)
+    body = src[src.index("float tilec_part[64]"):]
+    body = body[:body.index("fence_regs<64>(acc)")]
+    if pairs == "0":
+        assert "tilec_part2" not in body and body.count("wgmma_tile<") == 1
+        return
+    loop = body[body.index("for (int64_t tilec_p = 0;"):body.index("the odd last K tile")]
+    order = [loop.index(s) for s in ("wgmma_tile<128, 128, false, tilec::sm90::WG_E4M3>(tilec_part,",
+                                     "wgmma_tile<128, 128, false, tilec::sm90::WG_E4M3>(tilec_part2,",
+                                     "wgmma_wait<1>", "promote<64>(acc, tilec_part)",
+                                     "wgmma_wait<0>", "promote<64>(acc, tilec_part2)")]
+    assert order == sorted(order), loop
+    tail = body[body.index("the odd last K tile"):]
+    assert tail.count("wgmma_tile<") == 1 and "wgmma_wait<0>" in tail
+
+
 @pytest.mark.nvcc
-@pytest.mark.parametrize("promote", ["", "256", "off"])
+@pytest.mark.parametrize("promote", ["", "256", "off", "pairs=0"])
 def test_fp8_gemms_compile_to_fp8_wgmma(monkeypatch, promote):
-    """Promoted each K tile (the default), each two and never (TILEC_FP8_PROMOTE)."""
-    if promote:
+    """Promoted each K tile in pairs (the default) or one at a time (TILEC_FP8_PAIRS=0), each
+    two and never (TILEC_FP8_PROMOTE)."""
+    if promote == "pairs=0":
+        monkeypatch.setenv("TILEC_FP8_PAIRS", "0")
+        promote = ""
+    elif promote:
         monkeypatch.setenv("TILEC_FP8_PROMOTE", promote)
     need_nvcc()
     ptx = ""

@@ -56,6 +56,9 @@ class Resources:
     # K values whose fp8 products the matrix units sum before the partial is added to the f32
     # accumulators (Gemm.promote); 0 = never
     fp8_promote: int = 0
+    # promoted K tiles in pairs (two partials): the second tile's wgmmas run while the first's
+    # partial is added to the accumulators
+    fp8_pairs: bool = False
     # (BM, BN, stages, overlap, pingpong): attention's warp-specialized kernel on the same
     # machinery (one consumer warpgroup per 64 query rows, BN keys per stage of K and V tiles;
     # overlap: each warpgroup's softmax runs beside its products, FlashAttention-3's order;

@@ -757,9 +757,8 @@ class CudaRenderer(CStyleRenderer):
         """gemm_k_loop with promoted products (Gemm.promote: fp8): the wgmmas of each group of
         promote / BK K tiles sum into a partial (the tensor cores' precision), which once they
         complete is added to the accumulators in f32 and the group's stages freed; meanwhile the
-        other consumer warpgroup's wgmmas keep the tensor cores busy. (Two partials, alternating,
-        would keep a warpgroup's own wgmmas in flight too, but 3 x 64 registers of partials and
-        accumulators spilled.)"""
+        other consumer warpgroup's wgmmas keep the tensor cores busy. With one K tile per
+        partial and resources.fp8_pairs, the K tiles go in pairs instead (paired_k_loop)."""
         k, g, S = self.k, self.ws_gemm, loop.stages
         a, c = self.allocs[g.a], self.allocs[g.c]
         bk = _const(a.shape[-1])
@@ -772,6 +771,9 @@ class CudaRenderer(CStyleRenderer):
         n = c.layout.slots()
         self.emit(f"float tilec_part[{n}];  // {g.promote} values of K's products, in the tensor "
                   "cores' precision", d)
+        if group == 1 and self.target.resources.fp8_pairs:
+            self.paired_k_loop(loop, n, d)
+            return
         self.loop_head(loop.vars[0], loop.extents[0], d)
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
         self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
@@ -797,6 +799,52 @@ class CudaRenderer(CStyleRenderer):
             self.emit("}", d + 1)
         else:
             self.emit(self.release("tilec_s"), body)
+        self.emit("++tilec_it;", d + 1)
+        self.emit("}", d)
+        self.emit(f"tilec::sm90::fence_regs<{n}>({cname(g.c)});", d)
+
+    def paired_k_loop(self, loop: T.For, n: int, d: int):
+        """promoted_k_loop with one K tile per partial, taking the K tiles in pairs: the second
+        tile's wgmmas (into a second partial) run while the first's partial is added, so the
+        warpgroup's tensor-core work pauses once per pair instead of once per K tile. Both are
+        complete before the loop repeats: ptxas serializes every wgmma of a loop whose
+        accumulators are still being written across its back edge (C7514). An odd last K tile
+        follows the loop alone."""
+        g, S = self.ws_gemm, loop.stages
+        a, c = self.allocs[g.a], self.allocs[g.c]
+        bk = _const(a.shape[-1])
+        tparams = (f"{c.layout.cols}, {bk}, {str(not g.transpose_b).lower()}, "
+                   f"{wgmma_type(a.dtype)}")
+        self.emit(f"float tilec_part2[{n}];  // the second K tile's of a pair", d)
+        self.emit(f"const int64_t tilec_trip = {self.expr(loop.extents[0])};", d)
+
+        def tile(part: str, stage: str, it: str, depth: int):
+            self.emit(f"const uint32_t {stage} = ({it}) % {S};", depth)
+            self.emit(f"tilec::sm90::mbar_wait(&tilec_full[{stage}], (({it}) / {S}) & 1);", depth)
+            self.emit("tilec::sm90::wgmma_fence();", depth)
+            self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({part}, "
+                      f"{self.ws_operands(g, stage)}, 0);", depth)
+            self.emit("tilec::sm90::wgmma_commit();", depth)
+
+        def promote(part: str, stage: str, depth: int):
+            self.emit(f"tilec::sm90::promote<{n}>({cname(g.c)}, {part});  // added in f32", depth)
+            self.emit(self.release(stage), depth)
+
+        self.emit(f"// K tiles in pairs, each into a partial of its own ({bk // 32} wgmmas): the "
+                  "second's wgmmas run while the first's partial is added", d)
+        self.emit("for (int64_t tilec_p = 0; tilec_p + 1 < tilec_trip; tilec_p += 2) {", d)
+        tile("tilec_part", "tilec_s", "tilec_it", d + 1)
+        tile("tilec_part2", "tilec_s2", "tilec_it + 1", d + 1)
+        self.emit("tilec::sm90::wgmma_wait<1>();  // the first K tile's", d + 1)
+        promote("tilec_part", "tilec_s", d + 1)
+        self.emit("tilec::sm90::wgmma_wait<0>();  // the second's", d + 1)
+        promote("tilec_part2", "tilec_s2", d + 1)
+        self.emit("tilec_it += 2;", d + 1)
+        self.emit("}", d)
+        self.emit("if (tilec_trip % 2 == 1) {  // the odd last K tile", d)
+        tile("tilec_part", "tilec_s", "tilec_it", d + 1)
+        self.emit("tilec::sm90::wgmma_wait<0>();", d + 1)
+        promote("tilec_part", "tilec_s", d + 1)
         self.emit("++tilec_it;", d + 1)
         self.emit("}", d)
         self.emit(f"tilec::sm90::fence_regs<{n}>({cname(g.c)});", d)
@@ -2146,16 +2194,18 @@ def _for_arch(target, options: dict):
         attention = split_k.wgmma_attention((128, 128, 3, True, True) if wgmma else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
         # 128 values of K are summed into a partial that is then added to the accumulators in
-        # f32 (Gemm.promote); a partial beside the accumulators of 64 x 128 fits a consumer
-        # thread's registers without spills (two, alternating, spilled):
-        # 128 x 128 tiles, K tiles of 128 values, 6 stages of 32 KiB. Measured at 8192^3
+        # f32 (Gemm.promote); 128 x 128 tiles, K tiles of 128 values, 6 stages of 32 KiB. Measured at 8192^3
         # (docs/PERFORMANCE.md): partials of 128 / 256 / 512 values 0.88x / 0.85x / 0.78x
         # torch._scaled_mm (a group holds its stages longer), never promoted 0.99x with 3x the
-        # error
+        # error. The K tiles go in pairs, into two partials beside the accumulators (192 of a
+        # consumer thread's 232 registers, no spills): the second's wgmmas run while the first's
+        # partial is added, 0.88x -> 0.95x at 8192^3
         wgmma_fp8 = (128, 128, 128, 6, 2, False, 1) if wgmma else ()
         promote = split_k.fp8_promote(128)
+        pairs = split_k.fp8_pairs(True)
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
                                                  wgmma_fp8=wgmma_fp8, fp8_promote=promote,
+                                                 fp8_pairs=pairs,
                                                  wgmma_attention=attention))
     return target
 
