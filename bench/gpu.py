@@ -13,8 +13,9 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
              promoted to f32 as tilec's (use_fast_accum=True, the tensor cores' sums: information)
                                                                    [Hopper: 8192^3 >= 0.9x _scaled_mm]
   tf32       C = A @ B of f32 4096^3 under `precision tf32`, vs torch.mm in tf32 and in f32    [no goal]
-  epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs cuBLASLt's bias+ReLU epilogue
-             (torch._addmm_activation), eager and torch.compile
+  epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs torch.addmm + relu_ (the
+             issue's peer), cuBLASLt's bias+ReLU epilogue (torch._addmm_activation), eager and
+             torch.compile
                                                         [>= 0.6x cuBLASLt; fused faster than unfused by > 2%]
   softmax    softmax(X, -1), f16 32768x8192, vs torch.softmax and torch.compile
   rmsnorm    X * rsqrt(mean(X^2, -1) + eps) * w, same size, vs F.rms_norm and torch.compile
@@ -744,21 +745,22 @@ def case_epilogue(bench: Bench) -> None:
         return bench.tilec_entry(kernel, lambda k: [k.bind([a, b, c], [o], (M, K, N)) for a, b, c, o in sets],
                                  [ref], TOL[F16])
     fused, unfused = tilec("gemm_bias_relu"), tilec("gemm_bias_relu_unfused")
-    if hasattr(torch, "_addmm_activation"):  # cuBLASLt's GEMM with the bias+ReLU epilogue
-        lt_label = "cuBLASLt bias+relu (_addmm_activation)"
-        lt = bench.peer(lt_label, lambda: rotate([functools.partial(torch._addmm_activation, c, a, b)
-                                                  for a, b, c, _ in sets]))
-    else:
-        lt_label = "torch.addmm + relu_"
-        lt = bench.peer(lt_label, lambda: rotate([lambda a=a, b=b, c=c: torch.addmm(c, a, b).relu_()
-                                                  for a, b, c, _ in sets]))
+    # the issue's peer: torch.addmm (cuBLASLt, the bias in its epilogue) then relu_ (a pass over C)
+    two = bench.peer("torch.addmm + relu_", lambda: rotate(
+        [lambda a=a, b=b, c=c: torch.addmm(c, a, b).relu_() for a, b, c, _ in sets]))
+    peers = [two]
+    if hasattr(torch, "_addmm_activation"):  # cuBLASLt's GEMM with the bias+ReLU epilogue too
+        lt = bench.peer("cuBLASLt bias+relu (_addmm_activation)", lambda: rotate(
+            [functools.partial(torch._addmm_activation, c, a, b) for a, b, c, _ in sets]))
+        peers.append(lt)
     eager = bench.peer("eager relu(A @ B + bias)",
                        lambda: rotate([functools.partial(linear_relu, a, b, c) for a, b, c, _ in sets]))
     comp = bench.compiled(linear_relu, [(a, b, c) for a, b, c, _ in sets])
-    # (on Hopper the epilogue is to be free: faster than cuBLASLt's)
-    lt_goal = (">=", 1.05) if hopper(bench) else (">=", 0.6)
-    bench.compare(f"f16 {M}^3{rot(n)}", Work(flops=2 * M * N * K), [fused, unfused, lt, eager, comp],
-                  {lt_label: lt_goal, unfused.label: (">", 1.0)}, ref)
+    # on Hopper the epilogue is to be free: faster than addmm + relu_ by the pass relu_ costs;
+    # elsewhere at least 0.6x of cuBLASLt's fused epilogue (the CUDA target's goal)
+    goals = {two.label: (">=", 1.05)} if hopper(bench) else {peers[-1].label: (">=", 0.6)}
+    bench.compare(f"f16 {M}^3{rot(n)}", Work(flops=2 * M * N * K), [fused, unfused, *peers, eager, comp],
+                  {**goals, unfused.label: (">", 1.0)}, ref)
 
 
 def linear_gelu(X: torch.Tensor, W: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
