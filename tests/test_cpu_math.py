@@ -1,5 +1,6 @@
-"""The CPU device library's vectorizable exp (tilec_cpu.h exp_f32) against numpy in double: the
-accuracy its comment claims, the special values, with and without fused multiply-adds."""
+"""The CPU device library's vectorizable exp and exp2 (tilec_cpu.h exp_f32, exp2_f32) against
+numpy in double: the accuracy their comments claim, the special values, with and without fused
+multiply-adds."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ PROGRAM = r"""
 #include <cstdio>
 int main() {
     float x;
-    while (std::scanf("%a", &x) == 1) std::printf("%a\n", tilec::exp_f32(x));
+    while (std::scanf("%a", &x) == 1) std::printf("%a\n", tilec::FN(x));
 }
 """
 
@@ -33,11 +34,12 @@ def inputs() -> np.ndarray:
 
 
 @pytest.mark.parametrize("march", ["native", "x86-64-v2"])
-def test_exp_f32_accuracy_and_special_values(tmp_path, march):
+@pytest.mark.parametrize("fn", ["exp_f32", "exp2_f32"])
+def test_exp_f32_accuracy_and_special_values(tmp_path, march, fn):
     if shutil.which("g++") is None:
         pytest.skip("g++ not found")
     src = tmp_path / "exp.cpp"
-    src.write_text(PROGRAM)
+    src.write_text(PROGRAM.replace("FN", fn))
     exe = tmp_path / "exp"
     r = subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", "-ffp-contract=off",
                         "-fno-math-errno", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}",
@@ -45,12 +47,12 @@ def test_exp_f32_accuracy_and_special_values(tmp_path, march):
     if r.returncode != 0 and "march" in r.stderr:
         pytest.skip(f"g++ here does not take -march={march}")
     assert r.returncode == 0, r.stderr
-    x = inputs()
+    x = inputs() * np.float32(1.4426950408889634 if fn == "exp2_f32" else 1.0)
     out = subprocess.run([str(exe)], input="\n".join(float(v).hex() for v in x), capture_output=True,
                          text=True, check=True).stdout.split()
     got = np.array([float.fromhex(s) for s in out], np.float32)
     with np.errstate(over="ignore"):
-        ref = np.exp(x.astype(np.float64))
+        ref = (np.exp2 if fn == "exp2_f32" else np.exp)(x.astype(np.float64))
         ref32 = ref.astype(np.float32)  # the correctly rounded result (inf past FLT_MAX)
     assert np.isnan(got[np.isnan(x)]).all()
     assert (got[x == np.inf] == np.inf).all() and (got[x == -np.inf] == 0).all()
@@ -65,7 +67,7 @@ def test_exp_f32_accuracy_and_special_values(tmp_path, march):
     assert (np.abs(got[small].astype(np.float64) - ref[small]) <= 2.0 ** -149).all()
 
 
-ACTIVATIONS = ["exp_f32(x[i])", "sigmoid(x[i])", "silu(x[i])", "gelu_tanh(x[i])", "relu(x[i])",
+ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "sigmoid(x[i])", "silu(x[i])", "gelu_tanh(x[i])", "relu(x[i])",
                "maximum(x[i], 0.5f)"]
 
 

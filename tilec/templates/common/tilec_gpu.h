@@ -51,7 +51,6 @@ TILEC_DEV int32_t load_i4(const uint8_t* base, int64_t row, int64_t col, int64_t
 
 // ---- elementwise math of fused expressions: float and double overloads, NumPy semantics ------
 TILEC_DEV double exp(double x) { return ::exp(x); }
-TILEC_DEV float exp2(float x) { return exp2f(x); }
 TILEC_DEV double exp2(double x) { return ::exp2(x); }
 TILEC_DEV float log(float x) { return logf(x); }
 TILEC_DEV double log(double x) { return ::log(x); }

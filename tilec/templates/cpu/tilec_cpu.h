@@ -6,7 +6,7 @@
 //   * packed 4-bit integer loads,
 //   * Python-semantics integer helpers (floordiv / floormod) and a
 //     saturating float->int cast,
-//   * a vectorizable exp_f32,
+//   * vectorizable exp_f32 and exp2_f32,
 //   * gemm_tile: the register-blocked GEMM tile kernel behind the Tile IR's gemm(),
 //   * the elementwise functions of fused expressions and the launchers' host helpers.
 //
@@ -430,18 +430,9 @@ static inline void gemv_dequant4(const float* __restrict a, const uint8_t* __res
     if (n & 1) dst[n - 1] = lo[pairs];
 }
 
-static inline float exp_f32(float x) {
-    // |x| > 104 -> +-104 (exp over- or underflows there anyway), on the bits: magnitudes order
-    // as integers, a NaN keeps its bits, and no branch gives the compiler a constant x to fold
-    // (a float clamp did: its vectorized loop blended precomputed results, 1.5x slower)
-    const uint32_t bx = bits_f32(x), ax = bx & 0x7fffffffu, lim = 0x42d00000u;  // 104.0f
-    x = f32_bits((bx & 0x80000000u) | ((ax > lim && ax <= 0x7f800000u) ? lim : ax));
-    const float magic = 12582912.0f;  // 1.5 * 2^23
-    const float t = x * 1.44269504088896341f + magic;
-    const float nf = t - magic;
-    const int32_t n = (int32_t)(bits_f32(t) - bits_f32(magic));  // n in [-150, 150]
-    float r = TILEC_FMA_F32(nf, -0.693145751953125f, x);   // ln2_hi (15 significant bits)
-    r = TILEC_FMA_F32(nf, -1.428606820309417e-6f, r);      // ln2_lo
+// 2^(n + r / ln 2) for |r| <= ln(2) / 2 and n in [-150, 150]: a degree-7 polynomial of e^r,
+// scaled in two steps so that each factor stays a normal float
+static inline float exp_reduced(float r, int32_t n) {
     float p = 1.98412698e-4f;                // 1/7!
     p = TILEC_FMA_F32(p, r, 1.38888889e-3f);              // 1/6!
     p = TILEC_FMA_F32(p, r, 8.33333333e-3f);              // 1/5!
@@ -455,6 +446,35 @@ static inline float exp_f32(float x) {
     const float s1 = f32_bits((uint32_t)(n1 + 127) << 23);
     const float s2 = f32_bits((uint32_t)(n2 + 127) << 23);
     return (p * s1) * s2;
+}
+
+// |x| above `lim` (the bits of a float) -> +-lim, on the bits: magnitudes order as integers, a
+// NaN keeps its bits, and no branch gives the compiler a constant x to fold (a float clamp did:
+// its vectorized loop blended precomputed results, 1.5x slower)
+static inline float clamp_magnitude(float x, uint32_t lim) {
+    const uint32_t bx = bits_f32(x), ax = bx & 0x7fffffffu;
+    return f32_bits((bx & 0x80000000u) | ((ax > lim && ax <= 0x7f800000u) ? lim : ax));
+}
+
+static inline float exp_f32(float x) {
+    x = clamp_magnitude(x, 0x42d00000u);  // 104: exp over- or underflows beyond anyway
+    const float magic = 12582912.0f;  // 1.5 * 2^23
+    const float t = x * 1.44269504088896341f + magic;
+    const float nf = t - magic;
+    const int32_t n = (int32_t)(bits_f32(t) - bits_f32(magic));  // n in [-150, 150]
+    float r = TILEC_FMA_F32(nf, -0.693145751953125f, x);   // ln2_hi (15 significant bits)
+    r = TILEC_FMA_F32(nf, -1.428606820309417e-6f, r);      // ln2_lo
+    return exp_reduced(r, n);
+}
+
+// 2^x: x = n + f with n = rint(x), f exact, e^(f ln 2) (one rounding in f ln 2)
+static inline float exp2_f32(float x) {
+    x = clamp_magnitude(x, 0x43160000u);  // 150
+    const float magic = 12582912.0f;  // 1.5 * 2^23
+    const float t = x + magic;
+    const float nf = t - magic;
+    const int32_t n = (int32_t)(bits_f32(t) - bits_f32(magic));  // n in [-150, 150]
+    return exp_reduced((x - nf) * 0.693147180559945309f, n);
 }
 
 // Double precision: accuracy matters more than vectorization here.

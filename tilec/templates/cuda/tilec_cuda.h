@@ -119,15 +119,18 @@ TILEC_DEV float round_fp8e4m3(float x) { return fp8e4m3_to_f32(f32_to_fp8e4m3(x)
 TILEC_DEV float round_fp8e5m2(float x) { return fp8e5m2_to_f32(f32_to_fp8e5m2(x)); }
 
 // ---- elementwise math of fused expressions: float and double overloads, NumPy semantics ------
-// exp of f32 goes through ex2 (x * log2 e rounds once: about 2 ulp for |x| < 20, 3e-6 relative
-// at |x| = 88); the others are the CUDA math library's full-precision functions.
-// (results below 2^-126 flush to zero: one ex2 instruction, without the subnormal rescaling)
-TILEC_DEV float exp_f32(float x) {
+// exp2 of f32 is the hardware's ex2 (within 2 ulp), exp goes through it (x * log2 e rounds once:
+// about 2 ulp for |x| < 20, 3e-6 relative at |x| = 88); the others are the CUDA math library's
+// full-precision functions. (Results below 2^-126 flush to zero: one ex2 instruction, without
+// the subnormal rescaling.)
+TILEC_DEV float exp2_f32(float x) {
     float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
+TILEC_DEV float exp_f32(float x) { return exp2_f32(x * 1.4426950408889634f); }
 TILEC_DEV float exp(float x) { return exp_f32(x); }
+TILEC_DEV float exp2(float x) { return exp2_f32(x); }
 // 1 / x, correctly rounded (a row's reciprocal, computed once per row)
 TILEC_DEV float recip(float x) { return __frcp_rn(x); }
 // 1 / y for y in [1, 2] (sigmoid's denominator): f32 takes the hardware reciprocal (within 1 ulp,

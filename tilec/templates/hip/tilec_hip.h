@@ -70,6 +70,7 @@ TILEC_DEV uint16_t bits(B16 h) { return h.b; }
 // (the rest is tilec_gpu.h's) exp of f32: the hardware exp2 of x * log2 e (HIP's __expf: about
 // 2 ulp for |x| < 20); the others are the ROCm device library's full-precision functions.
 TILEC_DEV float exp(float x) { return __expf(x); }
+TILEC_DEV float exp2(float x) { return exp2f(x); }
 // 1 / x, correctly rounded (a row's reciprocal, computed once per row)
 TILEC_DEV float recip(float x) { return __frcp_rn(x); }
 TILEC_DEV double recip(double x) { return 1.0 / x; }
