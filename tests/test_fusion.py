@@ -201,6 +201,24 @@ def test_attention_variants_fuse_and_match():
         check_text(ATTENTION_VARIANTS, dims)
 
 
+def test_a_mask_that_was_all_its_loop_did_runs_only_on_masked_tiles():
+    """`S[i, j] = where(k * 64 + j < n, S[i, j], -inf)`: on whole tiles it would store what it
+    reads, so its unmasked version is nothing and the masked one runs under the negated test."""
+    from tilec.passes.version_masks import version
+    i, j, k = T.Var("i", "i64"), T.Var("j", "i64"), T.Var("k", "i64")
+    load = T.Load("S", (i, j), "f32")
+    cond = T.Compare("lt", T.iadd(T.imul(k, T.iconst(64)), j), T.Var("n", "i64"))
+    st = T.For(("i", "j"), (T.iconst(64), T.iconst(64)), "parallel",
+               (T.Store("S", (i, j), T.Select(cond, load, T.Const(-math.inf, "f32"), "f32")),))
+    out = version(st)
+    assert isinstance(out, T.If) and out.body == (st,) and out.orelse == ()
+    assert isinstance(out.cond, T.Unary) and out.cond.fn == "not"
+    # a loop that also stores something else keeps an unmasked version without the self-store
+    other = T.Store("R", (i, j), load)
+    both = version(T.For(st.vars, st.extents, "parallel", st.body + (other,)))
+    assert both.body[0].body == (other,) and both.orelse[0].body == st.body + (other,)
+
+
 CAUSAL_SHIFTED = """
 kernel shifted(Q: f32[L, D], K: f32[S, D], V: f32[S, D]) -> O: f32[L, D]:
     T = Q @ K.T

@@ -164,7 +164,15 @@ def lift(st):
         if e in values:
             return values[e]
         return None
-    return tests, diagonal, map_exprs(st, unmask)
+    return tests, diagonal, without_self_stores(map_exprs(st, unmask))
+
+
+def without_self_stores(st):
+    """Parallel loop `st` without the stores that write back what they read (`S[i, j] = S[i, j]`:
+    a score that only its mask changed); None when nothing else is left."""
+    body = tuple(x for x in st.body if not (isinstance(x, T.Store) and x.value == T.Load(
+        x.buf, x.idx, x.value.dtype if isinstance(x.value, T.Load) else None)))
+    return replace(st, body=body) if body else None
 
 
 def version(st, diagonal: bool = True):
@@ -177,6 +185,8 @@ def version(st, diagonal: bool = True):
     test = tests[0]
     for t in tests[1:]:
         test = T.land(test, t)
+    if unmasked is None:  # (the mask was all the loop did)
+        return T.If(T.Unary("not", test, "bool"), (st,), ())
     return T.If(test, (unmasked,), (st,))
 
 
@@ -234,7 +244,8 @@ def split_loop(loop: T.For, lifted: dict, fresh):
     if hi is not None and lo is not None:
         hi = T.Binary("max", lo, hi, "i64")
     free = replace(loop, body=tuple(lifted[i][2] if i in lifted else st
-                                    for i, st in enumerate(loop.body)),
+                                    for i, st in enumerate(loop.body)
+                                    if i not in lifted or lifted[i][2] is not None),
                    start=lo if lo is not None else loop.start,
                    extents=(hi,) if hi is not None else loop.extents)
     out = [] if lo is None else [replace(loop, extents=(lo,))]
