@@ -118,9 +118,10 @@ def test_attention_is_one_online_softmax_kernel():
 
 
 def test_unmasked_key_tiles_run_without_the_mask():
-    """In the key loop, the statement that masks the scores has two versions: tiles that no mask
-    touches (a uniform test per tile) skip the masking selects; the other version keeps them. The
-    rest of the loop body (copies, both GEMMs) stays one copy."""
+    """In the key loop, the statement that masks the scores runs only where a mask touches the
+    tile (a uniform test per tile): with the samples' scale folded into the softmax's exponent
+    there is nothing else for it to do (test_a_mask_that_was_all_its_loop_did_runs_only_on_
+    masked_tiles). The rest of the loop body (copies, both GEMMs) stays one copy."""
     def masks(stmts):
         return [e for s in walk(stmts) if isinstance(s, T.Store)
                 for e in T.walk_exprs(s.value) if isinstance(e, T.Select) and
@@ -132,9 +133,9 @@ def test_unmasked_key_tiles_run_without_the_mask():
                     any(isinstance(x, T.Gemm) for x in walk(s.body)))
         assert sum(isinstance(x, T.Gemm) for x in walk(loop.body)) == 2
         branches = [s for s in loop.body if isinstance(s, T.If)]
-        (branch,) = [b for b in branches if masks(b.orelse)]
+        (branch,) = [b for b in branches if masks(b.body)]
+        assert isinstance(branch.cond, T.Unary) and branch.cond.fn == "not" and not branch.orelse
         assert T.fmt(branch.cond).count(">= 0") == tests, T.fmt(branch.cond)
-        assert not masks(branch.body)
         assert [type(s) for s in branch.body] == [T.For] and branch.body[0].kind == "parallel"
         assert not masks([s for s in loop.body if s is not branch]), "only one statement masks"
 
@@ -217,6 +218,43 @@ def test_a_mask_that_was_all_its_loop_did_runs_only_on_masked_tiles():
     other = T.Store("R", (i, j), load)
     both = version(T.For(st.vars, st.extents, "parallel", st.body + (other,)))
     assert both.body[0].body == (other,) and both.orelse[0].body == st.body + (other,)
+
+
+SCALED = """
+kernel scaled(Q: f16[L, D], K: f16[S, D], V: f16[S, D], s: f32) -> O: f16[L, D]:
+    T = (Q @ K.T) * SCALE
+    T = where(index(T, -1) > index(T, -2), -inf, T)
+    O = f16(softmax(T, axis=-1)) @ V
+"""
+
+
+@pytest.mark.parametrize("scale, folded", [("rsqrt(f32(D))", True), ("0.125", True),
+                                           ("(f32(D) * 2.0)", True), ("s", False),
+                                           ("-0.125", False), ("(0.5 - f32(D))", False)])
+def test_attention_softmax_runs_in_base_2_with_the_scale_folded(scale, folded):
+    """With a 16-bit P the online softmax computes exp(t - m) as exp2 of one fused multiply-add,
+    t log2(e) - m log2(e). A score that is the product times a scalar known to be >= 0 (a
+    constant, dimensions, rsqrt of them) keeps the bare product, its max taken before the scale
+    (which rounding preserves), the scale folded into the exponent's factor; a scale of unknown
+    or negative sign stays on the scores. Both match the reference, masked or not."""
+    text = SCALED.replace("SCALE", scale)
+    _, _, m = compile_text(text)
+    tiled = print_program(m.programs[0])
+    assert "exp2(fma(" in tiled and re.search(r"m_sub\[i\] = where\(.*, 0\.0, m_new\[i\] \* ", tiled)
+    unscaled = re.search(r"where\(k \* \d+ \+ j < S, where\(.*, -inf, S1?\[i, j\]\), -inf\)", tiled)
+    assert bool(unscaled) == folded, tiled
+    for dims in (dict(L=64, S=64, D=16), dict(L=70, S=33, D=5)):
+        check_text(text, dims, seed=3)
+
+
+def test_an_f32_softmax_keeps_the_exact_difference():
+    """P kept in f32: exp(t - m) of the exact difference, the scale on the scores."""
+    text = SCALED.replace("SCALE", "0.125").replace("O = f16(softmax(T, axis=-1)) @ V",
+                                                    "O = f16(softmax(T, axis=-1) @ f32(V))")
+    _, _, m = compile_text(text)
+    tiled = print_program(m.programs[0])
+    assert "exp2" not in tiled and re.search(r"= exp\(S1?\[i, j\] - m_sub", tiled), tiled
+    check_text(text, dict(L=70, S=33, D=5), seed=3)
 
 
 CAUSAL_SHIFTED = """

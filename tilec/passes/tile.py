@@ -773,6 +773,24 @@ class GroupLowering:
         score = self.value(role["x"], qk_at)
         col_ok = ilt(iadd(k0, vj), dim_to_expr(S))
         is_ninf = T.Compare("eq", L1(mc), NEG_INF)
+        # exp(s - m) of each score: with a 16-bit P, as 2^(s c - m c) with c = log2(e) and the
+        # row's m c computed once, one fused multiply-add and one exp2 per score (the rounding of
+        # m c costs about |m| 6e-8 of relative error, far below P's own 2^-11 for any score
+        # below 2^13); an f32 P keeps the exact difference. A score that is the product times
+        # a non-negative scalar a (masks aside) keeps the product alone and folds a into c:
+        # the max of the products times a is the max of the scores (rounding is monotonic)
+        base2 = p_dt != f32
+        log2e = T.Const(1.4426950408889634, f32)
+        scale = None
+        if base2:
+            score, scale = unscaled_score(score, L2(Sc), set(self.g.symbols))
+        c = log2e if scale is None else T.Binary("mul", scale, log2e, f32)
+        m_sub = T.Binary("mul", L1(mc), c, f32) if base2 else L1(mc)
+        # (one rounding: tilec's own expression, not a program's `x * y - z`)
+        exp_sub = (T.Unary("exp2", T.Fma(L2(Sc), c, T.Unary("neg", L1(ms), f32), f32), f32)
+                   if base2 else T.Unary("exp", T.Binary("sub", L2(Sc), L1(ms), f32), f32))
+        alpha = (T.Unary("exp2", T.Binary("mul", T.Binary("sub", L1(mx), L1(mc), f32), c, f32), f32)
+                 if base2 else T.Unary("exp", T.Binary("sub", L1(mx), L1(mc), f32), f32))
         loop = load_k + [
             Fill(Sc, T.Const(0.0, f32)),
             Gemm(Qs, Ks, Sc, tq, tk),
@@ -780,15 +798,13 @@ class GroupLowering:
             Reduce("max", Sc, mc, 1),
             For((i,), (BM,), "parallel", (
                 Store(mc, (vi,), T.Binary("maximum", L1(mx), L1(mc), f32)),
-                Store(al, (vi,), T.Select(is_ninf, T.Const(1.0, f32),
-                                          T.Unary("exp", T.Binary("sub", L1(mx), L1(mc), f32), f32), f32)),
+                Store(al, (vi,), T.Select(is_ninf, T.Const(1.0, f32), alpha, f32)),
                 Store(mx, (vi,), L1(mc)),
-                # what each score subtracts before exp: the row's max, or 0 while the row has
-                # seen only -inf (its scores are then all -inf, and exp(-inf - 0) = 0 without a
-                # select per score)
-                Store(ms, (vi,), T.Select(is_ninf, T.Const(0.0, f32), L1(mc), f32)))),
-            For((i, j), (BM, BN), "parallel", (Store(Sc, (vi, vj), T.Unary(
-                "exp", T.Binary("sub", L2(Sc), L1(ms), f32), f32)),)),
+                # what each score subtracts before exp: the row's max (times log2(e) in base
+                # 2), or 0 while the row has seen only -inf (its scores are then all -inf, and
+                # exp(-inf - 0) = 0 without a select per score)
+                Store(ms, (vi,), T.Select(is_ninf, T.Const(0.0, f32), m_sub, f32)))),
+            For((i, j), (BM, BN), "parallel", (Store(Sc, (vi, vj), exp_sub),)),
             Reduce("sum", Sc, rs, 1),
             For((i,), (BM,), "parallel", (Store(l, (vi,), T.Binary(
                 "add", T.Binary("mul", L1(l), L1(al), f32), L1(rs), f32)),)),
@@ -869,6 +885,51 @@ def _offset(e, base, var: str):
         inner = _offset(e.a, base, var)
         return None if inner is None else inner - e.b.value
     return 0 if e == iadd(base, T.Var(var)) else None
+
+
+def non_negative(e, dims: set) -> bool:
+    """Is `e` a kernel-wide scalar (of constants and dimensions alone) that is at least 0 or NaN:
+    constants >= 0, dimensions, and what functions that keep or produce signs >= 0 make of
+    them?"""
+    if not all(isinstance(x, (T.Const, T.Cast, T.Unary, T.Binary)) or
+               (isinstance(x, T.Var) and x.name in dims) for x in T.walk_exprs(e)):
+        return False
+    if isinstance(e, (T.Const, T.Var)):
+        return isinstance(e.value, (int, float)) and e.value >= 0 if isinstance(e, T.Const) else True
+    if isinstance(e, T.Cast):
+        return non_negative(e.x, dims)
+    if isinstance(e, T.Unary):
+        return e.fn in ("sqrt", "rsqrt", "exp", "exp2", "abs", "relu")
+    if isinstance(e, T.Binary):
+        return e.fn in ("mul", "div", "add", "maximum", "minimum") and \
+            non_negative(e.a, dims) and non_negative(e.b, dims)
+    return False
+
+
+def unscaled_score(score, product, dims: set) -> tuple:
+    """(score without its scale, the scale) when `score` is `product * a` (or `a * product`)
+    with `a` a non-negative scalar, under selects of -inf (masks) whose conditions do not read
+    the product; else (score, None)."""
+    found = set()
+
+    def strip(e):
+        if isinstance(e, T.Binary) and e.fn == "mul":
+            for x, a in ((e.a, e.b), (e.b, e.a)):
+                if x == product and non_negative(a, dims):
+                    found.add(a)
+                    return x
+            return None
+        if isinstance(e, T.Select) and product not in T.walk_exprs(e.cond):
+            ninf_a, ninf_b = (isinstance(x, T.Const) and x.value == -math.inf for x in (e.a, e.b))
+            if ninf_a or ninf_b:
+                inner = strip(e.b if ninf_a else e.a)
+                if inner is not None:
+                    return replace(e, a=e.a if ninf_a else inner, b=inner if ninf_a else e.b)
+        return None
+    raw = strip(score)
+    if raw is None or len(found) != 1:
+        return score, None
+    return raw, found.pop()
 
 
 def causal_bound(score, n_tiles, k: str, i: str, j: str, row0, bm: int, bn: int):
