@@ -292,6 +292,18 @@ def test_cpu_deals_causal_blocks_out_one_at_a_time():
         assert render_kernel(k, m.graphs[0].symbols, "2")["schedule"] == want
 
 
+def test_causal_blocks_start_longest_first():
+    """A causal key loop is bounded by the block's row: on GPUs the query blocks of each head
+    count down, so the blocks with the most key tiles start first and the last to run are
+    short; without a causal bound the order stays."""
+    for name, want in (("causal_attention", True), ("attention", False)):
+        text = sample(name)
+        _, _, m = compile_text(text, f"{name}.tile", "cuda")
+        assert {k.longest_first for p in m.programs for k in p.kernels} == {want}
+        cu = driver.render(driver.Source(f"{name}.tile", text), m, "cuda", {})[f"{name}.cu"]
+        assert ("const int64_t bx = tilec_grid[0] - 1 - (tilec_b) % tilec_grid[0];" in cu) == want
+
+
 def test_non_causal_masks_keep_every_key_tile():
     text = CAUSAL_SHIFTED.replace("index(T, -1) > index(T, -2) + SHIFT", "index(T, -1) > 3")
     _, _, m = compile_text(text)

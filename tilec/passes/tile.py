@@ -822,9 +822,10 @@ class GroupLowering:
             body.append(Alloc(Pt, "fragment", p_dt, (BM, BN)))
         body += [Alloc(O, "fragment", f32, (BM, DV))]
         body += [Alloc(n, "fragment", f32, (BM,)) for n in (mx, mc, l, al, rs, ms)]
+        n_tiles = dim_to_expr(S.cdiv(bn))
+        bound = causal_bound(score, n_tiles, k, vi.name, vj.name, row0, bm, bn)
         body += load_q + [Fill(mx, NEG_INF), Fill(l, T.Const(0.0, f32)), Fill(O, T.Const(0.0, f32)),
-                          For((k,), (causal_bound(score, dim_to_expr(S.cdiv(bn)), k, vi.name, vj.name,
-                                               row0, bm, bn),), "pipelined", tuple(loop), stages)]
+                          For((k,), (bound,), "pipelined", tuple(loop), stages)]
         out_at = tuple(bidx) + (iadd(row0, vi), vj)
         self.on_chip(pv.id, out_at, T.Binary("div", L2(O), L1(l), f32))
         guard = ilt(iadd(row0, vi), dim_to_expr(L))
@@ -836,11 +837,14 @@ class GroupLowering:
             grid.append(dim_to_expr(numel(batch)))
             bvars.append(bz)
         if hopper:
-            return self.wgmma_attention(grid, bvars, body, (load_q, load_k, load_v), (tq, tk, tv),
-                                        p_dt, (Dk, Dv))
-        return self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
-                           "attention with online softmax (the L x S scores never leave the block)",
-                           auto_threads=not self.sched.threads)
+            kernel = self.wgmma_attention(grid, bvars, body, (load_q, load_k, load_v),
+                                          (tq, tk, tv), p_dt, (Dk, Dv))
+        else:
+            kernel = self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
+                                 "attention with online softmax (the L x S scores never leave "
+                                 "the block)", auto_threads=not self.sched.threads)
+        # a causal bound: blocks of later query rows run more key tiles, so they start first
+        return replace(kernel, longest_first=bound is not n_tiles)
 
     def wgmma_attention(self, grid, bvars, body, loads, transposed, p_dt, heads) -> TileKernel:
         """The warp-specialized attention kernel (resources.wgmma_attention): Q, K and V tile

@@ -2134,6 +2134,8 @@ def block_vars(k: T.TileKernel) -> list:
             e = f"tilec_b / ({' * '.join(f'tilec_grid[{m}]' for m in range(n))})"
         if n < len(names) - 1:
             e = f"({e}) % tilec_grid[{n}]"
+        if n == 0 and k.longest_first:  # (the blocks with the most work first)
+            e = f"tilec_grid[0] - 1 - {e}"
         out.append((v, e))
     return out
 
