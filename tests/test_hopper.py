@@ -505,15 +505,18 @@ def _attention_body(monkeypatch, knob: str) -> str:
     return body[:body.index("\n}\n")]
 
 
-def test_attention_products_overlap_and_take_turns(monkeypatch):
+def test_attention_products_overlap(monkeypatch):
     """The default: FlashAttention-3's order within a warpgroup. Iteration k issues Q K^T of key
     tile k, then P V of tile k - 1 (its O rescaled and P written by the iteration before); the
     softmax of tile k runs after the wait for all but one group (Q K^T), while P V runs; O and P
     are touched only after its wait. Nothing is in flight across the loop's back edge (tile 0
     is peeled off, the last P V follows the loop), so ptxas does not serialize the wgmmas
-    (test_warp_specialized_attention_compiles_for_sm90a). The warpgroups take turns issuing
-    (warpgroup 0 first), and warpgroup 0 takes the other's last pass at the end."""
-    body = _attention_body(monkeypatch, "")
+    (test_warp_specialized_attention_compiles_for_sm90a). The warpgroups issue independently
+    (the default); with TILEC_WGMMA_ATTENTION=3,1,1 they take turns issuing (warpgroup 0
+    first), and warpgroup 0 takes the other's last pass at the end."""
+    default = _attention_body(monkeypatch, "")
+    assert "turn_" not in default
+    body = _attention_body(monkeypatch, "3,1,1")
     first = body.index("// key tile 0: S1 and its softmax, no O1 before it")
     loop = body[body.index("for (int tilec_k_i = 1;"):]
     assert first < body.index("for (int tilec_k_i = 1;")
@@ -531,8 +534,8 @@ def test_attention_products_overlap_and_take_turns(monkeypatch):
     assert body.count("turn_wait(tilec_warp / 4)") == 3 and body.count("turn_pass(tilec_warp / 4)") == 3
     assert body.index("if (tilec_warp / 4 == 1) tilec::sm90::turn_pass(1);") < first < \
         body.index("if (tilec_warp / 4 == 0) tilec::sm90::turn_wait(0);")
-    # without turns (3,1,0): the same order, no named barriers
-    assert "turn_" not in _attention_body(monkeypatch, "3,1,0")
+    # without turns (the default, 3,1,0): the same order, no named barriers
+    assert _attention_body(monkeypatch, "3,1,0") == default
 
 
 def test_attention_serial_order_knob(monkeypatch):

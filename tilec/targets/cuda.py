@@ -2187,13 +2187,13 @@ def _for_arch(target, options: dict):
         # of a thread's 232) and a producer warpgroup
         wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2, False, 1))
         # attention: 128 query rows (64 per consumer warpgroup), 128 keys per stage, 3 stages of
-        # K and V tiles (224 KiB with the Q tile at D = 128; measured: 2 stages are as fast at
-        # D = 128, 6% slower at D = 64); FlashAttention-3's order, each warpgroup's softmax
-        # beside its previous P V, the two warpgroups taking turns to issue (measured on the
-        # H200: 0.84x cuDNN at D = 128 against 0.76-0.78x with each product completed before the
-        # softmax; the turns alone change D = 128 little and make D = 64 11% faster:
-        # docs/PERFORMANCE.md)
-        attention = split_k.wgmma_attention((128, 128, 3, True, True) if wgmma else ())
+        # K and V tiles (224 KiB with the Q tile at D = 128; 2 stages measured 0.65x cuDNN
+        # against 0.92x); FlashAttention-3's order, each warpgroup's softmax beside its previous
+        # P V (0.84x cuDNN at D = 128 against 0.76-0.78x with each product completed before the
+        # softmax). The two warpgroups issue independently: taking turns (named barriers) helped
+        # while the softmax was longer, and since the base-2 softmax measures 0.91-0.92x against
+        # 0.95x without at D = 128, 0.90x against 0.94x at D = 64 (docs/PERFORMANCE.md)
+        attention = split_k.wgmma_attention((128, 128, 3, True, False) if wgmma else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
         # 128 values of K are summed into a partial that is then added to the accumulators in
         # f32 (Gemm.promote); 128 x 128 tiles, K tiles of 128 values, 6 stages of 32 KiB. Measured at 8192^3
