@@ -55,11 +55,12 @@ def round_trip(text: str, target: str, name: str = "test.tile"):
         # a workspace the kernel writes reads back as one of its outputs
         params = tuple(replace(p, kind="output", when=None) if p.kind == "workspace" else p
                        for p in k.params)
-        # (a warp-specialized, persistent kernel is the tile pass's decision: its dump reads back
-        # as the plain kernel, the roles in comments)
+        # (a warp-specialized, persistent kernel, or blocks started longest first, are the tile
+        # pass's decisions: its dump reads back as the plain kernel, the decisions in comments)
         assert g.tile == replace(k, params=params, comment="", when=None, slot=0, part=0,
                                  capacities=(), blocks_per_sm=1, warp_specialize=0,
-                                 persistent=False, pingpong=False, cluster=1, aligned=())
+                                 persistent=False, pingpong=False, cluster=1, aligned=(),
+                                 longest_first=False)
     # and the parsed kernel goes through the tile pass unchanged (but for its device name)
     again = driver.stage_module(back, "tiled", target, verify=True)
     for p, k in zip(again.programs, kernels):
