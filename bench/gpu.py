@@ -777,7 +777,8 @@ def case_linear(bench: Bench) -> None:
     ref = linear_gelu(X.float(), W.float(), bias.float()).to(BF16)
     n = n_copies((M * K + K * N + M * N) * 2, bench.l2, bench.args.copies)
     sets = [(x, w, b, torch.empty(M, N, dtype=BF16, device="cuda")) for x, w, b in copies_of(n, X, W, bias)]
-    tc = bench.tilec_entry("linear_gelu", lambda k: [k.bind([x, w, b], [y], (M, K, N)) for x, w, b, y in sets],
+    tc = bench.tilec_entry("linear_gelu",
+                           lambda k: [k.bind([x, w, b], [y], (M, K, N)) for x, w, b, y in sets],
                            [ref], TOL[BF16])
     lin = bench.peer("cuBLAS F.linear (no GELU)", lambda: rotate(
         [functools.partial(torch.nn.functional.linear, x, w, b) for x, w, b, _ in sets]))
@@ -1016,8 +1017,8 @@ def main() -> int:
                     help="the attention case's head dims (128: causal and not, with the goals)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--copies", type=int, metavar="N",
-                    help="rotate among N copies of each GEMM and W4A16 case's operands (default: enough to exceed "
-                         "3x L2; 1: the same operands every call, L2 warm)")
+                    help="rotate among N copies of each GEMM and W4A16 case's operands (default: "
+                         "enough to exceed 3x L2; 1: the same operands every call, L2 warm)")
     args = ap.parse_args()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = [c for c in cases if c not in CASES]

@@ -325,7 +325,7 @@ def test_a_malformed_wgmma_knob_is_a_user_error(monkeypatch, knob):
     form) are refused, naming the variable, before anything is built."""
     from tilec.diagnostics import TilecError
     monkeypatch.setenv("TILEC_WGMMA", knob)
-    with pytest.raises(TilecError, match="TILEC_WGMMA=.*expected BMxBN,stages"):
+    with pytest.raises(TilecError, match=r"TILEC_WGMMA=.*expected BMxBN,stages"):
         _kernels(GEMMS)
 
 
@@ -364,6 +364,7 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
     ptx = ""
     for _, r, folder in nvcc_each(GEMMS, "hop.tile", [
             "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
+        assert r.returncode == 0, r.stderr
         ptx += (folder / "k.ptx").read_text()
     n = 128 if knob and "cluster2" not in knob else 256
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16", ptx)
@@ -574,7 +575,7 @@ def test_warp_specialized_attention_compiles_for_sm90a():
     operand form), the SASS holds HGMMA and UTMALDG where cuobjdump exists."""
     need_nvcc()
     ptx = ""
-    for f, r, folder in nvcc_each(ATTENTION, "hop.tile", [
+    for _, r, folder in nvcc_each(ATTENTION, "hop.tile", [
             "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"],
             HOPPER):
         assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr
@@ -589,6 +590,7 @@ def test_warp_specialized_attention_compiles_for_sm90a():
             assert "HGMMA" in sass and "UTMALDG" in sass
     for _, r, folder in nvcc_each(ATTENTION, "hop.tile", [
             "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
+        assert r.returncode == 0, r.stderr
         ptx += (folder / "k.ptx").read_text()
     for dt in ("f16", "bf16"):
         assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{dt}\.{dt}\s*"

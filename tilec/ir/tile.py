@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 from .types import Dim
 
-
 # The launcher's number of threads a call may use, a name a variant's condition may hold next to
 # the dimensions (the CPU's `omp_get_max_threads()`; the reference interpreter takes 1)
 THREADS = "tilec_threads"

@@ -168,7 +168,7 @@ class Target:
     # resources when every --arch is sm_90a); None: always this one
     specialize: object = None
 
-    def for_options(self, options: dict | None) -> "Target":
+    def for_options(self, options: dict | None) -> Target:
         return self.specialize(self, options or {}) if self.specialize else self
 
     @property

@@ -1279,7 +1279,7 @@ class CudaRenderer(CStyleRenderer):
         block-uniform condition under which all of the layout's rows and columns lie inside the
         bounds and its vector accesses are aligned, those accesses, the row conditions it
         covers), else None."""
-        s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other = loop
+        s, L, ivar, _, body, orelse, row_conds, col_bounds, _ = loop
         if not isinstance(L, MmaLayout) or orelse or \
                 any(isinstance(st, _COLLECTIVE) for st in T.walk_stmts(body)):
             return None
@@ -1513,7 +1513,7 @@ class CudaRenderer(CStyleRenderer):
         """The stores of an epilogue loop whose whole tiles leave by TMA (TileKernel.
         tma_stores): id(Store) -> (staging buffer, panel columns); {} for other loops."""
         staging = dict(self.k.tma_stores)
-        s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other = loop
+        _, L, ivar, jvar, body, orelse, _, _, other = loop
         if not staging or not isinstance(L, WgmmaLayout) or other or orelse:
             return {}
         outs = {p.name: p for p in self.k.params}
@@ -1541,7 +1541,7 @@ class CudaRenderer(CStyleRenderer):
         """Close the panel loop: the warpgroup's writes made visible to the TMA unit, then its
         first thread stores each staged output's panel (its 64 rows, the panel's columns) and
         commits them as one bulk group."""
-        s, L, ivar, jvar, body, *_ = loop
+        _, _, ivar, jvar, body, *_ = loop
         self.emit(f"tilec::sm90::staging_ready({self.STAGING_BAR} + tilec_warp / 4);", d)
         self.emit("if (tilec_tid % 128 == 0) {", d)
         for st in body:
