@@ -322,21 +322,6 @@ TILEC_DEV void copy_elements(T* dst, const T* src, int64_t ld, int64_t nr, int64
         dst[L::offset(r, c)] = (r < nr && c < nc) ? src[(int64_t)r * ld + c] : T(0);
     }
 }
-template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
-TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
-    static_assert(!ASYNC, "asynchronous copies go through Staged (copy_issue / copy_land)");
-    typedef Chunks<ROWS, COLS, THREADS, T> C;
-    if (!C::readable(src, ld)) {
-        copy_elements<ROWS, COLS, L>(dst, src, ld, nr, nc, THREADS);
-        return;
-    }
-#pragma unroll
-    for (int it = 0; it < C::ITERS; ++it) {
-        int r, k;
-        if (C::at(it, r, k))
-            *reinterpret_cast<u32x4*>(dst + L::offset(r, k)) = C::template read<WHOLE>(src, ld, nr, nc, r, k);
-    }
-}
 
 // The pipeline's copies issued ahead (the Tile IR's copy_async / commit / wait), AMD's way: AMD
 // has no asynchronous global -> LDS copy, so copy_issue loads the thread's chunks into registers
@@ -381,6 +366,14 @@ TILEC_DEV void copy_issue(Staged<ROWS, COLS, THREADS, L, T>& st, T* base, T* dst
     }
     st.offset = (int)(dst - base);
     st.pending = true;
+}
+// A synchronous copy: issued and landed at once.
+template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
+TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
+    static_assert(!ASYNC, "asynchronous copies go through Staged (copy_issue / copy_land)");
+    Staged<ROWS, COLS, THREADS, L, T> st;
+    copy_issue<WHOLE>(st, dst, dst, src, ld, nr, nc);
+    copy_land(st, dst);
 }
 
 // ---- matrix units: MFMA ---------------------------------------------------------------------
