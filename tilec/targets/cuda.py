@@ -2145,6 +2145,14 @@ def _gencode(arch: str) -> str:
     return f"-gencode arch=compute_{num},code=sm_{num}"
 
 
+def device_context(target, gpu: str, stream_type: str) -> dict:
+    """What kernel.cu.j2 says of the device (CUDA's or HIP's): the kernels' kind, the device
+    library, the stream type, and a thread's lane and warp from the target's warp size."""
+    warp = target.resources.warp
+    return dict(gpu=gpu, device_library=target.device_library, stream_type=stream_type,
+                lane_mask=warp - 1, warp_shift=warp.bit_length() - 1)
+
+
 def render(target, src, m, env, banner, options) -> dict:
     archs = options.get("arch") or target.default_arch
 
@@ -2153,6 +2161,7 @@ def render(target, src, m, env, banner, options) -> dict:
                                guards=variant_guards,
                                refusable=lambda k: bool(k.warp_specialize))
         ctx["kernels"] = [render_kernel(k, g.symbols, target) for k in prog.kernels]
+        ctx.update(device_context(target, "CUDA", "cudaStream_t"))
         return ctx
     files, libs = render_libraries(
         target, src, m, env, banner, options, kernel_context, ["cuda_runtime_api.h"],

@@ -34,7 +34,7 @@ from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
 from .cstyle import cname
-from .cuda import SIXTEEN, STORE, CudaRenderer, gpu_common_files, render_kernel
+from .cuda import SIXTEEN, STORE, CudaRenderer, device_context, gpu_common_files, render_kernel
 
 # LDS bytes per wave of a block-wide reduction's scratch (a value of up to 8 bytes)
 REDUCE_SCRATCH = 8
@@ -219,8 +219,7 @@ def render(target, src, m, env, banner, options) -> dict:
     def kernel_context(g, prog):
         ctx = launcher_context(g, prog, ["hipStream_t tilec_stream"], ["tilec_stream"])
         ctx["kernels"] = [hip_kernel(k, g.symbols, target) for k in prog.kernels]
-        ctx.update(gpu="HIP", device_library="tilec_hip.h", stream_type="hipStream_t",
-                   lane_bits=6)
+        ctx.update(device_context(target, "HIP", "hipStream_t"))
         return ctx
     files, libs = render_libraries(
         target, src, m, env, banner, options, kernel_context, ["hip/hip_runtime_api.h"],
