@@ -898,8 +898,10 @@ def non_negative(e, dims: set) -> bool:
     if not all(isinstance(x, (T.Const, T.Cast, T.Unary, T.Binary)) or
                (isinstance(x, T.Var) and x.name in dims) for x in T.walk_exprs(e)):
         return False
-    if isinstance(e, (T.Const, T.Var)):
-        return isinstance(e.value, (int, float)) and e.value >= 0 if isinstance(e, T.Const) else True
+    if isinstance(e, T.Const):
+        return isinstance(e.value, (int, float)) and e.value >= 0
+    if isinstance(e, T.Var):  # (a dimension)
+        return True
     if isinstance(e, T.Cast):
         return non_negative(e.x, dims)
     if isinstance(e, T.Unary):

@@ -170,8 +170,8 @@ def lift(st):
 def without_self_stores(st):
     """Parallel loop `st` without the stores that write back what they read (`S[i, j] = S[i, j]`:
     a score that only its mask changed); None when nothing else is left."""
-    body = tuple(x for x in st.body if not (isinstance(x, T.Store) and x.value == T.Load(
-        x.buf, x.idx, x.value.dtype if isinstance(x.value, T.Load) else None)))
+    body = tuple(x for x in st.body if not (isinstance(x, T.Store) and isinstance(x.value, T.Load)
+                                            and (x.value.buf, x.value.idx) == (x.buf, x.idx)))
     return replace(st, body=body) if body else None
 
 
