@@ -397,8 +397,8 @@ class TileKernel:
     cluster: int = 1
     # a persistent grid: one block per SM (times blocks_per_sm) walks the grid's tiles in order
     persistent: bool = False
-    # GPU targets: the first block variable counts down, so blocks with the most work start first
-    # (a causal key loop, bounded by the block's last query row): the last to finish are short
+    # the first block variable counts down, so blocks with the most work start first (a causal
+    # key loop, bounded by the block's last query row): the last to finish are short
     longest_first: bool = False
     # tensors whose address must be 16-byte aligned for this variant (TMA); the launcher tests it
     # with the variant's `when`

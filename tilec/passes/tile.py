@@ -843,8 +843,10 @@ class GroupLowering:
             kernel = self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
                                  "attention with online softmax (the L x S scores never leave "
                                  "the block)", auto_threads=not self.sched.threads)
-        # a causal bound: blocks of later query rows run more key tiles, so they start first
-        return replace(kernel, longest_first=bound is not n_tiles)
+        # a causal bound on Hopper's kernel (one block per SM): blocks of later query rows run
+        # more key tiles, so they start first (measured 1-2% faster there; the mma.sync kernel,
+        # several blocks per SM, measured 13% slower so: docs/PERFORMANCE.md)
+        return replace(kernel, longest_first=hopper and bound is not n_tiles)
 
     def wgmma_attention(self, grid, bvars, body, loads, transposed, p_dt, heads) -> TileKernel:
         """The warp-specialized attention kernel (resources.wgmma_attention): Q, K and V tile

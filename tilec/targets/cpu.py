@@ -23,7 +23,15 @@ from ..passes import (
 from ..passes.rewrite import column_base, loads_in, unit_stride, used_names, uses_var
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
-from .cstyle import ABI_TYPE, NARROW_FLOATS, CStyleRenderer, bytes_expr, cname, pdim
+from .cstyle import (
+    ABI_TYPE,
+    NARROW_FLOATS,
+    CStyleRenderer,
+    bytes_expr,
+    cname,
+    linear_block_vars,
+    pdim,
+)
 
 ALL_DTYPES = ("f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "i4", "u4", "fp8e4m3",
               "fp8e5m2")
@@ -470,14 +478,7 @@ def render_kernel(k: T.TileKernel, symbols, threads_expr: str) -> dict:
     used = used_names(k)  # a dimension the kernel does not read is an unnamed parameter
     params += [f"int64_t {cname(s)}" if s in used else f"int64_t /*{s}*/" for s in symbols]
     grid = [em.expr(g) for g in k.grid] + ["1"] * (3 - len(k.grid))
-    bvars = []
-    for n, v in enumerate(k.block_vars):
-        e = "tilec_b"
-        if n > 0:
-            e = f"tilec_b / ({' * '.join(f'tilec_grid[{m}]' for m in range(n))})"
-        if n < len(k.block_vars) - 1:
-            e = f"({e}) % tilec_grid[{n}]"
-        bvars.append(dict(name=cname(v), expr=e))
+    bvars = [dict(name=name, expr=e) for name, e in linear_block_vars(k)]
     # blocks whose loops run a block-dependent number of steps (a causal key loop) are dealt out
     # one at a time, so that the threads finish together; equal blocks go in contiguous ranges
     uneven = any(isinstance(s, T.For) and s.kind != "parallel" and

@@ -368,6 +368,22 @@ class CStyleRenderer:
         raise NotImplementedError
 
 
+def linear_block_vars(k: T.TileKernel) -> list:
+    """(C name, expression) of each block variable of `k` from the linear block index `tilec_b`,
+    x fastest; with `longest_first`, x counts down (the blocks with the most work first)."""
+    out = []
+    for n, v in enumerate(k.block_vars):
+        e = "tilec_b"
+        if n > 0:
+            e = f"tilec_b / ({' * '.join(f'tilec_grid[{m}]' for m in range(n))})"
+        if n < len(k.block_vars) - 1:
+            e = f"({e}) % tilec_grid[{n}]"
+        if n == 0 and k.longest_first:
+            e = f"tilec_grid[0] - 1 - {e}"
+        out.append((cname(v), e))
+    return out
+
+
 def bytes_expr(dtype: str, shape, cast: str = "(size_t)") -> str:
     """Bytes of a dense tensor (4-bit tensors: each row rounded up to whole bytes)."""
     shape = tuple(shape) or (Dim.const(1),)  # a rank-0 workspace holds one element

@@ -45,7 +45,7 @@ from ..passes.rewrite import (
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
-from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, pdim
+from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, linear_block_vars, pdim
 
 # element type of tile buffers in memory (shared) and in registers (fragments): 16- and 8-bit
 # floats keep their bits, everything else its C type
@@ -2128,16 +2128,7 @@ def block_vars(k: T.TileKernel) -> list:
         if len(names) == 3:
             out.append((names[2], f"tilec_b / ({per})"))
         return out
-    for n, v in enumerate(names):
-        e = "tilec_b"
-        if n > 0:
-            e = f"tilec_b / ({' * '.join(f'tilec_grid[{m}]' for m in range(n))})"
-        if n < len(names) - 1:
-            e = f"({e}) % tilec_grid[{n}]"
-        if n == 0 and k.longest_first:  # (the blocks with the most work first)
-            e = f"tilec_grid[0] - 1 - {e}"
-        out.append((v, e))
-    return out
+    return linear_block_vars(k)
 
 
 def _gencode(arch: str) -> str:
