@@ -555,6 +555,48 @@ def test_attention_serial_order_knob(monkeypatch):
         _kernels(ATTENTION)
 
 
+def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
+    """TILEC_WGMMA_ATTENTION=3,1,0,1: a persistent grid walks the query tiles where each runs
+    the same key tiles (not causal: a static walk would share those out unevenly). Q is a ring
+    of one stage: the consumer warps free it (8 arrivals) once the key loop's last Q K^T is
+    complete, before the last P V and the epilogue, and the producer waits for that before it
+    loads the next tile's Q; both roles wait by the parity of their own tile count. A three-field
+    knob keeps the target's choice (one block per query tile); a flag other than 0 or 1 is a
+    user error."""
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,1")
+    ks = {k.name: k for k in _kernels(ATTENTION) if "_tma" in k.name}
+    assert ks and all(k.persistent == k.name.startswith("hop_attention") for k in ks.values())
+    assert "# persistent grid" in T.print_kernel(ks["hop_attention_k0_tma_D128exact"])
+    assert not any(k.tma_stores for k in ks.values())  # (stored from registers)
+    body = _attention_body(monkeypatch, "3,1,0,1")
+    assert "tilec::sm90::mbar_init(tilec_once_free, 8);" in body
+    producer = body[body.index("// the producer warpgroup"):body.index("// the consumer warpgroups")]
+    consumer = body[body.index("// the consumer warpgroups"):]
+    assert "for (int64_t tilec_b = blockIdx.x; tilec_b < tilec_tiles; tilec_b += gridDim.x)" in \
+        producer and "tilec_b += gridDim.x" in consumer
+    order = ["mbar_wait(tilec_once_free, (tilec_t & 1) ^ 1)", "mbar_arrive_expect_tx(tilec_once, "
+             "32768)", "tma_load_3d(Q_s, &tilec_map_Q, tilec_once", "mbar_wait(&tilec_empty",
+             "++tilec_it;", "++tilec_t;"]
+    at = [producer.index(x) for x in order]
+    assert at == sorted(at), order
+    order = ["mbar_wait(tilec_once, tilec_t & 1)", "// key tile 0", "for (int tilec_k_i = 1;",
+             "mbar_arrive(tilec_once_free)", "// O1 of the last key tile", "store_vec<",
+             "++tilec_t;"]
+    at = [consumer.index(x) for x in order]
+    assert at == sorted(at), order
+    assert consumer.count("mbar_arrive(tilec_once_free)") == 1
+    # the serial order frees Q after its loop too
+    serial = _attention_body(monkeypatch, "3,0,0,1")
+    loop_end = serial.index("}", serial.rindex("mbar_arrive(&tilec_empty[tilec_s])"))
+    assert loop_end < serial.index("mbar_arrive(tilec_once_free)") < serial.index("store_vec<")
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0")
+    assert not any(k.persistent for k in _kernels(ATTENTION))
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,2")
+    with pytest.raises(TilecError, match=r"TILEC_WGMMA_ATTENTION=3,1,0,2: expected "
+                                         r"stages,overlap,pingpong\[,persistent\]"):
+        _kernels(ATTENTION)
+
+
 @pytest.mark.parametrize("text", [
     # K stored transposed ([D, S]: not the K-major tile wgmma reads); P kept in f32; D past 128
     "kernel t(Q: f16[L, D], Kt: f16[D, S], V: f16[S, D]) -> O: f16[L, D]:\n"
@@ -570,10 +612,14 @@ def test_attention_tma_cannot_read_keeps_mma_sync(text):
 
 @pytest.mark.nvcc
 @pytest.mark.gpu  # (also on the device: cuobjdump reads the SASS)
-def test_warp_specialized_attention_compiles_for_sm90a():
-    """Warning-free, no spills; the PTX multiplies P V with A from registers (wgmma's register
-    operand form), the SASS holds HGMMA and UTMALDG where cuobjdump exists."""
+@pytest.mark.parametrize("knob", ["", "3,1,0,1"])
+def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
+    """Warning-free, no spills, no wgmma serialized, also with the persistent grid; the PTX
+    multiplies P V with A from registers (wgmma's register operand form), the SASS holds HGMMA
+    and UTMALDG where cuobjdump exists."""
     need_nvcc()
+    if knob:
+        monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
     ptx = ""
     for _, r, folder in nvcc_each(ATTENTION, "hop.tile", [
             "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"],
@@ -588,6 +634,8 @@ def test_warp_specialized_attention_compiles_for_sm90a():
             sass = subprocess.run(["cuobjdump", "--dump-sass", str(folder / "k.o")],
                                   capture_output=True, text=True).stdout
             assert "HGMMA" in sass and "UTMALDG" in sass
+    if knob:  # (the same products: the PTX below is the default's)
+        return
     for _, r, folder in nvcc_each(ATTENTION, "hop.tile", [
             "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
         assert r.returncode == 0, r.stderr
@@ -598,12 +646,14 @@ def test_warp_specialized_attention_compiles_for_sm90a():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("knob", ["", "2,0,0", "3,1,0", "3,0,1", "3,1,1"])
+@pytest.mark.parametrize("knob", ["", "2,0,0", "3,1,0", "3,0,1", "3,1,1", "3,1,0,1", "2,0,0,1"])
 def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     """The Hopper attention alone (the other variants removed: a condition that fails is an
     error, not a fallback): head dims at and below both capacities, ragged L and S, causal with
     bf16, batch and heads merged, against the reference; also with 2 stages, in the overlapped
-    order without the turns, and in the serial order (TILEC_WGMMA_ATTENTION)."""
+    order without the turns, in the serial order, and on a persistent grid, whose blocks then
+    walk several query tiles each (more tiles than an H100 or H200 has SMs; the stage ring and
+    Q's parity across tiles) (TILEC_WGMMA_ATTENTION)."""
     need_gpu()
     if knob:
         monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
@@ -611,5 +661,7 @@ def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     monkeypatch.setattr(tile_pass, "gemm_variants",
                         lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
     for dims in (dict(B=2, H=3, L=200, S=130, D=64), dict(B=1, H=2, L=130, S=300, D=128),
-                 dict(B=1, H=1, L=64, S=64, D=40), dict(B=2, H=1, L=257, S=1, D=96)):
+                 dict(B=1, H=1, L=64, S=64, D=40), dict(B=2, H=1, L=257, S=1, D=96)) + \
+            ((dict(B=4, H=9, L=1000, S=200, D=128), dict(B=3, H=7, L=1800, S=300, D=64))
+             if knob.endswith(",1") and knob.count(",") == 3 else ()):
         check_text(ATTENTION, dims, name="hop_only.tile", target="cuda", options=HOPPER)

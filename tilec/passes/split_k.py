@@ -51,10 +51,10 @@ def plan(tiles: Dim, nk: Dim, blocks: int, min_tiles: int, multiple: int = 1) ->
     return Split(chunk, count, when)
 
 
-def _knob(name: str, expect: str, fields: int, parse=int):
+def _knob(name: str, expect: str, fields, parse=int):
     """A benchmarking knob from the environment (documented in docs/CUDA.md): None when unset, ()
-    for "off" or "0", else `fields` comma-separated values (`parse` reads each); a malformed value
-    is a user error naming the variable."""
+    for "off" or "0", else `fields` comma-separated values (a count, or a tuple of the counts
+    allowed; `parse` reads each); a malformed value is a user error naming the variable."""
     env = os.environ.get(name, "").strip()
     if not env:
         return None
@@ -62,7 +62,7 @@ def _knob(name: str, expect: str, fields: int, parse=int):
         return ()
     parts = env.split(",")
     try:
-        if len(parts) != fields:
+        if len(parts) not in (fields if isinstance(fields, tuple) else (fields,)):
             raise ValueError
         return tuple(parse(x) for x in parts)
     except ValueError:
@@ -171,21 +171,22 @@ def fp8_pairs(default: bool) -> bool:
 
 
 def wgmma_attention(default: tuple) -> tuple:
-    """`TILEC_WGMMA_ATTENTION` ("stages,overlap,pingpong", each flag 1 or 0, e.g. "3,1,1"): the
-    warp-specialized attention's K/V stages, whether each warpgroup overlaps its softmax with
-    its products (FlashAttention-3's order), and whether the two consumer warpgroups take turns
-    issuing products (named barriers), in place of the target's `wgmma_attention`, for
-    measuring on a device; "off": none."""
-    expect = "stages,overlap,pingpong (stages 2 or 3, the flags 0 or 1)"
-    knob = _knob("TILEC_WGMMA_ATTENTION", expect, 3)
+    """`TILEC_WGMMA_ATTENTION` ("stages,overlap,pingpong[,persistent]", each flag 1 or 0, e.g.
+    "3,1,1"): the warp-specialized attention's K/V stages, whether each warpgroup overlaps its
+    softmax with its products (FlashAttention-3's order), whether the two consumer warpgroups
+    take turns issuing products (named barriers), and whether a persistent grid walks the query
+    tiles (the producer loads a tile's Q while the consumers finish the tile before it; the
+    target's choice when left out), in place of the target's `wgmma_attention`, for measuring
+    on a device; "off": none."""
+    expect = "stages,overlap,pingpong[,persistent] (stages 2 or 3, the flags 0 or 1)"
+    knob = _knob("TILEC_WGMMA_ATTENTION", expect, (3, 4))
     if knob is None or not default:
         return default
     if knob == ():
         return ()
-    stages, overlap, pingpong = knob
-    if stages not in (2, 3) or overlap not in (0, 1) or pingpong not in (0, 1):
+    if knob[0] not in (2, 3) or any(f not in (0, 1) for f in knob[1:]):
         raise error(f"TILEC_WGMMA_ATTENTION={','.join(map(str, knob))}: expected {expect}")
-    return default[:2] + (stages, bool(overlap), bool(pingpong))
+    return default[:2] + (knob[0],) + tuple(bool(f) for f in knob[1:]) + default[2 + len(knob):]
 
 
 def gemv_mma(target) -> bool:

@@ -838,7 +838,7 @@ class GroupLowering:
             bvars.append(bz)
         if hopper:
             kernel = self.wgmma_attention(grid, bvars, body, (load_q, load_k, load_v),
-                                          (tq, tk, tv), p_dt, (Dk, Dv))
+                                          (tq, tk, tv), p_dt, (Dk, Dv), bound is n_tiles)
         else:
             kernel = self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
                                  "attention with online softmax (the L x S scores never leave "
@@ -848,12 +848,16 @@ class GroupLowering:
         # several blocks per SM, measured 13% slower so: docs/PERFORMANCE.md)
         return replace(kernel, longest_first=hopper and bound is not n_tiles)
 
-    def wgmma_attention(self, grid, bvars, body, loads, transposed, p_dt, heads) -> TileKernel:
+    def wgmma_attention(self, grid, bvars, body, loads, transposed, p_dt, heads,
+                        uniform: bool) -> TileKernel:
         """The warp-specialized attention kernel (resources.wgmma_attention): Q, K and V tile
         copies of one 16-bit dtype from tensors in memory (Q and V row-major, K read as K^T: the
         layouts wgmma takes from shared memory), P rounded to that dtype (the A operand of P V,
         from registers); at run time TMA's row strides and extents (the leading dims merge
-        into one coordinate); else NotWgmma. One block per 128 query rows (not persistent)."""
+        into one coordinate); else NotWgmma. One block per 128 query rows, or, where the
+        target's configuration says so and every query tile runs the same key tiles
+        (`uniform`: no causal bound, which a static walk would share out unevenly), a
+        persistent grid of one block per SM walking the query tiles."""
         if transposed != (False, True, False) or any(
                 len(ld) != 1 or not isinstance(ld[0], Copy) for ld in loads):
             raise NotWgmma()
@@ -862,9 +866,10 @@ class GroupLowering:
         if any(d.op == "const" and d.args[0] not in (64, 128) for d in heads):
             raise NotWgmma()
         srcs = [ld[0].src.buf for ld in loads]
+        persistent = uniform and self.target.resources.wgmma_attention[5]
         k = self.kernel(grid, bvars, self.gemm_config.threads, body,
                         "attention with online softmax (the L x S scores never leave the block): "
-                        "warp-specialized (TMA, wgmma)")
+                        "warp-specialized (TMA, wgmma)" + (", persistent" if persistent else ""))
         params = {p.name: p for p in k.params}
         dts = {params[n].dtype for n in srcs}
         if len(dts) != 1 or not dts <= {"f16", "bf16"} or p_dt not in dts:
@@ -877,7 +882,7 @@ class GroupLowering:
                                   for n in srcs if len(params[n].shape) > 3):
             when = cond if when is None else Dim.bin("and", when, cond)
         return replace(k, when=when, warp_specialize=self.gemm_config.threads // 128 - 1,
-                       aligned=tuple(sorted(set(srcs))))
+                       aligned=tuple(sorted(set(srcs))), persistent=persistent)
 
 
 def _offset(e, base, var: str):

@@ -20,8 +20,9 @@ the staging buffer (a shared Alloc) and records (output, buffer) in TileKernel.t
 variant's run-time conditions grow by what TMA needs of the output (rows a multiple of 16 bytes,
 a 16-byte aligned address, extents below 2^31). It leaves the kernel alone where the staging
 buffers would not fit in shared memory, for the ping-pong schedule (one warpgroup's tile is 128
-rows there), and where the grid is not persistent (attention: the stores would not overlap
-another tile's products). The renderer writes the panels, barriers and stores.
+rows there), where the grid is not persistent (the stores would not overlap another tile's
+products) and in attention (its persistent kernel is not measured with them). The renderer
+writes the panels, barriers and stores.
 """
 
 from __future__ import annotations
@@ -111,13 +112,16 @@ def _epilogue_stores(k: T.TileKernel, outputs: dict) -> list:
 
 
 def _stage(k: T.TileKernel, target) -> T.TileKernel:
-    # (a persistent kernel: its tile's stores run beside the next tile's products; elsewhere,
-    # attention's, they would gain little for their shared memory)
+    # (a persistent kernel: its tile's stores run beside the next tile's products; elsewhere
+    # they would gain little for their shared memory)
     if not k.warp_specialize or k.pingpong or not k.persistent:
+        return k
+    loop = next(s for s in k.body if isinstance(s, T.For) and s.kind == "warp_specialized")
+    # (a GEMM's K loop alone)
+    if sum(isinstance(s, T.Gemm) for s in loop.body) != 1:
         return k
     outputs = {p.name: p for p in k.params if p.kind == "output" and p.dtype in STORED and
                len(p.shape) <= 3}
-    loop = next(s for s in k.body if isinstance(s, T.For) and s.kind == "warp_specialized")
     budget = target.resources.tile_memory - BARRIER_BYTES * (loop.stages + 1)
     # (a warp-specialized kernel's buffers are 1024-byte aligned: TMA's 128-byte swizzle)
     used = placed_bytes([a for a in T.walk_stmts(k.body)

@@ -173,6 +173,7 @@ class CudaRenderer(CStyleRenderer):
         self.ws_barriers = 0
         self.ws_maps: dict = {}
         self.ws_gemm = None
+        self.once_ring = False  # (warp_specialized: the tiles copied once are a ring per tile)
         self.consumer_only = False
 
     def binary(self, e: T.Binary) -> str:
@@ -546,7 +547,9 @@ class CudaRenderer(CStyleRenderer):
         (the statements before the loop, the loop's other statements with its gemms on wgmma,
         then the statements after it: the epilogue). A persistent kernel does that tile after
         tile, in both roles; one counter of loop iterations per role runs the stage ring across
-        tiles."""
+        tiles. Its tiles copied once per tile (attention's Q) are a ring of one stage: the
+        consumers free it once their loop's last product that reads it is complete, so the
+        producer loads the next tile's while they finish this one."""
         k = self.k
         (loop,) = [st for st in body if isinstance(st, T.For) and st.kind == "warp_specialized"]
         at = body.index(loop)
@@ -559,8 +562,13 @@ class CudaRenderer(CStyleRenderer):
         # the GEMM's K loop (copies and one gemm): wgmma k-tiles kept in flight across
         # iterations; else each gemm completes before the statements after it
         self.ws_gemm = gemms[0] if len(gemms) == 1 and len(loop.body) == len(copies) + 1 else None
-        if pre_copies and k.persistent:
-            raise AssertionError("tiles copied before a persistent kernel's loop")
+        if pre_copies and k.persistent and (k.cluster > 1 or k.pingpong):
+            raise AssertionError("tiles copied before the loop of a persistent kernel of "
+                                 "clusters or ping-pong")
+        self.once_ring = bool(pre_copies) and k.persistent
+        if self.once_ring and any(ld.buf == c.dst.buf for st in post for ld in loads_in(st)
+                                  for c in pre_copies):
+            raise AssertionError("the epilogue reads a tile the next tile's copy overwrites")
         # the producer's Lets: those its copies' offsets and the loop's trip count read
         read = {x.name for c in pre_copies + copies for o in c.src.offsets for x in T.walk_exprs(o)
                 if isinstance(x, T.Var)} | {x.name for x in T.walk_exprs(loop.extents[0])
@@ -585,6 +593,9 @@ class CudaRenderer(CStyleRenderer):
         if pre_copies:
             self.emit(f"uint64_t* tilec_once = tilec_empty + {S};  // the tiles copied once have "
                       "landed", depth)
+        if self.once_ring:
+            self.emit("uint64_t* tilec_once_free = tilec_once + 1;  // the consumers are done "
+                      "with them", depth)
         self.emit("if (tilec_tid == 0) {", depth)
         self.emit(f"for (int tilec_s = 0; tilec_s < {S}; ++tilec_s) {{", depth + 1)
         self.emit("tilec::sm90::mbar_init(&tilec_full[tilec_s], 1);", depth + 2)
@@ -600,6 +611,8 @@ class CudaRenderer(CStyleRenderer):
             self.emit("tilec::sm90::mbar_init(&tilec_order[1], 128);", depth + 1)
         if pre_copies:
             self.emit("tilec::sm90::mbar_init(tilec_once, 1);", depth + 1)
+        if self.once_ring:  # (one arrival per consumer warp, as for a stage)
+            self.emit(f"tilec::sm90::mbar_init(tilec_once_free, {consumers * 4});", depth + 1)
         self.emit("tilec::sm90::mbar_init_fence();", depth + 1)
         self.emit("}", depth)
         if k.cluster > 1:
@@ -627,6 +640,8 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"tilec::sm90::prefetch_tensor_map(&tilec_map_{cname(c)});", depth + 2)
         self.emit("uint32_t tilec_it = 0;  // K tiles issued: stage tilec_it % "
                   f"{S}, pass tilec_it / {S}", depth + 2)
+        if self.once_ring:
+            self.emit("uint32_t tilec_t = 0;  // the block's tiles so far", depth + 2)
         d = depth + 2
         if k.persistent:
             self.tile_loop(d)
@@ -635,6 +650,9 @@ class CudaRenderer(CStyleRenderer):
             self.stmts([st], d)
         if pre_copies:
             nbytes = sum(self.tile_bytes(c) for c in pre_copies)
+            if self.once_ring:
+                self.emit("tilec::sm90::mbar_wait(tilec_once_free, (tilec_t & 1) ^ 1);  // (free "
+                          "at once for the first tile)", d)
             self.emit(f"tilec::sm90::mbar_arrive_expect_tx(tilec_once, {nbytes});", d)
             for c in pre_copies:
                 self.tma_copy(c, d, "tilec_once")
@@ -649,6 +667,8 @@ class CudaRenderer(CStyleRenderer):
             self.tma_copy(c, d + 1)
         self.emit("++tilec_it;", d + 1)
         self.emit("}", d)
+        if self.once_ring:
+            self.emit("++tilec_t;", d)
         if k.persistent:
             self.emit("}", d - 1)
         self.emit("}", depth + 1)
@@ -668,17 +688,22 @@ class CudaRenderer(CStyleRenderer):
             d += 1
         else:
             self.emit("uint32_t tilec_it = 0;  // K tiles consumed", d)
+            if self.once_ring:
+                self.emit("uint32_t tilec_t = 0;  // the block's tiles so far", d)
             if k.persistent:
                 self.tile_loop(d)
                 d += 1
         self.stmts(tuple(pre), d)
         if pre_copies:
-            self.emit("tilec::sm90::mbar_wait(tilec_once, 0);  // the tiles copied once", d)
+            self.emit(f"tilec::sm90::mbar_wait(tilec_once, {'tilec_t & 1' if self.once_ring else 0});"
+                      "  // the tiles copied once", d)
         if self.ws_gemm is not None:
             self.gemm_k_loop(loop, d)
         else:
             self.consumer_loop(loop, d)
         self.stmts(tuple(post), d)
+        if self.once_ring:
+            self.emit("++tilec_t;", d)
         self.consumer_only = False
         if k.pingpong:
             self.emit(f"tilec_it += (uint32_t){n};  // (the other warpgroup's tile)", d)
@@ -856,7 +881,7 @@ class CudaRenderer(CStyleRenderer):
         second's A operand in registers (attention's S = Q K^T, then O += P V), runs
         overlapped instead (overlapped_loop)."""
         parts = self.two_products(loop)
-        _, _, _, overlap, pingpong = self.target.resources.wgmma_attention or (0,) * 5
+        overlap, pingpong = (self.target.resources.wgmma_attention or (0,) * 6)[3:5]
         turns = parts is not None and pingpong and self.k.warp_specialize == 2
         if turns:
             self.emit("// the two warpgroups take turns issuing products (warpgroup 0 first): "
@@ -880,6 +905,7 @@ class CudaRenderer(CStyleRenderer):
             self.emit(self.release("tilec_s"), d + 1)
             self.emit("++tilec_it;", d + 1)
             self.emit("}", d)
+            self.free_once(d)
         if turns:  # (the other warpgroup's last turn passed)
             self.emit("if (tilec_warp / 4 == 0) tilec::sm90::turn_wait(0);", d)
 
@@ -974,6 +1000,7 @@ class CudaRenderer(CStyleRenderer):
         self.emit("tilec_prev = tilec_s;", b)
         self.emit("++tilec_it;", b)
         self.emit("}", d)
+        self.free_once(d)
         self.emit(f"if ({n} > 0) {{  // {g2.c} of the last key tile", d)
         turn("wait", d + 1)
         issue(g2, "tilec_prev", d + 1)
@@ -1017,6 +1044,16 @@ class CudaRenderer(CStyleRenderer):
                       f"{bk // 16} wgmmas", d)
             self.emit(f"tilec::sm90::wgmma_tile_rs<{c.layout.cols}, {bk}, {str(b_mn).lower()}, "
                       f"{bf}>({cname(g.c)}, {cname(g.a)}, {b_ptr});", d)
+
+    def free_once(self, d: int):
+        """A persistent kernel's consumers are done with the tiles copied once per tile (the
+        loop's products that read them are complete): each consumer warp's arrival frees them
+        for the next tile's copy."""
+        if self.once_ring:
+            self.emit("// this tile's products are complete: the next tile's copies may land",
+                      d)
+            self.emit("{ __syncwarp(); if (tilec_lane == 0) "
+                      "tilec::sm90::mbar_arrive(tilec_once_free); }", d)
 
     def release(self, stage: str) -> str:
         """A consumer warp's arrival on the `empty` barrier of `stage` (in every block of a
@@ -1949,8 +1986,9 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
         stages = next(st.stages for st in T.walk_stmts(body)
                       if isinstance(st, T.For) and st.kind == "warp_specialized")
         once = any(isinstance(st, T.Copy) for st in body)  # (tiles copied before the loop)
-        # full[S], empty[S] (, order[2]) (, once)
-        off += 16 * stages + (16 if k.pingpong else 0) + (8 if once else 0)
+        # full[S], empty[S] (, order[2]) (, once (, once_free: persistent))
+        off += 16 * stages + (16 if k.pingpong else 0) + (8 if once else 0) + \
+            (8 if once and k.persistent else 0)
         em.warp_specialized(body, 1)
         maps = tensor_maps(k, em.ws_maps)
     elif not em.version_whole(body, 1):
@@ -2192,8 +2230,10 @@ def _for_arch(target, options: dict):
         # P V (0.84x cuDNN at D = 128 against 0.76-0.78x with each product completed before the
         # softmax). The two warpgroups issue independently: taking turns (named barriers) helped
         # while the softmax was longer, and since the base-2 softmax measures 0.91-0.92x against
-        # 0.95x without at D = 128, 0.90x against 0.94x at D = 64 (docs/PERFORMANCE.md)
-        attention = split_k.wgmma_attention((128, 128, 3, True, False) if wgmma else ())
+        # 0.95x without at D = 128, 0.90x against 0.94x at D = 64 (docs/PERFORMANCE.md). One
+        # block per query tile (not persistent: a persistent grid, which loads a tile's Q during
+        # the tile before it, is a knob until measured)
+        attention = split_k.wgmma_attention((128, 128, 3, True, False, False) if wgmma else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
         # 128 values of K are summed into a partial that is then added to the accumulators in
         # f32 (Gemm.promote); 128 x 128 tiles, K tiles of 128 values, 6 stages of 32 KiB. Measured at 8192^3
