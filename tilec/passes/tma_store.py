@@ -161,4 +161,4 @@ def run(prog: T.TileProgram, target, options) -> T.TileProgram:
     return replace(prog, kernels=tuple(_stage(k, target) for k in prog.kernels))
 
 
-__all__ = ["run", "tma_conditions", "panel_cols", "tile_store", "STORED"]
+__all__ = ["STORED", "panel_cols", "run", "tile_store", "tma_conditions"]
