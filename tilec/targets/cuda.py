@@ -648,7 +648,8 @@ class CudaRenderer(CStyleRenderer):
             d += 1
         for st in lets:
             self.stmts([st], d)
-        if pre_copies:
+
+        def copy_once(d: int):
             nbytes = sum(self.tile_bytes(c) for c in pre_copies)
             if self.once_ring:
                 self.emit("tilec::sm90::mbar_wait(tilec_once_free, (tilec_t & 1) ^ 1);  // (free "
@@ -656,6 +657,8 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"tilec::sm90::mbar_arrive_expect_tx(tilec_once, {nbytes});", d)
             for c in pre_copies:
                 self.tma_copy(c, d, "tilec_once")
+        if pre_copies and not self.once_ring:
+            copy_once(d)
         nbytes = sum(self.tile_bytes(c) for c in copies)
         self.loop_body = loop.body
         self.loop_head(loop.vars[0], loop.extents[0], d)
@@ -666,8 +669,18 @@ class CudaRenderer(CStyleRenderer):
         for c in copies:
             self.tma_copy(c, d + 1)
         self.emit("++tilec_it;", d + 1)
+        if self.once_ring:
+            # (the tile's first stage is issued as soon as it is free, before the wait for the
+            # consumers to finish the previous tile's products)
+            self.emit(f"if ({cname(loop.vars[0])} == 0) {{  // then this tile's copied-once tiles",
+                      d + 1)
+            copy_once(d + 2)
+            self.emit("}", d + 1)
         self.emit("}", d)
         if self.once_ring:
+            self.emit(f"if ({self.expr(loop.extents[0])} <= 0) {{  // (no key tiles: these alone)", d)
+            copy_once(d + 1)
+            self.emit("}", d)
             self.emit("++tilec_t;", d)
         if k.persistent:
             self.emit("}", d - 1)
