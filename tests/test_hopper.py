@@ -556,8 +556,8 @@ def test_attention_serial_order_knob(monkeypatch):
 
 
 def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
-    """TILEC_WGMMA_ATTENTION=3,1,0,1: a persistent grid walks the query tiles where each runs
-    the same key tiles (not causal: a static walk would share those out unevenly). Q is a ring
+    """TILEC_WGMMA_ATTENTION=3,1,0,1: a persistent grid walks the query tiles (causal ones in
+    pairs: test_persistent_causal_attention_walks_pairs_of_even_work). Q is a ring
     of one stage: the consumer warps free it (8 arrivals) once the key loop's last Q K^T is
     complete, before the last P V and the epilogue, and the producer waits for that before it
     loads the next tile's Q, right after the tile's first K/V stage (alone where there are no
@@ -565,7 +565,7 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     the target's choice (one block per query tile); a flag other than 0 or 1 is a user error."""
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,1")
     ks = {k.name: k for k in _kernels(ATTENTION) if "_tma" in k.name}
-    assert ks and all(k.persistent == k.name.startswith("hop_attention") for k in ks.values())
+    assert ks and all(k.persistent for k in ks.values())
     assert "# persistent grid" in T.print_kernel(ks["hop_attention_k0_tma_D128exact"])
     assert not any(k.tma_stores for k in ks.values())  # (stored from registers)
     body = _attention_body(monkeypatch, "3,1,0,1")
@@ -599,6 +599,84 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     with pytest.raises(TilecError, match=r"TILEC_WGMMA_ATTENTION=3,1,0,2: expected "
                                          r"stages,overlap,pingpong\[,persistent\]"):
         _kernels(ATTENTION)
+
+
+def test_persistent_causal_attention_walks_pairs_of_even_work(monkeypatch):
+    """A causal bound gives later query tiles more key tiles. On a persistent grid the blocks
+    walk them in pairs, x = last - j then x = j, whose key tiles add up alike, so that the
+    static shares are even; with fewer pairs than blocks, one tile a step, the longest first.
+    The two roles walk the same tiles (the walk itself: test_pair_walk_visits_every_tile_once).
+    """
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,1")
+    ks = {k.name: k for k in _kernels(ATTENTION) if "_tma" in k.name}
+    causal = ks["hop_causal_bf16_k0_tma_D128exact"]
+    assert causal.persistent and causal.longest_first
+    assert not ks["hop_attention_k0_tma_D128exact"].longest_first
+    assert "# tiles in pairs of even work (bx = last - j, then j)" in T.print_kernel(causal)
+    src, _, m = compile_text(ATTENTION, "hop.tile", "cuda", options=HOPPER)
+    cu = driver.render(src, m, "cuda", HOPPER)["hop_causal_bf16.cu"]
+    body = cu[cu.index("hop_causal_bf16_k0_tma_D128exact("):]
+    body = body[:body.index("\n}\n")]
+    walk = ("const int tilec_per = tilec_pairs >= (int64_t)gridDim.x ? 2 : 1;",
+            "for (int tilec_m = 0; tilec_m < tilec_per; ++tilec_m) {",
+            "if (tilec_m == 1 && 2 * tilec_j + 1 == tilec_grid[0]) continue;")
+    producer = body[body.index("// the producer warpgroup"):body.index("// the consumer warpgroups")]
+    consumer = body[body.index("// the consumer warpgroups"):]
+    for line in walk:
+        assert producer.count(line) == 1 and consumer.count(line) == 1, line
+    # (x from the pair walk's index as it is, not counted down again)
+    assert "const int64_t bx = (tilec_b) % tilec_grid[0];" in consumer
+
+
+PAIR_WALK_HARNESS = """
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+// the generated walk on the host: blockIdx.x and gridDim.x are the harness's
+int main(int argc, char** argv) {
+    const int64_t tilec_grid[3] = {atoll(argv[1]), atoll(argv[2]), 1};
+    const int64_t tilec_tiles = tilec_grid[0] * tilec_grid[1] * tilec_grid[2];
+    const int64_t tilec_resident = atoll(argv[3]);  // (the launcher's persistent grid)
+    const struct { unsigned x; } gridDim = {
+        (unsigned)(tilec_resident < tilec_tiles ? tilec_resident : tilec_tiles)};
+    for (unsigned b = 0; b < gridDim.x; ++b) {
+        const struct { unsigned x; } blockIdx = {b};
+        WALK
+            printf("%u %lld %lld\\n", b, (long long)bx, (long long)bz);
+        }
+    }
+    return 0;
+}
+"""
+
+
+def test_pair_walk_visits_every_tile_once(monkeypatch, tmp_path):
+    """The persistent causal walk as generated (its lines compiled for the host with g++): each
+    tile of the grid exactly once; where the pairs are many, even shares of key tiles."""
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,1")
+    src, _, m = compile_text(ATTENTION, "hop.tile", "cuda", options=HOPPER)
+    cu = driver.render(src, m, "cuda", HOPPER)["hop_causal_bf16.cu"]
+    body = cu[cu.index("hop_causal_bf16_k0_tma_D128exact("):]
+    body = body[body.index("// the consumer warpgroups"):]
+    walk = body[body.index("const int64_t tilec_half"):body.index("(void)bz;")]
+    (tmp_path / "walk.cpp").write_text(PAIR_WALK_HARNESS.replace("WALK", walk))
+    r = subprocess.run(["g++", "-O1", "-o", str(tmp_path / "walk"), str(tmp_path / "walk.cpp")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    for g0, rest, blocks in [(1, 1, 132), (2, 5, 3), (3, 9, 1), (8, 40, 132), (15, 36, 132),
+                             (32, 128, 132), (32, 1, 132), (33, 10, 132), (8, 66, 132)]:
+        out = subprocess.run([str(tmp_path / "walk"), str(g0), str(rest), str(blocks)],
+                             capture_output=True, text=True, check=True).stdout.split("\n")
+        rows = [tuple(map(int, line.split())) for line in out if line]
+        assert sorted((z, x) for _, x, z in rows) == [(z, x) for z in range(rest)
+                                                      for x in range(g0)], (g0, rest, blocks)
+        work = {}
+        for b, x, _ in rows:  # (a causal query tile x runs x + 1 key tiles)
+            work[b] = work.get(b, 0) + x + 1
+        if (g0, rest) == (8, 66):  # (pairs a multiple of the blocks: even shares)
+            assert len(set(work.values())) == 1, work
+        if (g0, rest) == (32, 128):  # (B 4, H 32, L 4096: 15.5 pairs a block)
+            assert max(work.values()) <= 1.04 * sum(work.values()) / len(work), work
 
 
 @pytest.mark.parametrize("text", [
@@ -656,8 +734,9 @@ def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     error, not a fallback): head dims at and below both capacities, ragged L and S, causal with
     bf16, batch and heads merged, against the reference; also with 2 stages, in the overlapped
     order without the turns, in the serial order, and on a persistent grid, whose blocks then
-    walk several query tiles each (more tiles than an H100 or H200 has SMs; the stage ring and
-    Q's parity across tiles) (TILEC_WGMMA_ATTENTION)."""
+    walk several query tiles each (more tiles, and more causal pairs of tiles, than an H100 or
+    H200 has SMs: the stage ring and Q's parity across tiles; an odd count of query tiles, whose
+    middle one is a pair's alone) (TILEC_WGMMA_ATTENTION)."""
     need_gpu()
     if knob:
         monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
@@ -666,6 +745,6 @@ def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
                         lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
     for dims in (dict(B=2, H=3, L=200, S=130, D=64), dict(B=1, H=2, L=130, S=300, D=128),
                  dict(B=1, H=1, L=64, S=64, D=40), dict(B=2, H=1, L=257, S=1, D=96)) + \
-            ((dict(B=4, H=9, L=1000, S=200, D=128), dict(B=3, H=7, L=1800, S=300, D=64))
+            ((dict(B=40, H=1, L=1000, S=200, D=128), dict(B=36, H=1, L=1800, S=300, D=64))
              if knob.endswith(",1") and knob.count(",") == 3 else ()):
         check_text(ATTENTION, dims, name="hop_only.tile", target="cuda", options=HOPPER)

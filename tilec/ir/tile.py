@@ -397,8 +397,10 @@ class TileKernel:
     cluster: int = 1
     # a persistent grid: one block per SM (times blocks_per_sm) walks the grid's tiles in order
     persistent: bool = False
-    # the first block variable counts down, so blocks with the most work start first (a causal
-    # key loop, bounded by the block's last query row): the last to finish are short
+    # block x's work grows with x (a causal key loop, bounded by the block's last query row):
+    # the first block variable counts down, so blocks with the most work start first and the
+    # last to finish are short; a persistent grid walks x in pairs (last - j, then j) instead,
+    # each pair's work alike, so that its blocks' static shares are even
     longest_first: bool = False
     # tensors whose address must be 16-byte aligned for this variant (TMA); the launcher tests it
     # with the variant's `when`
@@ -687,7 +689,9 @@ def print_kernel(k: TileKernel) -> str:
     lines.append(f"    with grid({grid}, threads={k.threads}) as ({', '.join(k.block_vars)}):")
     if k.swizzle:
         lines.append(f"        swizzle({k.swizzle})")
-    if k.longest_first:
+    if k.longest_first and k.persistent:
+        lines.append(f"        # tiles in pairs of even work ({k.block_vars[0]} = last - j, then j)")
+    elif k.longest_first:
         lines.append(f"        # blocks start longest first ({k.block_vars[0]} counts down)")
     # (decisions of the tile pass that the tile language does not spell: printed as comments,
     # so a dump still parses back as a tile-level kernel)

@@ -838,26 +838,25 @@ class GroupLowering:
             bvars.append(bz)
         if hopper:
             kernel = self.wgmma_attention(grid, bvars, body, (load_q, load_k, load_v),
-                                          (tq, tk, tv), p_dt, (Dk, Dv), bound is n_tiles)
+                                          (tq, tk, tv), p_dt, (Dk, Dv))
         else:
             kernel = self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
                                  "attention with online softmax (the L x S scores never leave "
                                  "the block)", auto_threads=not self.sched.threads)
         # a causal bound on Hopper's kernel (one block per SM): blocks of later query rows run
         # more key tiles, so they start first (measured 1-2% faster there; the mma.sync kernel,
-        # several blocks per SM, measured 13% slower so: docs/PERFORMANCE.md)
+        # several blocks per SM, measured 13% slower so: docs/PERFORMANCE.md); a persistent
+        # grid walks them in pairs of even work instead (CudaRenderer.tile_loop)
         return replace(kernel, longest_first=hopper and bound is not n_tiles)
 
-    def wgmma_attention(self, grid, bvars, body, loads, transposed, p_dt, heads,
-                        uniform: bool) -> TileKernel:
+    def wgmma_attention(self, grid, bvars, body, loads, transposed, p_dt, heads) -> TileKernel:
         """The warp-specialized attention kernel (resources.wgmma_attention): Q, K and V tile
         copies of one 16-bit dtype from tensors in memory (Q and V row-major, K read as K^T: the
         layouts wgmma takes from shared memory), P rounded to that dtype (the A operand of P V,
         from registers); at run time TMA's row strides and extents (the leading dims merge
         into one coordinate); else NotWgmma. One block per 128 query rows, or, where the
-        target's configuration says so and every query tile runs the same key tiles
-        (`uniform`: no causal bound, which a static walk would share out unevenly), a
-        persistent grid of one block per SM walking the query tiles."""
+        target's configuration says so, a persistent grid of one block per SM walking the
+        query tiles."""
         if transposed != (False, True, False) or any(
                 len(ld) != 1 or not isinstance(ld[0], Copy) for ld in loads):
             raise NotWgmma()
@@ -866,7 +865,7 @@ class GroupLowering:
         if any(d.op == "const" and d.args[0] not in (64, 128) for d in heads):
             raise NotWgmma()
         srcs = [ld[0].src.buf for ld in loads]
-        persistent = uniform and self.target.resources.wgmma_attention[5]
+        persistent = self.target.resources.wgmma_attention[5]
         k = self.kernel(grid, bvars, self.gemm_config.threads, body,
                         "attention with online softmax (the L x S scores never leave the block): "
                         "warp-specialized (TMA, wgmma)" + (", persistent" if persistent else ""))

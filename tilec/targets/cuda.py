@@ -1079,16 +1079,45 @@ class CudaRenderer(CStyleRenderer):
 
     def tile_loop(self, depth: int, first: str | None = None, every: int = 1):
         """The persistent loop over the grid's tiles, with the block variables of each: the
-        block's tiles from its `first` (0 if None) on, every `every`-th."""
+        block's tiles from its `first` (0 if None) on, every `every`-th. Where block x's work
+        grows with x (`longest_first`: a causal bound), the blocks walk pairs of tiles instead,
+        x = last - j, then x = j: each pair's work adds up alike, so a static share of pairs
+        is an even one."""
         start = "blockIdx.x" if first is None else f"blockIdx.x + (int64_t){first} * gridDim.x"
         step = "gridDim.x" if every == 1 else f"{every} * (int64_t)gridDim.x"
         c = self.k.cluster
         if c > 1:  # the cluster's tiles: tilec_b counts clusters, block rank r takes M tile r
             start, step = f"blockIdx.x / {c}", f"gridDim.x / {c}"
-        self.emit(f"for (int64_t tilec_b = {start}; tilec_b < tilec_tiles; tilec_b += {step}) {{",
-                  depth)
+        k = self.k
+        if k.longest_first:
+            assert c == 1 and every == 1, "pairs of tiles in clusters or ping-pong"
+            self.emit("// pairs of tiles, x = last - j then x = j (their key tiles add up alike), "
+                      "where there are", depth)
+            self.emit("// at least as many pairs as blocks; else one tile a step, the longest "
+                      "first", depth)
+            self.emit("const int64_t tilec_half = (tilec_grid[0] + 1) / 2;  // pairs per row of x",
+                      depth)
+            self.emit("const int64_t tilec_pairs = tilec_half * (tilec_tiles / tilec_grid[0]);",
+                      depth)
+            self.emit("const int tilec_per = tilec_pairs >= (int64_t)gridDim.x ? 2 : 1;", depth)
+            self.emit("const int64_t tilec_steps = tilec_per == 2 ? tilec_pairs : tilec_tiles;",
+                      depth)
+            self.emit(f"for (int64_t tilec_p = {start}; tilec_p < tilec_steps; tilec_p += {step})",
+                      depth)
+            self.emit("for (int tilec_m = 0; tilec_m < tilec_per; ++tilec_m) {", depth)
+            self.emit("const int64_t tilec_j = tilec_per == 2 ? tilec_p % tilec_half : "
+                      "tilec_p % tilec_grid[0];", depth + 1)
+            self.emit("if (tilec_m == 1 && 2 * tilec_j + 1 == tilec_grid[0]) continue;  // (the "
+                      "middle x: alone)", depth + 1)
+            self.emit("const int64_t tilec_b = (tilec_per == 2 ? tilec_p / tilec_half : tilec_p / "
+                      "tilec_grid[0]) * tilec_grid[0] + (tilec_m == 0 ? tilec_grid[0] - 1 - tilec_j "
+                      ": tilec_j);", depth + 1)
+            k = replace(k, longest_first=False)  # (x from tilec_b as it is)
+        else:
+            self.emit(f"for (int64_t tilec_b = {start}; tilec_b < tilec_tiles; tilec_b += {step}) {{",
+                      depth)
         m_var = cname(self.k.block_vars[1])
-        for name, e in block_vars(self.k):
+        for name, e in block_vars(k):
             if c > 1:
                 e = e.replace("tilec_grid[", "tilec_cgrid[")
                 if name == m_var:
