@@ -728,7 +728,8 @@ def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("knob", ["", "2,0,0", "3,1,0", "3,0,1", "3,1,1", "3,1,0,1", "2,0,0,1"])
+@pytest.mark.parametrize("knob", ["", "2,0,0", "3,1,0", "3,0,1", "3,1,1", "3,1,0,1", "2,0,0,1",
+                                  "3,1,1,1"])
 def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     """The Hopper attention alone (the other variants removed: a condition that fails is an
     error, not a fallback): head dims at and below both capacities, ragged L and S, causal with

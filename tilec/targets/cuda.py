@@ -566,9 +566,11 @@ class CudaRenderer(CStyleRenderer):
             raise AssertionError("tiles copied before the loop of a persistent kernel of "
                                  "clusters or ping-pong")
         self.once_ring = bool(pre_copies) and k.persistent
-        if self.once_ring and any(ld.buf == c.dst.buf for st in post for ld in loads_in(st)
-                                  for c in pre_copies):
-            raise AssertionError("the epilogue reads a tile the next tile's copy overwrites")
+        if self.once_ring and (self.ws_gemm is not None or any(
+                ld.buf == c.dst.buf for st in post for ld in loads_in(st) for c in pre_copies)):
+            # (consumer_loop frees them after its loop; an epilogue must not read them)
+            raise AssertionError("tiles copied once per tile of a GEMM's K loop, or read by "
+                                 "the epilogue")
         # the producer's Lets: those its copies' offsets and the loop's trip count read
         read = {x.name for c in pre_copies + copies for o in c.src.offsets for x in T.walk_exprs(o)
                 if isinstance(x, T.Var)} | {x.name for x in T.walk_exprs(loop.extents[0])
