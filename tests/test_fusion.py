@@ -257,6 +257,33 @@ def test_an_f32_softmax_keeps_the_exact_difference():
     check_text(text, dict(L=70, S=33, D=5), seed=3)
 
 
+GROWING = """
+kernel growing(Q: f16[L, D], K: f16[S, D], V: f16[S, D]) -> O: f16[L, D]:
+    T = (Q @ K.T) * 0.125 + f32(index(Q @ K.T, -1)) * SLOPE
+    O = f16(softmax(T, axis=-1)) @ V
+
+kernel growing_f32(Q: f32[L, D], K: f32[S, D], V: f32[S, D]) -> O: f32[L, D]:
+    T = (Q @ K.T) * 0.125 + f32(index(Q @ K.T, -1)) * SLOPE
+    O = softmax(T, axis=-1) @ V
+"""
+
+
+@pytest.mark.parametrize("slope", ["0.002", "0.02", "0.2", "-0.2"])
+def test_online_softmax_renews_a_rows_max_only_when_it_grows_past_2_to_the_8(slope):
+    """A row's running max is renewed only when a key tile's scores exceed it by more than a
+    factor of 2^8 in exp (alpha is then exactly 1 in most tiles: no rescaling). Scores that grow
+    along the keys (a positive slope: renewed every tile, every few tiles, never after the
+    first) or fall (a negative one) match the reference, with 16-bit and f32 probabilities."""
+    text = GROWING.replace("SLOPE", slope)
+    _, _, m = compile_text(text)
+    tiled = print_program(m.programs[0])
+    assert re.search(r"m_new\[i\] = where\(\(m_new\[i\] - m\[i\]\) \* [^<]*<= 8\.0, m\[i\], "
+                     r"m_new\[i\]\)", tiled), tiled
+    assert re.search(r"alpha\[i\] = where\(m\[i\] == m_new\[i\], 1\.0, exp2\(", tiled), tiled
+    for dims in (dict(L=40, S=700, D=16), dict(L=64, S=128, D=8)):
+        check_text(text, dims, seed=5)
+
+
 CAUSAL_SHIFTED = """
 kernel shifted(Q: f32[L, D], K: f32[S, D], V: f32[S, D]) -> O: f32[L, D]:
     T = Q @ K.T

@@ -42,6 +42,9 @@ from .rewrite import map_expr, map_exprs, map_stmts
 from .tma_store import tma_conditions
 
 NEG_INF = T.Const(-math.inf, "f32")
+# attention's online softmax: a row's max is renewed only when its scores exceed it by more than
+# a factor of 2^RESCALE_LOG2 in exp (lower_attention)
+RESCALE_LOG2 = 8.0
 
 
 def widened(dtype: str) -> str:
@@ -791,6 +794,13 @@ class GroupLowering:
                    if base2 else T.Unary("exp", T.Binary("sub", L2(Sc), L1(ms), f32), f32))
         alpha = (T.Unary("exp2", T.Binary("mul", T.Binary("sub", L1(mx), L1(mc), f32), c, f32), f32)
                  if base2 else T.Unary("exp", T.Binary("sub", L1(mx), L1(mc), f32), f32))
+        # the max a row subtracts stays while the row's new scores exceed it by at most a factor
+        # of 2^8 in exp (their exps then reach at most 256: far from f16's and f32's overflow,
+        # and each term keeps its relative precision), so that alpha is exactly 1 and the
+        # rescaling of O and l changes nothing in most key tiles (renderers may skip it)
+        grown = T.Binary("sub", L1(mc), L1(mx), f32)
+        keep = T.Compare("le", T.Binary("mul", grown, c, f32) if base2 else grown,
+                         T.Const(RESCALE_LOG2 if base2 else RESCALE_LOG2 * math.log(2), f32))
         loop = load_k + [
             Fill(Sc, T.Const(0.0, f32)),
             Gemm(Qs, Ks, Sc, tq, tk),
@@ -798,7 +808,11 @@ class GroupLowering:
             Reduce("max", Sc, mc, 1),
             For((i,), (BM,), "parallel", (
                 Store(mc, (vi,), T.Binary("maximum", L1(mx), L1(mc), f32)),
-                Store(al, (vi,), T.Select(is_ninf, T.Const(1.0, f32), alpha, f32)),
+                # (-inf - -inf is NaN: not kept, so a row's first finite max is taken)
+                Store(mc, (vi,), T.Select(keep, L1(mx), L1(mc), f32)),
+                # (a max still -inf is the old one too)
+                Store(al, (vi,), T.Select(T.Compare("eq", L1(mx), L1(mc)), T.Const(1.0, f32),
+                                          alpha, f32)),
                 Store(mx, (vi,), L1(mc)),
                 # what each score subtracts before exp: the row's max (times log2(e) in base
                 # 2), or 0 while the row has seen only -inf (its scores are then all -inf, and
