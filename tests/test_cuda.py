@@ -210,6 +210,33 @@ def test_attention_has_exact_head_dim_variants():
             assert uses_d == ("exact" not in k.name), k.name
 
 
+@pytest.mark.parametrize("target,arch", [("cuda", "sm_90"), ("cuda", "sm_90a"), ("hip", "gfx90a")])
+def test_a_warp_whose_rescaling_factors_are_1_skips_the_rescaling(target, arch):
+    """Attention's O is rescaled by a row factor that stays exactly 1 while the row's max does
+    (passes/tile.py): each loop `O[i, j] = O[i, j] * alpha[i]` runs under a warp vote over every
+    alpha the thread holds, on the mma.sync, wgmma and MFMA layouts. Loops of other forms (a
+    GEMM epilogue's scale by a scalar, the softmax's division by the row sum) run as they
+    are."""
+    for name in ("attention", "causal_attention", "gemm_bias_relu", "softmax"):
+        text = (SAMPLES / f"{name}.tile").read_text()
+        src, _, m = compile_text(text, f"{name}.tile", target, options={"arch": (arch,)})
+        files = driver.render(src, m, target, {"arch": (arch,)})
+        code = "\n".join(v for k, v in files.items() if k.endswith((".cu", ".hip")))
+        lines = code.splitlines()
+        rescales = [n for n, line in enumerate(lines)
+                    if re.search(r"^\s+(O\d*)\[tilec_q \* \d \+ tilec_v\] = \1\[.*\] \* alpha\[", line)]
+        votes = [n for n, line in enumerate(lines) if "tilec::warp_any(" in line]
+        if "attention" not in name:
+            assert not votes and not rescales, name
+            continue
+        assert rescales and len(votes) == len(rescales), (name, len(votes), len(rescales))
+        for v, r in zip(votes, rescales):
+            assert v < r < v + 14, (name, lines[v:r + 1])
+            held = re.search(r"warp_any\((.*)\)\) \{", lines[v]).group(1).split(" || ")
+            # (the thread's rows: 2 per m16 tile of mma and wgmma, 1 per MFMA tile)
+            assert held == [f"alpha[{n}] != 1.0f" for n in range(len(held))], lines[v]
+
+
 def key_loops(name: str, target: str) -> list:
     """The key loops (range loops holding a gemm) of the first kernel of sample `name`."""
     _, _, m = compile_text((SAMPLES / f"{name}.tile").read_text(), f"{name}.tile", target,

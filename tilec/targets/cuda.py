@@ -1336,6 +1336,41 @@ class CudaRenderer(CStyleRenderer):
 
     # ---- parallel loops, split over threads by their layout
     def parallel(self, s: T.For, depth):
+        vote = self.unit_scale_vote(s)
+        if vote is not None:
+            self.emit(f"if ({vote}) {{  // (a warp whose rows all scale by 1 skips the loop)", depth)
+            self.parallel_loop(s, depth + 1)
+            self.emit("}", depth)
+            return
+        self.parallel_loop(s, depth)
+
+    def unit_scale_vote(self, s: T.For) -> str | None:
+        """The warp vote under which a loop that scales each row of a matrix fragment by a row
+        value, `X[i, j] = X[i, j] * a[i]`, runs: whether any of the warp's threads holds a row
+        whose factor is not 1 (attention's rescaling of O, whose factor stays exactly 1 while
+        a row's max does: passes/tile.py). Multiplying by 1 changes nothing, so a warp that
+        skips it computes what it would have; None for other loops."""
+        if len(s.vars) != 2 or not isinstance(s.by, MmaLayout) or len(s.body) != 1 or \
+                not isinstance(s.body[0], T.Store):
+            return None
+        st, (i, j) = s.body[0], s.vars
+        x = self.allocs.get(st.buf)
+        v = st.value
+        if x is None or x.scope != "fragment" or st.idx != (T.Var(i), T.Var(j)) or \
+                not isinstance(v, T.Binary) or v.fn != "mul":
+            return None
+        own = T.Load(st.buf, st.idx, x.dtype)
+        factor = v.b if v.a == own else v.a if v.b == own else None
+        if not (isinstance(factor, T.Load) and factor.idx == (T.Var(i),)):
+            return None
+        a = self.allocs.get(factor.buf)
+        if a is None or a.scope != "fragment" or a.dtype != x.dtype or x.dtype not in ("f32", "f64"):
+            return None
+        one = "1.0f" if a.dtype == "f32" else "1.0"
+        held = " || ".join(f"{cname(a.name)}[{n}] != {one}" for n in range(a.layout.slots()))
+        return f"tilec::warp_any({held})"
+
+    def parallel_loop(self, s: T.For, depth):
         loop = self.loop_parts(s)
         # in the kernel's whole version (version_whole) a loop listed there runs unguarded
         aligned = self.whole.get(id(s)) if self.whole is not None else None

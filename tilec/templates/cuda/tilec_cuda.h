@@ -1348,6 +1348,9 @@ TILEC_DEV void gemv_dequant4_mma_kmajor(const typename H::storage* a, const uint
 
 // ---- reductions across the threads that share a row -------------------------------------------
 
+// whether `p` holds for any thread of the warp (all 32 lanes take part)
+TILEC_DEV bool warp_any(bool p) { return __any_sync(0xffffffffu, p) != 0; }
+
 TILEC_DEV float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 TILEC_DEV double shfl_xor(double v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
 TILEC_DEV int64_t shfl_xor(int64_t v, int m) { return (int64_t)__shfl_xor_sync(0xffffffffu, (long long)v, m); }

@@ -625,6 +625,9 @@ TILEC_DEV void gemm_simt_rs(const A* a_frag, const typename KB::storage* Bs, Acc
 
 // ---- reductions across the threads that share a row -------------------------------------------
 
+// whether `p` holds for any lane of the 64-lane wavefront
+TILEC_DEV bool warp_any(bool p) { return __any(p) != 0; }
+
 // __shfl_xor over the whole 64-lane wavefront (ds_swizzle / DPP where the compiler can)
 TILEC_DEV float shfl_xor(float v, int m) { return __shfl_xor(v, m, WAVE); }
 TILEC_DEV double shfl_xor(double v, int m) { return __shfl_xor(v, m, WAVE); }
