@@ -4,7 +4,7 @@ checked against the reference interpreter."""
 from __future__ import annotations
 
 import pytest
-from conftest import check_text
+from conftest import check_text, compile_text
 
 from tilec import interp
 
@@ -125,3 +125,29 @@ def test_long_row_sums_keep_the_short_row_tolerance():
     for name, r in res.items():
         for out, err in r.errors.items():
             assert err <= interp.TOLERANCE["f32"], (name, out, err)
+
+
+ROUNDED = """
+kernel two_products(A: f16[M, K], B: f16[K, N], C: f16[N, P]) -> D: f32[M, P]:
+    D = f16(A @ B) @ C
+
+kernel one_product(A: f16[M, K], B: f16[K, N]) -> D: f32[M, N]:
+    D = A @ B + 1.0
+
+kernel widened(X: f16[R, C], Y: f32[R, C]) -> Z: f32[R, C]:
+    Z = f32(X) * Y
+"""
+
+
+def test_an_f32_output_of_16_bit_intermediates_gets_their_tolerance():
+    """An output is checked at the tolerance of the least precise value computed on its way
+    (inputs aside): an f32 product of an f16-rounded product may round that intermediate to its
+    neighbouring f16 value (its sums run in another order than the reference's), so it is
+    checked at f16's tolerance; f32 values of f16 inputs keep f32's."""
+    from tilec.runner import rounded_to
+    _, _, m = compile_text(ROUNDED)
+    got = {g.name: rounded_to(g, g.results[0], g.outputs[0].type.dtype) for g in m.graphs}
+    assert got == {"two_products": "f16", "one_product": "f32", "widened": "f32"}
+    res = check_text(ROUNDED, dict(M=257, K=130, N=67, P=129, R=3, C=5), seed=2863546975)
+    assert res["two_products"].tolerances["D"] == interp.TOLERANCE["f16"]
+    assert res["one_product"].tolerances["D"] == interp.TOLERANCE["f32"]
