@@ -152,8 +152,8 @@ def environment() -> dict:
 
 # ----------------------------------------------------------------------------- build & load
 
-def build(out_dir: Path) -> dict:
-    args = ["build", str(TILE), "--target", "cpu", "--arch", "native", "-o", str(out_dir), "--force"]
+def build(out_dir: Path, march: str) -> dict:
+    args = ["build", str(TILE), "--target", "cpu", "--arch", march, "-o", str(out_dir), "--force"]
     cmd = [sys.executable, "-m", "tilec.cli"] + args
     if not (ROOT / "tilec" / "cli.py").exists():
         cmd = ["tilec"] + args
@@ -183,10 +183,11 @@ def build(out_dir: Path) -> dict:
     return fns
 
 
-def fma_peak(out_dir: Path) -> float:
-    """The f32 FMA rate of all cores (GFLOP/s), from bench/fma_peak.cpp built for this machine."""
+def fma_peak(out_dir: Path, march: str) -> float:
+    """The f32 FMA rate of all cores (GFLOP/s), from bench/fma_peak.cpp built for `march` (the
+    kernels' instruction set)."""
     lib = out_dir / "libfma_peak.so"
-    r = subprocess.run(["g++", "-O3", "-march=native", "-ffp-contract=fast", "-fopenmp", "-shared",
+    r = subprocess.run(["g++", "-O3", f"-march={march}", "-ffp-contract=fast", "-fopenmp", "-shared",
                         "-fPIC", str(ROOT / "bench" / "fma_peak.cpp"), "-o", str(lib)],
                        text=True, capture_output=True)
     if r.returncode != 0:
@@ -319,15 +320,21 @@ def main() -> int:
                     help="first wait up to S seconds for the other processes to go idle")
     ap.add_argument("--build-dir", help="build here instead of a temporary directory")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--march", default="native",
+                    help="the kernels' -march (tilec build --arch): x86-64-v3 builds the AVX2 code "
+                         "on an AVX-512 machine; with OPENBLAS_CORETYPE=Haswell numpy runs AVX2 "
+                         "kernels too, which approximates an AVX2 machine")
     args = ap.parse_args()
     t_run = time.perf_counter()
 
     env = environment()
+    env["march"] = args.march
     print(f"# tilec CPU benchmark  {env['date']}  commit {env['commit']}")
     print(f"env: {env['cpu']}, {env['cores']} cores | python {env['python']} | numpy {env['numpy']} "
           f"| BLAS {env['blas']}")
     print(f"env: OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']} OPENBLAS_L2_SIZE={env['OPENBLAS_L2_SIZE']} "
           f"OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
+    print(f"env: kernels built with -march={args.march}")
     if env["OPENBLAS_CORETYPE"] or env["OPENBLAS_L2_SIZE"]:
         print("WARNING: OpenBLAS overrides are set and may slow numpy; the documented run is\n"
               "         env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python bench/cpu.py")
@@ -339,7 +346,7 @@ def main() -> int:
         tmp = tempfile.TemporaryDirectory(prefix="tilec_bench_")
         out_dir = Path(tmp.name)
     t0 = time.perf_counter()
-    fns = build(out_dir)
+    fns = build(out_dir, args.march)
     print(f"built {TILE} -> {out_dir} in {time.perf_counter() - t0:.1f} s")
     if args.wait_quiet > 0:
         env["quiet"] = wait_quiet(args.wait_quiet)
@@ -359,7 +366,7 @@ def main() -> int:
         return st, note
 
     # ---- ceiling: the FMA rate (f32, all cores, from registers)
-    peak = fma_peak(out_dir)
+    peak = fma_peak(out_dir, args.march)
     print(f"FMA peak (f32, {os.cpu_count()} threads, vector FMA chains from registers): "
           f"{peak:.0f} GFLOP/s\n", flush=True)
 
