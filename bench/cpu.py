@@ -320,6 +320,7 @@ def main() -> int:
                     help="first wait up to S seconds for the other processes to go idle")
     ap.add_argument("--build-dir", help="build here instead of a temporary directory")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cases", help="comma-separated case names (the list above; default: all)")
     ap.add_argument("--march", default="native",
                     help="the kernels' -march (tilec build --arch): x86-64-v3 builds the AVX2 code "
                          "on an AVX-512 machine; with OPENBLAS_CORETYPE=Haswell numpy runs AVX2 "
@@ -399,7 +400,11 @@ def main() -> int:
           f"{'':13s}[{note}]\n", flush=True)
     copy_bytes = nbytes  # (X and Y stay: memory-bound cases time copy_tc in their own rounds)
 
+    wanted = set(args.cases.split(",")) if args.cases else None
+
     def case(name, desc, f_np, f_tc, got, tol, goal, flops=None, nbytes=None, copy_goal=None):
+        if wanted is not None and name not in wanted:
+            return {}  # (not run: what callers add to it goes nowhere)
         ref = f_np()
         f_tc()
         err = rel_error(got(), ref)
@@ -438,6 +443,7 @@ def main() -> int:
         print(f"{'':8s} tilec {t_tc * 1e3:.2f} ms, numpy {t_np * 1e3:.2f} ms ({rate}), "
               f"{ratio:.2f}x, {goals}  [{note}]", flush=True)
         results.append(r)
+        return r
 
     # ---- 1. GEMM
     M = N = K = 1024
@@ -485,11 +491,11 @@ def main() -> int:
     M = 16
     A = U(M, K)
     Cm = np.empty((M, N), np.float32)
-    case("w4a16m16", f"the same at M={M}", lambda A=A, W=W: A @ W,
+    r = case("w4a16m16", f"the same at M={M}", lambda A=A, W=W: A @ W,
          checked(fns["w4a16_f32"], ptr(A), ptr(packed), ptr(scales), ptr(Cm), M, K, N),
          lambda Cm=Cm: Cm, TOL_F32, None, flops=2 * M * N * K,
          nbytes=A.nbytes + packed.nbytes + scales.nbytes + Cm.nbytes)
-    results[-1].update(goal_text="(no goal)")
+    r.update(goal_text="(no goal)")
     del A, q, packed, scales, W, Cm
 
     # ---- 1d. a small call (16x16x16 with an epilogue), timed per call over a loop of calls
@@ -507,12 +513,13 @@ def main() -> int:
         for _ in range(calls):
             out = np.maximum(A @ B + bias, 0)
         return out
-    case("small", f"relu(A @ B + bias), {M}x{N}x{K}, {calls} calls in a loop (ms for all)",
-         loop_np, loop_tc, lambda Cm=Cm: Cm, TOL_F32, None)
-    per_call = results[-1]["tilec_ms"] * 1e3 / calls
-    results[-1].update(us_per_call=per_call, met=per_call < 20.0, goal_text="< 20 us per call")
-    print(f"{'':8s} {per_call:.1f} us per call, goal < 20 us "
-          f"{'MET' if per_call < 20.0 else 'MISSED'}", flush=True)
+    r = case("small", f"relu(A @ B + bias), {M}x{N}x{K}, {calls} calls in a loop (ms for all)",
+             loop_np, loop_tc, lambda Cm=Cm: Cm, TOL_F32, None)
+    if r:
+        per_call = r["tilec_ms"] * 1e3 / calls
+        r.update(us_per_call=per_call, met=per_call < 20.0, goal_text="< 20 us per call")
+        print(f"{'':8s} {per_call:.1f} us per call, goal < 20 us "
+              f"{'MET' if per_call < 20.0 else 'MISSED'}", flush=True)
     del A, B, bias, Cm
 
     # ---- 2. softmax (reads X, writes Y)
@@ -570,56 +577,57 @@ def main() -> int:
     def softmax_row_np(Xl=Xl):
         e = np.exp(Xl - Xl.max(-1, keepdims=True))
         return e / e.sum(-1, keepdims=True, dtype=np.float64).astype(np.float32)
-    case("longrow", "softmax over one row of 64M f32 values", softmax_row_np,
+    r = case("longrow", "softmax over one row of 64M f32 values", softmax_row_np,
          checked(fns["softmax_rows"], ptr(Xl), ptr(Yl), 1, Xl.shape[1]), lambda Yl=Yl: Yl, TOL_F32, None,
          nbytes=2 * Xl.nbytes)
-    results[-1].update(goal_text=f"error <= {TOL_F32:.0e}", met=results[-1]["max_rel_error"] <= TOL_F32)
+    r.update(goal_text=f"error <= {TOL_F32:.0e}", met=r.get("max_rel_error", 0.0) <= TOL_F32)
     del Xl, Yl
     Xs = U(8192, 8192)
     s1 = np.empty((1, 1), np.float32)
-    case("sumall", "the sum of 8192 x 8192 f32 values",
+    r = case("sumall", "the sum of 8192 x 8192 f32 values",
          lambda Xs=Xs: np.sum(Xs, dtype=np.float64).reshape(1, 1),
          checked(fns["sum_all"], ptr(Xs), ptr(s1), *Xs.shape), lambda s1=s1: s1, TOL_F32, None,
          nbytes=Xs.nbytes)
-    results[-1].update(goal_text=f"error <= {TOL_F32:.0e}", met=results[-1]["max_rel_error"] <= TOL_F32)
+    r.update(goal_text=f"error <= {TOL_F32:.0e}", met=r.get("max_rel_error", 0.0) <= TOL_F32)
     del Xs
 
     # ---- 6. attention, causal against not: the masked key tiles are skipped (goal: causal at
     # least 1.7x faster than non-causal at L = S = 4096; the ideal is just under 2x)
-    Bq, Hq, Lq, Dq = 1, 2, 4096, 64
-    Q, Kt, V = U(Bq, Hq, Lq, Dq), U(Bq, Hq, Lq, Dq), U(Bq, Hq, Lq, Dq)
-    Oa, Oc = np.empty_like(Q), np.empty_like(Q)
-    att = checked(fns["attention_f32"], ptr(Q), ptr(Kt), ptr(V), ptr(Oa), Bq, Hq, Lq, Dq)
-    catt = checked(fns["causal_attention_f32"], ptr(Q), ptr(Kt), ptr(V), ptr(Oc), Bq, Hq, Lq, Dq)
-    att()
-    catt()
-    for causal, got in ((False, Oa), (True, Oc)):
-        sc = (Q @ Kt.transpose(0, 1, 3, 2)) / np.sqrt(np.float32(Dq))
-        if causal:
-            sc = np.where(np.triu(np.ones((Lq, Lq), bool), 1), -np.inf, sc)
-        p_ = np.exp(sc - sc.max(-1, keepdims=True))
-        ref = (p_ / p_.sum(-1, keepdims=True)) @ V
-        err = rel_error(got, ref)
-        name = "causal attention" if causal else "attention"
-        print(f"{name}: max rel error {err:.2e} (tol {TOL_F32:.0e}) {'ok' if err <= TOL_F32 else 'FAILED'}")
-        if err > TOL_F32:
-            failures.append(f"{name}: max relative error {err:.3e} > {TOL_F32:.0e}")
-        del sc, p_, ref
-    st, note = timed([att, catt])
-    t_full, t_causal = st["median"]
-    flops = 4 * Bq * Hq * Lq * Lq * Dq  # QK^T and PV, every key tile
-    speedup = t_full / t_causal
-    print(f"attention B{Bq} H{Hq} L=S={Lq} D{Dq} f32: non-causal {t_full * 1e3:.1f} ms "
-          f"({flops / t_full / 1e9:.0f} GFLOP/s), causal {t_causal * 1e3:.1f} ms: causal "
-          f"{speedup:.2f}x faster, goal 1.7x {'MET' if speedup >= 1.7 else 'MISSED'}  [{note}]")
-    results.append({"case": "causal", "desc": f"causal vs non-causal attention, B{Bq} H{Hq} "
-                    f"L=S={Lq} D{Dq} f32 (numpy column: non-causal tilec)",
-                    "tilec_ms": t_causal * 1e3, "numpy_ms": t_full * 1e3, "speedup": speedup,
-                    "goal": 1.7, "met": speedup >= 1.7, "max_rel_error": err, "tol": TOL_F32,
-                    "flops": flops / 2, "tilec_GFLOPs": flops / 2 / t_causal / 1e9,
-                    "numpy_GFLOPs": flops / t_full / 1e9,
-                    **{k: st[k] for k in ("rounds", "clean_rounds", "noisy", "foreign_cpu", "steal")}})
-    del Q, Kt, V, Oa, Oc
+    if wanted is None or "causal" in wanted:
+        Bq, Hq, Lq, Dq = 1, 2, 4096, 64
+        Q, Kt, V = U(Bq, Hq, Lq, Dq), U(Bq, Hq, Lq, Dq), U(Bq, Hq, Lq, Dq)
+        Oa, Oc = np.empty_like(Q), np.empty_like(Q)
+        att = checked(fns["attention_f32"], ptr(Q), ptr(Kt), ptr(V), ptr(Oa), Bq, Hq, Lq, Dq)
+        catt = checked(fns["causal_attention_f32"], ptr(Q), ptr(Kt), ptr(V), ptr(Oc), Bq, Hq, Lq, Dq)
+        att()
+        catt()
+        for causal, got in ((False, Oa), (True, Oc)):
+            sc = (Q @ Kt.transpose(0, 1, 3, 2)) / np.sqrt(np.float32(Dq))
+            if causal:
+                sc = np.where(np.triu(np.ones((Lq, Lq), bool), 1), -np.inf, sc)
+            p_ = np.exp(sc - sc.max(-1, keepdims=True))
+            ref = (p_ / p_.sum(-1, keepdims=True)) @ V
+            err = rel_error(got, ref)
+            name = "causal attention" if causal else "attention"
+            print(f"{name}: max rel error {err:.2e} (tol {TOL_F32:.0e}) {'ok' if err <= TOL_F32 else 'FAILED'}")
+            if err > TOL_F32:
+                failures.append(f"{name}: max relative error {err:.3e} > {TOL_F32:.0e}")
+            del sc, p_, ref
+        st, note = timed([att, catt])
+        t_full, t_causal = st["median"]
+        flops = 4 * Bq * Hq * Lq * Lq * Dq  # QK^T and PV, every key tile
+        speedup = t_full / t_causal
+        print(f"attention B{Bq} H{Hq} L=S={Lq} D{Dq} f32: non-causal {t_full * 1e3:.1f} ms "
+              f"({flops / t_full / 1e9:.0f} GFLOP/s), causal {t_causal * 1e3:.1f} ms: causal "
+              f"{speedup:.2f}x faster, goal 1.7x {'MET' if speedup >= 1.7 else 'MISSED'}  [{note}]")
+        results.append({"case": "causal", "desc": f"causal vs non-causal attention, B{Bq} H{Hq} "
+                        f"L=S={Lq} D{Dq} f32 (numpy column: non-causal tilec)",
+                        "tilec_ms": t_causal * 1e3, "numpy_ms": t_full * 1e3, "speedup": speedup,
+                        "goal": 1.7, "met": speedup >= 1.7, "max_rel_error": err, "tol": TOL_F32,
+                        "flops": flops / 2, "tilec_GFLOPs": flops / 2 / t_causal / 1e9,
+                        "numpy_GFLOPs": flops / t_full / 1e9,
+                        **{k: st[k] for k in ("rounds", "clean_rounds", "noisy", "foreign_cpu", "steal")}})
+        del Q, Kt, V, Oa, Oc
 
     # ---- table
     def goal_text(r):
