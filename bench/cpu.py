@@ -82,6 +82,10 @@ def cpu_model() -> str:
         return platform.processor() or "unknown"
     if "AMD" in name and fam == 25 and model is not None and model >= 0x10:
         name += " (family 25 model %d: Zen 4)" % model
+    elif "AMD" in name and fam == 26:
+        name += f" (family 26 model {model}: Zen 5)"
+    elif "AMD" in name and fam == 23:
+        name += f" (family 23 model {model}: Zen or Zen 2, AVX2)"
     flags = open("/proc/cpuinfo").read()
     if " avx512f" in flags:
         name += ", AVX-512"
