@@ -566,7 +566,8 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,1")
     ks = {k.name: k for k in _kernels(ATTENTION) if "_tma" in k.name}
     assert ks and all(k.persistent for k in ks.values())
-    assert "# persistent grid" in T.print_kernel(ks["hop_attention_k0_tma_D128exact"])
+    text = T.print_kernel(ks["hop_attention_k0_tma_D128exact"])
+    assert "# persistent grid" in text and "# Q_s: copied once per tile" in text
     assert not any(k.tma_stores for k in ks.values())  # (stored from registers)
     body = _attention_body(monkeypatch, "3,1,0,1")
     assert "tilec::sm90::mbar_init(tilec_once_free, 8);" in body

@@ -705,6 +705,11 @@ def print_kernel(k: TileKernel) -> str:
         lines.append(f"        # warp roles: consumers = warpgroups 0-{n - 1}, producer = warpgroup {n}"
                      + (" (ping-pong: the consumers take turns, a tile each)" if k.pingpong else "")
                      + "; the producer's first thread issues the copies")
+        once = [st.dst.buf for st in k.body if isinstance(st, Copy)]
+        if once and k.persistent:
+            lines.append(f"        # {', '.join(once)}: copied once per tile (its own mbarrier); "
+                         "the consumers free it after the loop's last product that reads it, "
+                         "so the next tile's copy lands during this tile's end")
     for out, buf in k.tma_stores:
         lines.append(f"        # epilogue: a whole tile of {out} leaves through {buf} (64-row panels "
                      "of 128-byte rows per consumer warpgroup) by TMA stores")
