@@ -590,10 +590,12 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     at = [consumer.index(x) for x in order]
     assert at == sorted(at), order
     assert consumer.count("mbar_arrive(tilec_once_free)") == 1
-    # the serial order frees Q after its loop too
+    # the serial order frees Q after its loop too: after the loop body's last line, closed
     serial = _attention_body(monkeypatch, "3,0,0,1")
-    loop_end = serial.index("}", serial.rindex("mbar_arrive(&tilec_empty[tilec_s])"))
-    assert loop_end < serial.index("mbar_arrive(tilec_once_free)") < serial.index("store_vec<")
+    last = serial.rindex("++tilec_it;")
+    free = serial.index("mbar_arrive(tilec_once_free)")
+    assert serial.count("mbar_arrive(tilec_once_free)") == 1
+    assert last < free < serial.index("store_vec<") and "}" in serial[last:free]
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0")
     assert not any(k.persistent for k in _kernels(ATTENTION))
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,2")
