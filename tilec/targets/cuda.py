@@ -1102,18 +1102,16 @@ class CudaRenderer(CStyleRenderer):
             self.emit("const int64_t tilec_pairs = tilec_half * (tilec_tiles / tilec_grid[0]);",
                       depth)
             self.emit("const int tilec_per = tilec_pairs >= (int64_t)gridDim.x ? 2 : 1;", depth)
-            self.emit("const int64_t tilec_steps = tilec_per == 2 ? tilec_pairs : tilec_tiles;",
-                      depth)
-            self.emit(f"for (int64_t tilec_p = {start}; tilec_p < tilec_steps; tilec_p += {step})",
-                      depth)
+            self.emit("const int64_t tilec_row = tilec_per == 2 ? tilec_half : tilec_grid[0];  "
+                      "// steps per row of x", depth)
+            self.emit(f"for (int64_t tilec_p = {start}; tilec_p < tilec_row * (tilec_tiles / "
+                      f"tilec_grid[0]); tilec_p += {step})", depth)
             self.emit("for (int tilec_m = 0; tilec_m < tilec_per; ++tilec_m) {", depth)
-            self.emit("const int64_t tilec_j = tilec_per == 2 ? tilec_p % tilec_half : "
-                      "tilec_p % tilec_grid[0];", depth + 1)
+            self.emit("const int64_t tilec_j = tilec_p % tilec_row;", depth + 1)
             self.emit("if (tilec_m == 1 && 2 * tilec_j + 1 == tilec_grid[0]) continue;  // (the "
                       "middle x: alone)", depth + 1)
-            self.emit("const int64_t tilec_b = (tilec_per == 2 ? tilec_p / tilec_half : tilec_p / "
-                      "tilec_grid[0]) * tilec_grid[0] + (tilec_m == 0 ? tilec_grid[0] - 1 - tilec_j "
-                      ": tilec_j);", depth + 1)
+            self.emit("const int64_t tilec_b = tilec_p / tilec_row * tilec_grid[0] + "
+                      "(tilec_m == 0 ? tilec_grid[0] - 1 - tilec_j : tilec_j);", depth + 1)
             k = replace(k, longest_first=False)  # (x from tilec_b as it is)
         else:
             self.emit(f"for (int64_t tilec_b = {start}; tilec_b < tilec_tiles; tilec_b += {step}) {{",
