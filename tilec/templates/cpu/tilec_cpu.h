@@ -194,6 +194,13 @@ static inline int32_t load_u4(const uint8_t* base, int64_t row, int64_t col, int
 static inline int32_t load_i4(const uint8_t* base, int64_t row, int64_t col, int64_t cols) {
     return (load_u4(base, row, col, cols) ^ 8) - 8;  // sign-extend bit 3
 }
+// the value of byte b's low / high nibble (signed: bit 3 extended)
+template <bool SIGNED> static inline int32_t nibble_lo(int32_t b) {
+    return SIGNED ? ((b & 15) ^ 8) - 8 : b & 15;
+}
+template <bool SIGNED> static inline int32_t nibble_hi(int32_t b) {
+    return SIGNED ? ((b >> 4) ^ 8) - 8 : b >> 4;
+}
 // n values of a packed row from column col0 on, one per int8 (what a SIMD loop over the columns
 // reads instead of load_u4 per element): from an even column, a byte at a time, two values each,
 // a loop compilers vectorize; from an odd one, value by value.
@@ -380,8 +387,8 @@ static inline void gemv_dequant4(const float* __restrict a, const uint8_t* __res
             for (int u = 0; u < k; ++u)  // the bytes past the last whole vector
                 for (int64_t t = nv; t < nb; ++t) {
                     const int32_t b = p[u][t];
-                    const float vl = (float)(SIGNED ? ((b & 15) ^ 8) - 8 : b & 15);
-                    const float vh = (float)(SIGNED ? ((b >> 4) ^ 8) - 8 : b >> 4);
+                    const float vl = (float)nibble_lo<SIGNED>(b);
+                    const float vh = (float)nibble_hi<SIGNED>(b);
                     glo[t] += a[r + u] * (vl - zero);
                     ghi[t] += a[r + u] * (vh - zero);
                 }
@@ -425,8 +432,8 @@ static inline void gemv_dequant4(const float* __restrict a, const uint8_t* __res
             for (int u = 0; u < k; ++u)  // the bytes past the last whole vector
                 for (int64_t t = nv; t < nb; ++t) {
                     const int32_t b = p[u][t];
-                    glo[t] = fma_acc(a[r + u], (float)(SIGNED ? ((b & 15) ^ 8) - 8 : b & 15), glo[t]);
-                    ghi[t] = fma_acc(a[r + u], (float)(SIGNED ? ((b >> 4) ^ 8) - 8 : b >> 4), ghi[t]);
+                    glo[t] = fma_acc(a[r + u], (float)nibble_lo<SIGNED>(b), glo[t]);
+                    ghi[t] = fma_acc(a[r + u], (float)nibble_hi<SIGNED>(b), ghi[t]);
                 }
         }
         const float za = zero * asum;
@@ -447,8 +454,8 @@ static inline void gemv_dequant4(const float* __restrict a, const uint8_t* __res
                 float e = glo[t], o = ghi[t];
                 for (int u = 0; u < 4; ++u) {
                     const int32_t b = p[u][t];
-                    e = fma_acc(ar[u], (float)(SIGNED ? ((b & 15) ^ 8) - 8 : b & 15), e);
-                    o = fma_acc(ar[u], (float)(SIGNED ? ((b >> 4) ^ 8) - 8 : b >> 4), o);
+                    e = fma_acc(ar[u], (float)nibble_lo<SIGNED>(b), e);
+                    o = fma_acc(ar[u], (float)nibble_hi<SIGNED>(b), o);
                 }
                 glo[t] = e;
                 ghi[t] = o;
