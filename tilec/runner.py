@@ -138,16 +138,19 @@ def reduction_length(g: Graph, dims: dict) -> int:
     return longest
 
 
-def rounded_to(g: Graph, oid: int, dtype: str) -> str:
-    """The least precise float dtype the value of op `oid`, stored as `dtype`, is rounded to on
-    its way from the inputs: `dtype`'s own or that of a float value computed before it. A program
-    means what it would with every value stored at its declared precision (LANGUAGE.md), and a
-    sum reassociated in f32 may round such an intermediate to its neighbouring f16 value, so an
-    f32 output of f16 intermediates is checked at f16's tolerance. (Inputs are exact: their
-    dtypes are no rounding.)"""
+def rounded_to(g: Graph, n: int) -> str:
+    """The least precise float dtype output `n` of `g` is rounded to on its way from the inputs:
+    its own dtype or that of a float value computed before it. A program means what it would
+    with every value stored at its declared precision (LANGUAGE.md), and a sum reassociated in
+    f32 may round such an intermediate to its neighbouring f16 value, so an f32 output of f16
+    intermediates is checked at f16's tolerance. (Inputs are exact: their dtypes are no
+    rounding. A tile-level kernel has no ops: its output's own dtype.)"""
     from . import interp
 
-    ops, seen, stack, worst = g.op_map(), set(), [oid], dtype
+    worst = g.outputs[n].type.dtype
+    if g.tile is not None:
+        return worst
+    ops, seen, stack = g.op_map(), set(), [g.results[n]]
     tol = interp.TOLERANCE
     while stack:
         o = ops[stack.pop()]
@@ -321,11 +324,8 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
     # a matmul, and on a machine with few cores they would share the kernel's cores while timed
     ref = interp.run_graph(g, inputs, dims)
     errors = {n: interp.rel_error(got[n], ref[n]) for n in got}
-    # (a tile-level kernel has no ops: its outputs' own dtypes)
-    results = g.results if g.tile is None else (None,) * len(g.outputs)
-    tols = {p.name: interp.tolerance(p.type.dtype if r is None else rounded_to(g, r, p.type.dtype),
-                                     reduction_length(g, dims), reduced)
-            for p, r in zip(g.outputs, results, strict=True)}
+    tols = {p.name: interp.tolerance(rounded_to(g, n), reduction_length(g, dims), reduced)
+            for n, p in enumerate(g.outputs)}
     flops, nbytes = work(g, dims)
     return RunResult(g.name, dims, errors, tols, statistics.median(times) if times else 0.0,
                      flops, nbytes)
