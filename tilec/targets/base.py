@@ -63,8 +63,8 @@ class Resources:
     # the same machinery (one consumer warpgroup per 64 query rows, BN keys per stage of K and
     # V tiles; overlap: each warpgroup's softmax runs beside its products, FlashAttention-3's
     # order; pingpong: the two consumer warpgroups take turns issuing products; persistent: a
-    # grid of one block per SM walks the query tiles where every tile has the same key tiles,
-    # the producer loading a tile's Q while the consumers finish the one before); () = never
+    # grid of one block per SM walks the query tiles, causal ones in pairs of even work, the
+    # producer loading a tile's Q while the consumers finish the one before); () = never
     wgmma_attention: tuple = ()
     # (blocks, least K tiles per split, blocks per SM): a decode variant also comes split over K
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never
