@@ -163,6 +163,34 @@ kernel shift(X: f32[N]) -> Y: f32[N]:
         interp.run_graph(g, {"X": np.ones(4)}, {"N": 4})
 
 
+def test_run_reports_a_store_outside_an_output_before_the_built_kernel_runs(tmp_path, monkeypatch):
+    """A guard that lets a store past the output's edge: `tilec run` stops with an error at the
+    store (from the reference, which runs first), and never calls the built kernel, which would
+    write past the output's buffer."""
+    from click.testing import CliRunner
+
+    from tilec import runner
+    from tilec.cli import main
+
+    path = tmp_path / "edge.tile"
+    path.write_text("""
+kernel edge(X: f32[M, N]) -> Y: f32[M, N]:
+    with grid(cdiv(N, 16), M, threads=16) as (bx, by):
+        for j in parallel(16):
+            if bx * 16 + j < N + 3:
+                Y[by, bx * 16 + j] = X[by, bx * 16 + j] * 2.0
+""")
+
+    def ran(*a, **k):
+        raise AssertionError("the built kernel was called")
+    monkeypatch.setattr(runner, "_Call", ran)
+    r = CliRunner().invoke(main, ["run", str(path), "--dims", "M=3,N=20", "-o",
+                                  str(tmp_path / "out")])
+    assert r.exit_code == 1, r.output
+    assert "edge.tile:6:17: error: edge: reads X[0, 20] outside its shape [3, 20]" in r.output
+    assert "Y[by, bx * 16 + j] = X[by, bx * 16 + j] * 2.0" in r.output
+
+
 def test_interpreter_where_reads_only_the_chosen_side():
     text = """
 kernel guarded(X: f32[N]) -> Y: f32[N]:

@@ -59,6 +59,7 @@ class KernelRun:
         self.decls = {p.name: p for p in k.params}
         self.bufs: dict = {}
         self.allocs: dict = {}
+        self.at = k.loc  # where the statement being run was written (its errors point there)
 
     # ---- driver
     def run(self):
@@ -75,7 +76,7 @@ class KernelRun:
 
     def fail(self, msg: str):
         where = ", ".join(f"{v}={i}" for v, i in zip(self.k.block_vars, self.block))
-        raise error(f"{self.k.name}: {msg} (in block {where})", self.k.loc)
+        raise error(f"{self.k.name}: {msg} (in block {where})", self.at)
 
     def scalar(self, v, what: str):
         if np.ndim(v):
@@ -89,8 +90,11 @@ class KernelRun:
 
     # ---- statements
     def stmts(self, stmts, ctx: _Ctx):
+        outer = self.at
         for s in stmts:
+            self.at = getattr(s, "loc", None) or outer
             getattr(self, "st_" + type(s).__name__)(s, ctx)
+        self.at = outer
 
     def st_Alloc(self, s: T.Alloc, ctx):
         shape = tuple(int(self.scalar(self.ev(d, ctx), "a buffer extent")) for d in s.shape)

@@ -218,6 +218,7 @@ class Copy:
     src: Region
     dst: Region
     async_: bool = False  # issued now, complete after a later `wait` (GPU cp.async)
+    loc: object = field(default=None, compare=False)  # hand-written copies: where, for errors
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +323,7 @@ class Store:
     buf: str
     idx: tuple
     value: object
+    loc: object = field(default=None, compare=False)  # hand-written stores: where, for errors
 
 
 @dataclass(frozen=True, slots=True)

@@ -241,7 +241,7 @@ class TileBuilder:
         idx = tuple(self.index(i, "an index").e for i in st.index)
         v = self.strong(self.expr(st.value), self.dtype_of(t))
         self.written.add(st.name)
-        return T.Store(st.name, idx, v.e)
+        return T.Store(st.name, idx, v.e, loc=st.loc)
 
     def call_stmt(self, c: ast.Call) -> list:
         f = c.func
@@ -317,7 +317,7 @@ class TileBuilder:
             if len(buf.shape) != 2:
                 raise error(f"a copied tile has 2 axes; '{buf.name}' has "
                             f"{_count(len(buf.shape), 'axis')}", c.loc)
-            return [T.Copy(T.Region(src, s_off), T.Region(dst))]
+            return [T.Copy(T.Region(src, s_off), T.Region(dst), loc=c.loc)]
         return [self.copy_loop(src, s_off, dst, d_off, buf)]
 
     def copy_loop(self, src, s_off, dst, d_off, buf) -> T.For:
