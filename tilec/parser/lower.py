@@ -204,6 +204,9 @@ class KernelBuilder:
             if p.dtype in PACKED:
                 raise error(f"a scalar cannot be {p.dtype}", p.dtype_loc)
             return ParamDecl(p.name, TensorType(p.dtype, ()), p.loc)
+        if not is_input and p.dtype in PACKED:
+            raise error(f"output '{p.name}' cannot be {p.dtype}: packed 4-bit values only come from "
+                        "inputs", p.dtype_loc, "an output of u8 or i8 holds the same values")
         if not p.dims:  # `x: f32[]`: a rank-0 tensor in memory
             return ParamDecl(p.name, TensorType(p.dtype, ()), p.loc, in_memory=True)
         dims = tuple(self.dim_expr(d, bind=is_input) for d in p.dims)
