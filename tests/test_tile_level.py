@@ -191,6 +191,36 @@ kernel edge(X: f32[M, N]) -> Y: f32[M, N]:
     assert "Y[by, bx * 16 + j] = X[by, bx * 16 + j] * 2.0" in r.output
 
 
+def test_interpreter_reports_elements_that_hold_no_value():
+    """A buffer element nothing wrote, read directly or through a gemm that used it, is an error
+    at the read (the built kernel would read whatever the memory held)."""
+    text = """
+kernel part(A: f32[M, 16], B: f32[16, 16]) -> C: f32[M, 16]:
+    with grid(cdiv(M, 16), threads=32) as (bx):
+        A_s = shared(f32, [16, 16])
+        B_s = shared(f32, [16, 16])
+        acc = fragment(f32, [16, 16])
+        copy(B[0, 0], B_s)
+        for i, j in parallel(ROWS, 16):
+            A_s[i, j] = A[bx * 16 + i, j]
+        clear(acc)
+        gemm(A_s, B_s, acc)
+        for i, j in parallel(16, 16):
+            if bx * 16 + i < M:
+                C[bx * 16 + i, j] = acc[i, j]
+"""
+    for rows, ok in ((16, True), (12, False)):
+        (g,) = driver.frontend(driver.Source("part.tile", text.replace("ROWS", str(rows)))).graphs
+        a, b = np.random.default_rng(0).random((32, 16)), np.random.default_rng(1).random((16, 16))
+        if ok:
+            got = interp.run_graph(g, {"A": a, "B": b}, {"M": 32})["C"]
+            assert np.allclose(got, a @ b, rtol=1e-6)
+            continue
+        with pytest.raises(TilecError, match=r"reads acc\[12, 0\], which holds no value") as e:
+            interp.run_graph(g, {"A": a, "B": b}, {"M": 32})
+        assert e.value.loc.line == 14  # the store that reads acc
+
+
 def test_interpreter_where_reads_only_the_chosen_side():
     text = """
 kernel guarded(X: f32[N]) -> Y: f32[N]:

@@ -58,6 +58,7 @@ class KernelRun:
         self.k, self.env, self.dims, self.written = k, env, dims, written
         self.decls = {p.name: p for p in k.params}
         self.bufs: dict = {}
+        self.defined: dict = {}  # buffer -> which elements hold a value (written, from written ones)
         self.allocs: dict = {}
         self.at = k.loc  # where the statement being run was written (its errors point there)
 
@@ -70,7 +71,7 @@ class KernelRun:
         extents = [int(self.scalar(self.ev(g, _Ctx(names)), "a grid extent")) for g in self.k.grid]
         for point in itertools.product(*(range(e) for e in extents)):
             ctx = _Ctx(dict(names, **{v: np.int64(i) for v, i in zip(self.k.block_vars, point)}))
-            self.bufs = {}
+            self.bufs, self.defined = {}, {}
             self.block = point
             self.stmts(self.k.body, ctx)
 
@@ -101,10 +102,12 @@ class KernelRun:
         self.allocs[s.name] = s
         self.bufs[s.name] = np.full(shape, np.nan) if is_float(s.dtype) else \
             np.zeros(shape, dtype=bool if s.dtype == "bool" else np.int64)
+        self.defined[s.name] = np.zeros(shape, bool)
 
     def st_Fill(self, s: T.Fill, ctx):
         dt = self.allocs[s.buf].dtype
         self.bufs[s.buf][...] = quantize(self.ev(s.value, ctx), dt)
+        self.defined[s.buf][...] = True
 
     def st_Let(self, s: T.Let, ctx):
         ctx.names[s.name] = self.ev(s.value, ctx)
@@ -117,6 +120,7 @@ class KernelRun:
             win, sl = self.window(src, t, tile.shape, ctx)
             tile[...] = 0
             tile[sl] = quantize(t[win], self.allocs[dst.buf].dtype)
+            self.defined[dst.buf][...] = True
         elif dst.offsets is not None and src.offsets is None:  # tile buffer -> tensor window
             tile = self.bufs[src.buf]
             t = self.env[dst.buf]
@@ -156,6 +160,11 @@ class KernelRun:
             c[...] = quantize(c + a.astype(np.float64) @ b.astype(np.float64), dt)
         else:  # integer products accumulate exactly in int64, then wrap
             c[...] = wrap(c.astype(np.int64) + a.astype(np.int64) @ b.astype(np.int64), dt)
+        # an element of c is defined when its row of a and its column of b are
+        da, db = self.defined[s.a], self.defined[s.b]
+        da = da.T if s.transpose_a else da
+        db = db.T if s.transpose_b else db
+        self.defined[s.c] &= da.all(axis=1)[:, None] & db.all(axis=0)[None, :]
 
     def st_GemvMma(self, s: T.GemvMma, ctx):
         row, first, rows, col0 = (int(self.scalar(self.ev(x, ctx), "a GEMV bound")) for x in s.idx)
@@ -170,6 +179,7 @@ class KernelRun:
         end, c0 = first + rows, first // chunk
         per = -(-(-(-end // chunk) - c0) // slices) * chunk if rows > 0 else 0
         dst[...] = 0.0
+        self.defined[s.dst][...] = True
         for w in range(slices):
             r = np.arange(max(first, c0 * chunk + w * per), min(c0 * chunk + (w + 1) * per, end))
             if r.size == 0 or cols.size == 0:
@@ -181,6 +191,7 @@ class KernelRun:
     def st_Reduce(self, s: T.Reduce, ctx):
         f = {"sum": np.sum, "max": np.max, "min": np.min}[s.fn]
         self.bufs[s.dst][...] = wrap(f(self.bufs[s.src], axis=s.axis), self.allocs[s.dst].dtype)
+        self.defined[s.dst][...] = self.defined[s.src].all(axis=s.axis)
 
     def st_Store(self, s: T.Store, ctx):
         dtype = self.allocs[s.buf].dtype if s.buf in self.bufs else self.decls[s.buf].dtype
@@ -201,6 +212,8 @@ class KernelRun:
         arr[tuple(idx)] = val
         if s.buf in self.written:
             self.written[s.buf][tuple(idx)] = True
+        if s.buf in self.defined:
+            self.defined[s.buf][tuple(idx)] = True
 
     def check_bounds(self, name: str, arr, idx: list, verb: str):
         bad = np.zeros(np.shape(idx[0]) if idx else (), bool)
@@ -210,6 +223,13 @@ class KernelRun:
             first = [int(np.asarray(i)[bad].flat[0]) if np.ndim(i) else int(i) for i in idx]
             self.fail(f"{verb} {name}[{', '.join(map(str, first))}] outside its shape "
                       f"{list(arr.shape)}")
+
+    def check_defined(self, name: str, idx: list):
+        undef = ~self.defined[name][tuple(idx)]
+        if np.any(undef):
+            first = [int(np.asarray(i)[undef].flat[0]) if np.ndim(i) else int(i) for i in idx]
+            self.fail(f"reads {name}[{', '.join(map(str, first))}], which holds no value: nothing "
+                      "wrote it, or a gemm or reduce computed it from elements nothing wrote")
 
     def st_For(self, s: T.For, ctx):
         if s.kind == "parallel":
@@ -318,6 +338,8 @@ class KernelRun:
         idx = [np.broadcast_to(i, shape) for i in idx]
         act = np.ones(shape, bool) if m is None else np.broadcast_to(m, shape)
         self.check_bounds(e.buf, arr, [i[act] for i in idx], "reads")
+        if e.buf in self.bufs:
+            self.check_defined(e.buf, [i[act] for i in idx])
         safe = tuple(np.clip(i, 0, max(n - 1, 0)) for i, n in zip(idx, arr.shape))
         if arr.size == 0:
             return np.zeros(shape)
