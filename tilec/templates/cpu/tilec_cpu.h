@@ -695,6 +695,26 @@ static inline void micro_kernel(int64_t kc, const T* __restrict Ap, const T* __r
     }
 }
 
+// Software prefetch of a block of rows from memory (`lines` cache lines per row, rows `stride`
+// bytes apart), spread over the micro-kernel calls that run before it is read: `step` issues the
+// next few lines. The addresses are integers, not pointers: a prefetch may run past the tensor
+// (the next K slice of the last one), which is harmless for a prefetch and must not be pointer
+// arithmetic.
+struct prefetcher {
+    uintptr_t base;
+    int64_t stride, lines, total, per_step, next;
+    prefetcher(uintptr_t b, int64_t stride_bytes, int64_t row_bytes, int64_t rows, int64_t steps)
+        : base(b), stride(stride_bytes), lines((row_bytes + 63) / 64), total(rows * lines),
+          per_step(steps > 0 ? (total + steps - 1) / steps : total), next(0) {
+        if (per_step > 16) per_step = 16;
+    }
+    void step() {
+        for (int64_t n = 0; n < per_step && next < total; ++n, ++next)
+            __builtin_prefetch(reinterpret_cast<const void*>(
+                base + (uintptr_t)((next / lines) * stride + (next % lines) * 64)));
+    }
+};
+
 // The micro-kernel for mr rows: the full register block, or the smallest of 1, 2, 4 rows that
 // covers a shorter tile.
 template <typename T>
@@ -744,11 +764,25 @@ static inline void gemm_tile(int64_t m, int64_t n, int64_t k,
             const int64_t n_direct = b_direct ? nc / NR * NR : 0;
             if (n_direct < nc)
                 detail::pack_b<TB>(kc, nc - n_direct, TB ? Bs + n_direct * ldb : Bs + n_direct, ldb, bp);
+            // While the micro-kernels run, prefetch what is read from memory next: the next
+            // MR rows of A (packed next), and B's next K slice (the next call's, when a K loop of
+            // block tiles calls this slice by slice). Rows 4 KiB or more apart defeat the
+            // hardware prefetcher; this measured 3-5% faster with AVX2 at 1024^3 and 2048^3 f32
+            // (the same with AVX-512). A transposed operand's rows are short: left alone.
+            const int64_t panels = (nc + NR - 1) / NR;
+            detail::prefetcher next_b((uintptr_t)Bs + (uintptr_t)(kc * ldb * (int64_t)sizeof(T)),
+                                      ldb * (int64_t)sizeof(T), nc * (int64_t)sizeof(T),
+                                      TB ? 0 : kc, (m + MR - 1) / MR * panels);
             for (int64_t ic = 0; ic < m; ic += MR) {
                 const int64_t mr = m - ic < MR ? m - ic : MR;
                 detail::pack_a<TA>(mr, kc, TA ? A + pc * lda + ic : A + ic * lda + pc, lda, ap);
+                const int64_t left = m - ic - MR, rows_next = TA || left < 0 ? 0 : left < MR ? left : MR;
+                detail::prefetcher next_a((uintptr_t)A + (uintptr_t)(((ic + MR) * lda + pc) * (int64_t)sizeof(T)),
+                                          lda * (int64_t)sizeof(T), kc * (int64_t)sizeof(T), rows_next, panels);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
                     const int64_t nr = nc - jr < NR ? nc - jr : NR;
+                    next_a.step();
+                    next_b.step();
                     const bool d = jr < n_direct;
                     detail::micro_kernel_rows<T>(kc, ap, d ? Bs + jr : bp + ((jr - n_direct) / NR) * kc * NR,
                                             d ? ldb : (int64_t)NR, C + ic * ldc + jc + jr, ldc, mr, nr);
