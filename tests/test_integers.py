@@ -1,7 +1,7 @@
 """Integer arithmetic: results wrap around in their dtype (two's complement, as NumPy's fixed-width
-integers do); conversions (casts, literals, assignments from floats) saturate. The generated code,
-the Tile IR and the reference interpreter agree on inputs that span each dtype's whole range, so
-overflow happens in nearly every element."""
+integers do; 4-bit ones too, though C holds them in 32 bits); conversions (casts, literals,
+assignments from floats) saturate. The generated code, the Tile IR and the reference interpreter
+agree on inputs that span each dtype's whole range, so overflow happens in nearly every element."""
 
 from __future__ import annotations
 
@@ -28,6 +28,11 @@ kernel sums(A: i8[R, C], B: i32[R, C]) -> (S: i8[R], T: i32[R], M: i8[R]):
     S = sum(A * A, axis=-1)
     T = sum(B, axis=-1)
     M = max(A + A, axis=-1)
+
+kernel packed(P: i4[R, N], Q: u4[R, N]) -> (C4: i8[R, N], D4: u8[R, N], M4: i8[R]):
+    C4 = i8(abs(P) + P * P - (-P))
+    D4 = u8(Q * Q + Q * 7 - (Q + Q))
+    M4 = max(abs(P) * 3, axis=-1)
 
 kernel casts(A: i32[N], X: f32[N]) -> (C: i8[N], D: u8[N], E: i16[N]):
     C = i8(A)

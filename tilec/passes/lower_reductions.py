@@ -18,7 +18,7 @@ import math
 from dataclasses import fields, replace
 
 from ..ir import tile as T
-from ..ir.types import is_float
+from ..ir.types import DTYPES, is_float
 from .rewrite import map_stmts, own_loads
 
 COMBINE = {"sum": "add", "max": "maximum", "min": "minimum"}
@@ -29,8 +29,8 @@ def identity(fn: str, dtype: str) -> T.Const:
         return T.Const(0.0 if is_float(dtype) else 0, dtype)
     if is_float(dtype):
         return T.Const(-math.inf if fn == "max" else math.inf, dtype)
-    bits = {"i8": 8, "u8": 8, "i16": 16, "i32": 32, "i64": 64, "bool": 1}[dtype]
-    signed = dtype.startswith("i")
+    kind, bits = DTYPES[dtype]
+    signed = kind == "i"
     lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
     return T.Const(lo if fn == "max" else hi, dtype)
 

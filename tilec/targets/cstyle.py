@@ -236,6 +236,10 @@ class CStyleRenderer:
             return f"tilec::round_{dtype}({s})"
         if dtype in cls.NARROW_INTS:
             return f"(({cls.NARROW_INTS[dtype]})({s}))"
+        if dtype == "u4":  # (4-bit values are held in an int32_t)
+            return f"((int32_t)({s}) & 15)"
+        if dtype == "i4":
+            return f"((((int32_t)({s}) ^ 8) & 15) - 8)"
         return s
 
     def cast(self, x: str, src: str, dst: str) -> str:
