@@ -453,3 +453,58 @@ kernel three(X: f32[B, R, C]) -> Y: f32[B, R, C]:
     with pytest.raises(TilecError, match="parallel loop over 3 axes") as e:
         driver.stage_module(m0, "lowered", "cuda")
     assert (e.value.loc.line, e.value.loc.col) == (4, 9)
+
+
+FOUR_BIT_TILES = """
+kernel nibbles(X: i4[M, N]) -> Y: i8[M, N]:
+    with grid(cdiv(N, 64), M, threads=64) as (bx, by):
+        t = shared(i4, [1, 64])
+        f = fragment(i4, [1, 64])
+        copy(X[by, bx * 64], t)
+        for i, j in parallel(1, 64):
+            f[i, j] = t[i, j] - 1
+        for i, j in parallel(1, 64):
+            if bx * 64 + j < N:
+                Y[by, bx * 64 + j] = i8(f[i, j]) * 10 + i8(t[i, j])
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_four_bit_tiles_keep_their_sign(target):
+    """A shared tile of 4-bit values filled by copy() (GPU targets keep it packed) and a 4-bit
+    fragment (one value per register, its sign kept: -8 - 1 wraps to 7), on inputs over the
+    whole i4 range."""
+    if target == "cuda":
+        from test_cuda import need_gpu
+        need_gpu()
+    opts = {"arch": ("sm_90",)} if target == "cuda" else None
+    for dims in (dict(M=3, N=130), dict(M=2, N=64)):
+        res = check_text(FOUR_BIT_TILES, dims, target=target, options=opts, full_ints=True)
+        assert all(e == 0 for r in res.values() for e in r.errors.values()), res
+
+
+def test_element_stores_into_a_packed_shared_tile_are_a_gpu_error_at_the_store():
+    """GPU targets keep a shared tile of 4-bit values packed two per byte, as copy() fills it:
+    an element store into one is refused there (it wrote a byte per element), at the store; the
+    CPU, which holds one value per byte, takes it."""
+    text = FOUR_BIT_TILES.replace("        copy(X[by, bx * 64], t)\n", "").replace(
+        "            f[i, j] = t[i, j] - 1\n",
+        "            t[i, j] = X[by, min(bx * 64 + j, N - 1)]\n            f[i, j] = t[i, j] - 1\n")
+    m0 = driver.frontend(driver.Source("nibbles.tile", text))
+    driver.stage_module(m0, "lowered", "cpu")
+    for target in ("cuda", "hip"):
+        with pytest.raises(TilecError, match="shared tile t holds 4-bit values") as e:
+            driver.stage_module(m0, "lowered", target)
+        assert (e.value.loc.line, e.value.loc.col) == (7, 13)
+
+
+def test_a_copy_of_four_bit_values_from_an_odd_column_is_a_gpu_error_at_the_copy():
+    """GPU targets copy 4-bit values as bytes: a window that may start on an odd column is
+    refused there, at the copy; the CPU unpacks it."""
+    text = FOUR_BIT_TILES.replace("copy(X[by, bx * 64], t)", "copy(X[by, bx * 64 + by], t)")
+    assert check_text(text, dict(M=3, N=130), full_ints=True)
+    m0 = driver.frontend(driver.Source("nibbles.tile", text))
+    for target in ("cuda", "hip"):
+        with pytest.raises(TilecError, match="starts on a byte") as e:
+            driver.stage_module(m0, "lowered", target)
+        assert (e.value.loc.line, e.value.loc.col) == (6, 9)

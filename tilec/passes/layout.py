@@ -22,8 +22,8 @@ from dataclasses import replace
 
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, SharedLayout, VecLayout, VecRows, WgmmaLayout, warp_grids
-from ..ir.types import DTYPES
-from .rewrite import loads_in, map_stmts, stores_in
+from ..ir.types import DTYPES, PACKED
+from .rewrite import loads_in, map_stmts, multiple_of, stores_in
 
 
 def _const(e) -> int | None:
@@ -163,6 +163,21 @@ class Assign:
                             "the loop's variables, or use a shared buffer)", loop.loc)
 
     def run(self) -> T.TileKernel:
+        for st in T.walk_stmts(self.k.body):
+            if isinstance(st, T.Copy) and st.src.offsets is not None and \
+                    self.allocs[st.dst.buf].dtype in PACKED and \
+                    not multiple_of(st.src.offsets[-1], 2):
+                raise T.Unsupported(f"a copy of 4-bit values into {st.dst.buf} starts on a byte on "
+                                    "GPU targets: its column offset must be a multiple of 2 "
+                                    f"(written {T.fmt(st.src.offsets[-1])})", st.loc)
+            a = self.allocs.get(getattr(st, "buf", None)) if isinstance(st, (T.Store, T.Fill)) \
+                else None
+            if a is not None and a.scope == "shared" and a.dtype in PACKED:
+                what = "element stores into it" if isinstance(st, T.Store) else "fill()"
+                raise T.Unsupported(f"shared tile {a.name} holds 4-bit values, which GPU targets "
+                                    "keep packed two per byte as copy() fills them: "
+                                    f"{what} cannot write one (use a u8 or i8 tile)",
+                                    getattr(st, "loc", None))
         for loop in self.loops:
             if len(loop.vars) > 2:
                 raise T.Unsupported(f"a parallel loop over {len(loop.vars)} axes "

@@ -10,6 +10,7 @@ import platform
 
 from ..diagnostics import error
 from ..ir import tile as T
+from ..ir.types import PACKED
 from ..passes import (
     forward_copies,
     hoist_guards,
@@ -149,6 +150,14 @@ class CpuRenderer(CStyleRenderer):
             # only a GEMM of the tile's valid part reads it: it reads the tensor in place
             self.direct[s.dst.buf] = (f"{cname(src.name)} + {start}", dims[-1])
             self.emit(f"// (read in place by the GEMM: {s.dst.buf} is not filled)", depth)
+            return
+        if src.dtype in PACKED:  # (unpacked into the tile: one value per element)
+            row0 = None  # the window's first row, counting the leading axes' rows
+            for d, o in zip(dims[:-1], offs[:-1]):
+                row0 = o if row0 is None else f"({row0}) * {d} + {o}"
+            self.emit(f"tilec::copy_tile4<{str(src.dtype == 'i4').lower()}>({cname(src.name)}, "
+                      f"{dims[-1]}, {row0}, {offs[-1]}, {left(dims[-2], offs[-2])}, "
+                      f"{left(dims[-1], offs[-1])}, {cname(s.dst.buf)}, {rows}, {cols});", depth)
             return
         self.emit(f"tilec::copy_tile({cname(src.name)} + {start}, {dims[-1]}, "
                   f"{left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])}, {cname(s.dst.buf)}, "

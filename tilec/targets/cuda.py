@@ -52,6 +52,9 @@ from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, linear_block_vars, p
 STORE = {"f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double", "i8": "int8_t",
          "u8": "uint8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t", "bool": "bool",
          "u4": "uint8_t", "i4": "uint8_t", "fp8e4m3": "uint8_t", "fp8e5m2": "uint8_t"}
+# element type of fragments (registers) where it differs: a 4-bit value, one per element there
+# (shared tiles hold them packed, as bytes), keeps its sign
+REG = dict(STORE, i4="int8_t")
 SIXTEEN = ("f16", "bf16")
 
 
@@ -2078,7 +2081,7 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
                               what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}, "
                                    "16-bit pairs"))
         else:
-            frags.append(dict(name=cname(a.name), ctype=STORE[a.dtype], slots=a.layout.slots(),
+            frags.append(dict(name=cname(a.name), ctype=REG[a.dtype], slots=a.layout.slots(),
                               what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}"))
     params = []
     for p in k.params:

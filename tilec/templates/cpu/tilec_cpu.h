@@ -901,6 +901,26 @@ static inline void copy_tile(const S* __restrict src, int64_t ld, int64_t nr, in
     }
 }
 
+// copy_tile from a tensor of 4-bit values, packed two per byte along its rows of `cols` values:
+// the rows x tcols window from (row0, col0) (row0 counts the leading axes' rows too), of which
+// nr x nc values lie inside the tensor, each unpacked to one D; the rest zero.
+template <bool SIGNED, typename D>
+static inline void copy_tile4(const uint8_t* __restrict base, int64_t cols, int64_t row0,
+                              int64_t col0, int64_t nr, int64_t nc, D* __restrict dst,
+                              int64_t rows, int64_t tcols) {
+    nr = nr < 0 ? 0 : nr > rows ? rows : nr;
+    nc = nc < 0 ? 0 : nc > tcols ? tcols : nc;
+    for (int64_t r = 0; r < rows; ++r) {
+        D* __restrict out = dst + r * tcols;
+        int64_t c = 0;
+        if (r < nr)
+            for (; c < nc; ++c)
+                out[c] = D(SIGNED ? load_i4(base, row0 + r, col0 + c, cols)
+                                  : load_u4(base, row0 + r, col0 + c, cols));
+        for (; c < tcols; ++c) out[c] = D(0);
+    }
+}
+
 // ---- index helpers ---------------------------------------------------------------------------
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
