@@ -221,6 +221,22 @@ kernel part(A: f32[M, 16], B: f32[16, 16]) -> C: f32[M, 16]:
         assert e.value.loc.line == 14  # the store that reads acc
 
 
+def test_interpreter_runs_no_iterations_of_a_negative_extent():
+    """An extent that is negative at run time runs no iterations, as the targets' loops do."""
+    text = """
+kernel tail(X: f32[N]) -> Y: f32[N]:
+    with grid(1, threads=64) as (bx):
+        for j in parallel(N):
+            Y[j] = X[j]
+        for j in parallel(N - 5):
+            Y[j + 5] = X[j] * 2.0
+"""
+    (g,) = driver.frontend(driver.Source("tail.tile", text)).graphs
+    x = np.arange(1.0, 8.0)
+    assert interp.run_graph(g, {"X": x[:3]}, {"N": 3})["Y"].tolist() == [1.0, 2.0, 3.0]
+    assert interp.run_graph(g, {"X": x}, {"N": 7})["Y"].tolist() == [1, 2, 3, 4, 5, 2, 4]
+
+
 def test_interpreter_where_reads_only_the_chosen_side():
     text = """
 kernel guarded(X: f32[N]) -> Y: f32[N]:

@@ -233,7 +233,9 @@ class KernelRun:
 
     def st_For(self, s: T.For, ctx):
         if s.kind == "parallel":
-            ext = [int(self.scalar(self.ev(e, ctx), "a parallel extent")) for e in s.extents]
+            # (a negative extent runs no iterations, as the targets' loops do)
+            ext = [max(int(self.scalar(self.ev(e, ctx), "a parallel extent")), 0)
+                   for e in s.extents]
             old, base = ctx.widen(tuple(ext))
             n = len(ctx.space)
             for ax, v in enumerate(s.vars):

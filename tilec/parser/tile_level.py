@@ -499,6 +499,9 @@ class TileBuilder:
         if kind == "pipelined" and self.depth:
             raise error("pipelined() loops run at the top level of the grid block", st.loc)
         extents = tuple(self.index(a, "a loop extent").e for a in it.args)
+        for a, e in zip(it.args, extents):
+            if isinstance(e, T.Const) and e.value < 0:
+                raise error(f"a loop extent cannot be negative (got {e.value})", a.loc)
         names, scalars, loop_vars = set(self.names), dict(self.scalars), set(self.loop_vars)
         for name, loc in st.vars:
             self.declare_name(name, loc)
