@@ -20,9 +20,10 @@ kernel narrow(A: i8[N], B: i8[N], U: u8[N], V: u8[N], H: i16[N]) -> (C: i8[N], D
     E = H * H + H ** 3 - abs(H)
     F = abs(A) + relu(B) * 3
 
-kernel wide(A: i32[N], B: i32[N], X: i64[N], Y: i64[N]) -> (C: i32[N], Z: i64[N]):
+kernel wide(A: i32[N], B: i32[N], X: i64[N], Y: i64[N]) -> (C: i32[N], Z: i64[N], P: i64[N]):
     C = A * B + A - B * 7
     Z = X * Y - (X + Y)
+    P = X ** 37 + i64(A ** 300) - i64(i8(B) ** 5)
 
 kernel sums(A: i8[R, C], B: i32[R, C]) -> (S: i8[R], T: i32[R], M: i8[R]):
     S = sum(A * A, axis=-1)

@@ -185,6 +185,8 @@ class CStyleRenderer:
         f = e.fn
         if f == "pow":
             x, n = self.expr(e.a), e.exponent
+            if is_int(e.dtype):  # (the exponent is an integer >= 0: the front end's rule)
+                return f"tilec::ipow_wrap<{self.ctype(e.dtype)}>({x}, {int(n)})"
             if float(n).is_integer() and abs(n) <= 4:  # small powers: multiplications
                 n = int(n)
                 if n == 0:

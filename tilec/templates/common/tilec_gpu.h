@@ -110,6 +110,22 @@ template <int N, typename T> TILEC_DEV T ipow(T x) {
     }
 }
 
+// integer x ** n (n >= 0) by squaring, wrapping around as the language's integers do: computed in
+// an unsigned type (whose overflow is defined), at least 32 bits wide so that C's promotion of
+// narrower ones to int cannot overflow
+template <typename T> struct pow_uint { typedef uint32_t U; };
+template <> struct pow_uint<int64_t> { typedef uint64_t U; };
+template <> struct pow_uint<uint64_t> { typedef uint64_t U; };
+template <typename T> TILEC_DEV T ipow_wrap(T x, int64_t n) {
+    typedef typename pow_uint<T>::U U;
+    U r = 1, b = (U)x;
+    for (; n > 0; n >>= 1) {
+        if (n & 1) r *= b;
+        b *= b;
+    }
+    return (T)r;
+}
+
 // Python floor division / modulo: integer division by zero gives 0, MIN / -1 wraps (NumPy).
 template <typename T> TILEC_HD T floordiv(T a, T b) {
     if constexpr (std::is_floating_point<T>::value) {

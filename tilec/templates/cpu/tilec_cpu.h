@@ -936,6 +936,22 @@ template <int N, typename T> static inline T ipow(T x) {
     }
 }
 
+// integer x ** n (n >= 0) by squaring, wrapping around as the language's integers do: computed in
+// an unsigned type (whose overflow is defined), at least 32 bits wide so that C's promotion of
+// narrower ones to int cannot overflow
+template <typename T> struct pow_uint { typedef uint32_t U; };
+template <> struct pow_uint<int64_t> { typedef uint64_t U; };
+template <> struct pow_uint<uint64_t> { typedef uint64_t U; };
+template <typename T> static inline T ipow_wrap(T x, int64_t n) {
+    typedef typename pow_uint<T>::U U;
+    U r = 1, b = (U)x;
+    for (; n > 0; n >>= 1) {
+        if (n & 1) r *= b;
+        b *= b;
+    }
+    return (T)r;
+}
+
 // ---- non-temporal stores --------------------------------------------------------------------
 // Outputs of at least this many bytes are written with non-temporal stores (see stream_row).
 #ifndef TILEC_STREAM_BYTES
