@@ -502,6 +502,9 @@ class TileBuilder:
         for a, e in zip(it.args, extents):
             if isinstance(e, T.Const) and e.value < 0:
                 raise error(f"a loop extent cannot be negative (got {e.value})", a.loc)
+            if isinstance(e, T.Const) and e.value == 0 and kind == "parallel":
+                raise error("a parallel loop's extents are its tile's shape: at least 1 (got 0)",
+                            a.loc)
         names, scalars, loop_vars = set(self.names), dict(self.scalars), set(self.loop_vars)
         for name, loc in st.vars:
             self.declare_name(name, loc)
