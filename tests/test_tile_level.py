@@ -237,6 +237,27 @@ kernel tail(X: f32[N]) -> Y: f32[N]:
     assert interp.run_graph(g, {"X": x}, {"N": 7})["Y"].tolist() == [1, 2, 3, 4, 5, 2, 4]
 
 
+def test_interpreter_reports_an_element_two_blocks_write_with_different_values():
+    """Blocks run in any order: two blocks that write one element with different values make
+    the result depend on it (an error, with both blocks); the same value is fine."""
+    text = """
+kernel fold(X: f32[N]) -> Y: f32[16]:
+    with grid(cdiv(N, 16), threads=16) as (bx):
+        for j in parallel(16):
+            Y[j] = VALUE
+"""
+    x = np.arange(40.0)
+    (g,) = driver.frontend(driver.Source("fold.tile", text.replace("VALUE", "X[j] * 2.0"))).graphs
+    assert interp.run_graph(g, {"X": x}, {"N": 40})["Y"].tolist() == (x[:16] * 2).tolist()
+    (g,) = driver.frontend(driver.Source("fold.tile", text.replace(
+        "VALUE", "X[min(bx * 16 + j, N - 1)]"))).graphs
+    with pytest.raises(TilecError, match=r"writes Y\[0\], which block bx=0 also wrote, with "
+                                         r"another value: blocks run in any order \(in block "
+                                         r"bx=1\)") as e:
+        interp.run_graph(g, {"X": x}, {"N": 40})
+    assert e.value.loc.line == 5
+
+
 def test_interpreter_where_reads_only_the_chosen_side():
     text = """
 kernel guarded(X: f32[N]) -> Y: f32[N]:

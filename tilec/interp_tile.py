@@ -61,6 +61,8 @@ class KernelRun:
         self.defined: dict = {}  # buffer -> which elements hold a value (written, from written ones)
         self.allocs: dict = {}
         self.at = k.loc  # where the statement being run was written (its errors point there)
+        self.owner: dict = {}  # tensor -> the block that last wrote each element (-1: none)
+        self.points: list = []  # the blocks run so far, by their index in `owner`
 
     # ---- driver
     def run(self):
@@ -73,6 +75,7 @@ class KernelRun:
             ctx = _Ctx(dict(names, **{v: np.int64(i) for v, i in zip(self.k.block_vars, point)}))
             self.bufs, self.defined = {}, {}
             self.block = point
+            self.points.append(point)
             self.stmts(self.k.body, ctx)
 
     def fail(self, msg: str):
@@ -125,7 +128,9 @@ class KernelRun:
             tile = self.bufs[src.buf]
             t = self.env[dst.buf]
             win, sl = self.window(dst, t, tile.shape, ctx)
-            t[win] = quantize(tile[sl], self.decls[dst.buf].dtype)
+            val = quantize(tile[sl], self.decls[dst.buf].dtype)
+            self.claim(dst.buf, win, val)
+            t[win] = val
             if dst.buf in self.written:
                 self.written[dst.buf][win] = True
         else:
@@ -209,11 +214,40 @@ class KernelRun:
                 if s.buf in self.written:
                     self.written[s.buf][()] = True
             return
+        if s.buf not in self.bufs:
+            self.claim(s.buf, tuple(idx), val)
         arr[tuple(idx)] = val
         if s.buf in self.written:
             self.written[s.buf][tuple(idx)] = True
         if s.buf in self.defined:
             self.defined[s.buf][tuple(idx)] = True
+
+    def claim(self, name: str, index: tuple, val):
+        """This block writes `val` at `index` of tensor `name` (one index array per axis, or a
+        copy's window: integers and slices): an element that another block of the kernel wrote
+        with a different value is an error (blocks run in any order, so the result would depend
+        on it)."""
+        arr = self.env[name]
+        if arr.ndim == 0:
+            return
+        if any(isinstance(ix, slice) for ix in index):  # a window: its elements, flattened
+            axes = [np.arange(arr.shape[a])[ix] if isinstance(ix, slice) else np.array([ix])
+                    for a, ix in enumerate(index)]
+            index = tuple(g.ravel() for g in np.meshgrid(*axes, indexing="ij"))
+            val = np.reshape(val, -1)
+        own = self.owner.get(name)
+        if own is None:
+            own = self.owner[name] = np.full(arr.shape, -1, np.int64)
+        me = len(self.points) - 1
+        prev = own[index]
+        old, new = arr[index], np.broadcast_to(val, np.shape(prev))
+        clash = (prev >= 0) & (prev != me) & (old != new) & ((old == old) | (new == new))
+        if np.any(clash):
+            k = int(np.argmax(clash))
+            was = ", ".join(f"{v}={i}" for v, i in zip(self.k.block_vars, self.points[prev[k]]))
+            self.fail(f"writes {name}[{', '.join(str(int(ix[k])) for ix in index)}], which block "
+                      f"{was} also wrote, with another value: blocks run in any order")
+        own[index] = me
 
     def check_bounds(self, name: str, arr, idx: list, verb: str):
         bad = np.zeros(np.shape(idx[0]) if idx else (), bool)
