@@ -258,6 +258,29 @@ kernel fold(X: f32[N]) -> Y: f32[16]:
     assert e.value.loc.line == 5
 
 
+def test_interpreter_reports_a_copy_window_that_starts_before_its_tensor():
+    """A window may run past a tensor's end (zeros there), not start before it: the targets
+    would read before the tensor."""
+    text = """
+kernel shifted(X: f32[N, 16]) -> Y: f32[N, 16]:
+    with grid(cdiv(N, 16), threads=16) as (bx):
+        t = shared(f32, [16, 16])
+        copy(X[bx * 16 + SHIFT, 0], t)
+        for i, j in parallel(16, 16):
+            if bx * 16 + i < N:
+                Y[bx * 16 + i, j] = t[i, j]
+"""
+    x = np.arange(20.0 * 16).reshape(20, 16)
+    (g,) = driver.frontend(driver.Source("s.tile", text.replace("SHIFT", "4"))).graphs
+    want = np.vstack([x[4:], np.zeros((4, 16))])
+    assert interp.run_graph(g, {"X": x}, {"N": 20})["Y"].tolist() == want.tolist()
+    (g,) = driver.frontend(driver.Source("s.tile", text.replace("SHIFT", "-1"))).graphs
+    with pytest.raises(TilecError, match=r"copy window of 'X' starts at \[-1, 0\], before the "
+                                         r"tensor's first row") as e:
+        interp.run_graph(g, {"X": x}, {"N": 20})
+    assert (e.value.loc.line, e.value.loc.col) == (5, 9)
+
+
 def test_interpreter_where_reads_only_the_chosen_side():
     text = """
 kernel guarded(X: f32[N]) -> Y: f32[N]:

@@ -145,6 +145,10 @@ class KernelRun:
             if not 0 <= off[ax] < t.shape[ax]:
                 self.fail(f"copy window of '{r.buf}' starts at {off} outside its shape "
                           f"{list(t.shape)}")
+        if min(off[lead:], default=0) < 0:
+            self.fail(f"copy window of '{r.buf}' starts at {off}, before the tensor's first "
+                      f"{'row' if off[lead] < 0 else 'column'}: a window may run past a tensor's "
+                      "end (zeros there), not start before it")
         rows, cols = shape[-2:]
         win, tile_sl = list(off[:lead]), [0] * (len(shape) - 2)
         for ax, n in ((lead, rows), (lead + 1, cols)):
