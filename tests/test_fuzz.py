@@ -1,7 +1,8 @@
-"""Fuzzing the front end and the compiler through `tilec check`: mutated samples and error-corpus
-files (spans deleted, duplicated or swapped, tokens inserted, text cut short) either compile or
-get a user error (`file[:line:col]: error: ...`, exit 1) within the time limit; never an internal
-error or a traceback.
+"""Fuzzing the front end and the compiler through `tilec check`, for the CPU, CUDA and HIP: mutated
+samples and error-corpus files (spans deleted, duplicated or swapped, tokens inserted, text cut
+short; or tokens "retyped": swapped for others of their class, which mostly parse and so reach
+the passes and renderers) either compile or get a user error (`file[:line:col]: error: ...`,
+exit 1) within the time limit; never an internal error or a traceback.
 
 The examples are derandomized (the same on every run, so CI is reproducible); set
 TILEC_FUZZ_EXAMPLES to run more of them locally.
@@ -62,19 +63,55 @@ def mutated(draw):
     return text
 
 
+# classes of tokens a "retyping" swaps within: the program mostly still parses, so the mutation
+# reaches the checks, passes and renderers behind the parser (dtypes, functions, reductions,
+# operators, dimensions, axes, numbers, targets, schedule keys)
+CLASSES = [
+    ["f16", "bf16", "f32", "f64", "i8", "u8", "i16", "i32", "i64", "u4", "i4", "bool", "fp8e4m3",
+     "fp8e5m2"],
+    ["relu", "exp", "sigmoid", "silu", "gelu", "tanh", "abs", "sqrt", "rsqrt", "log", "gelu_tanh",
+     "softplus", "mish", "exp2", "log2", "erf"],
+    ["sum", "max", "min", "mean", "softmax", "logsumexp"],
+    ["+", "-", "*", "/", "@", "//", "%", "**"],
+    ["M", "N", "K", "D", "L", "S", "H", "B", "R", "C"],
+    ["axis=-1", "axis=0", "axis=1", "axis=-2", "axis=2"],
+    ["0", "1", "2", "3", "7", "16", "17", "32", "64", "100", "128", "256", "1024", "-1", "0.5",
+     "1e-5"],
+    ["cuda", "cpu", "hip"],
+    ["tile", "threads", "stages", "swizzle", "warp_specialize", "fuse"],
+    ["range", "parallel", "pipelined"],
+    ["shared", "fragment", "local"],
+]
+TOKEN = re.compile(r"axis=-?\d+|[A-Za-z_][A-Za-z0-9_]*|-?\d+(\.\d+)?(e-?\d+)?|//|\*\*|[-+*/@%]")
+
+
+@st.composite
+def retyped(draw):
+    """A sample or error-corpus file with one to three tokens swapped for others of their class."""
+    text = TEXTS[draw(st.integers(0, len(TEXTS) - 1))]
+    for _ in range(draw(st.integers(1, 3))):
+        spots = [(m, cls) for m in TOKEN.finditer(text) for cls in CLASSES if m.group(0) in cls]
+        if not spots:
+            break
+        m, cls = spots[draw(st.integers(0, len(spots) - 1))]
+        text = text[:m.start()] + draw(st.sampled_from(cls)) + text[m.end():]
+    return text
+
+
 def check(tmp: Path, text: str, target: str):
     path = tmp / "fuzz.tile"
     path.write_bytes(text.encode("utf-8", "surrogateescape"))
     return CliRunner().invoke(main, ["check", str(path), "--target", target], catch_exceptions=True)
 
 
-@pytest.mark.parametrize("target", ["cpu", "cuda"])
-def test_mutated_programs_compile_or_get_a_located_user_error(tmp_path, target):
+@pytest.mark.parametrize("target", ["cpu", "cuda", "hip"])
+@pytest.mark.parametrize("strategy", [mutated, retyped], ids=["mutated", "retyped"])
+def test_mutated_programs_compile_or_get_a_located_user_error(tmp_path, target, strategy):
     failures = []
 
     @settings(max_examples=EXAMPLES, derandomize=True, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
-    @given(mutated())
+    @given(strategy())
     def one(text):
         t0 = time.monotonic()
         r = check(tmp_path, text, target)
