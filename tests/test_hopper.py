@@ -600,8 +600,54 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     assert not any(k.persistent for k in _kernels(ATTENTION))
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,2")
     with pytest.raises(TilecError, match=r"TILEC_WGMMA_ATTENTION=3,1,0,2: expected "
-                                         r"stages,overlap,pingpong\[,persistent\]"):
+                                         r"stages,overlap,pingpong\[,persistent\[,split\]\]"):
         _kernels(ATTENTION)
+
+
+def test_split_rings_free_k_after_its_product(monkeypatch):
+    """TILEC_WGMMA_ATTENTION=3,1,0,0,1: K and V on rings of their own. The producer issues key
+    tile k's K, then tile k - 1's V (the order the consumers take them), and the last tile's V
+    after its loop; the consumers free a stage's K once its Q K^T is complete (before the
+    softmax), wait for the previous tile's V just before its P V, and free that V after P V's
+    wait. Without the fifth field, with turns or in the serial order, the kernel is the one
+    without the split."""
+    body = _attention_body(monkeypatch, "3,1,0,0,1")
+    assert "uint64_t* tilec_full_v = tilec_empty + 3;" in body
+    assert "uint64_t* tilec_once = tilec_empty_v + 3;" in body
+    assert "mbar_init(&tilec_full_v[tilec_s], 1);" in body and \
+        "mbar_init(&tilec_empty_v[tilec_s], 8);" in body
+    producer = body[body.index("// the producer warpgroup"):body.index("// the consumer warpgroups")]
+    consumer = body[body.index("// the consumer warpgroups"):]
+    order = ["mbar_wait(&tilec_empty[tilec_s]", "arrive_expect_tx(&tilec_full[tilec_s], 32768)",
+             "tma_load_3d(K_s + tilec_s * 16384", "if (k > 0) {",
+             "const uint32_t tilec_sv = (tilec_it - 1) % 3;",
+             "mbar_wait(&tilec_empty_v[tilec_sv], (((tilec_it - 1) / 3) & 1) ^ 1)",
+             "arrive_expect_tx(&tilec_full_v[tilec_sv], 32768)",
+             "tma_load_3d(V_s + tilec_sv * 16384, &tilec_map_V, &tilec_full_v[tilec_sv], "
+             "(int32_t)(0), (int32_t)((k - 1) * 128)", "++tilec_it;", "if (host1 > 0) {",
+             "(int32_t)((host1 - 1) * 128)"]
+    at = [producer.index(x) for x in order]
+    assert at == sorted(at), order
+    assert producer.count("tma_load_3d(V_s") == 4  # (two copies of two 64-column panels)
+    first = consumer[consumer.index("// key tile 0"):consumer.index("for (int tilec_k_i = 1;")]
+    assert first.index("wgmma_wait<0>();") < first.index("mbar_arrive(&tilec_empty[tilec_s])") < \
+        first.index("quad_allreduce<tilec::OpMax>")
+    loop = consumer[consumer.index("for (int tilec_k_i = 1;"):consumer.index("// O1 of the last")]
+    order = ["mbar_wait(&tilec_full[tilec_s]", "wgmma_tile<128",
+             "mbar_wait(&tilec_full_v[tilec_prev], ((tilec_it - 1) / 3) & 1);",
+             "wgmma_tile_rs<128", "wgmma_wait<1>();", "mbar_arrive(&tilec_empty[tilec_s])",
+             "quad_allreduce<tilec::OpMax>", "wgmma_wait<0>();",
+             "mbar_arrive(&tilec_empty_v[tilec_prev])", "++tilec_it;"]
+    at = [loop.index(x) for x in order]
+    assert at == sorted(at), order
+    last = consumer[consumer.index("// O1 of the last"):]
+    assert last.index("mbar_wait(&tilec_full_v[tilec_prev]") < last.index("wgmma_tile_rs<128") \
+        < last.index("mbar_arrive(&tilec_empty_v[tilec_prev])")
+    # the default: one ring, a stage freed once, after its P V
+    monkeypatch.delenv("TILEC_WGMMA_ATTENTION")
+    assert "tilec_empty_v" not in _attention_body(monkeypatch, "")
+    assert _attention_body(monkeypatch, "3,1,1,0,1") == _attention_body(monkeypatch, "3,1,1")
+    assert _attention_body(monkeypatch, "3,0,0,0,1") == _attention_body(monkeypatch, "3,0,0")
 
 
 def test_persistent_causal_attention_walks_pairs_of_even_work(monkeypatch):
@@ -697,9 +743,10 @@ def test_attention_tma_cannot_read_keeps_mma_sync(text):
 
 @pytest.mark.nvcc
 @pytest.mark.gpu  # (also on the device: cuobjdump reads the SASS)
-@pytest.mark.parametrize("knob", ["", "3,1,0,1"])
+@pytest.mark.parametrize("knob", ["", "3,1,0,1", "3,1,0,0,1", "3,1,0,1,1"])
 def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
-    """Warning-free, no spills, no wgmma serialized, also with the persistent grid; the PTX
+    """Warning-free, no spills, no wgmma serialized, also with the persistent grid and with K
+    and V on rings of their own; the PTX
     multiplies P V with A from registers (wgmma's register operand form), the SASS holds HGMMA
     and UTMALDG where cuobjdump exists."""
     need_nvcc()
@@ -732,12 +779,13 @@ def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("knob", ["", "2,0,0", "3,1,0", "3,0,1", "3,1,1", "3,1,0,1", "2,0,0,1",
-                                  "3,1,1,1"])
+                                  "3,1,1,1", "3,1,0,0,1", "2,1,0,0,1", "3,1,0,1,1"])
 def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     """The Hopper attention alone (the other variants removed: a condition that fails is an
     error, not a fallback): head dims at and below both capacities, ragged L and S, causal with
     bf16, batch and heads merged, against the reference; also with 2 stages, in the overlapped
-    order without the turns, in the serial order, and on a persistent grid, whose blocks then
+    order without the turns, in the serial order, with K and V on rings of their own, and on a
+    persistent grid, whose blocks then
     walk several query tiles each (more tiles, and more causal pairs of tiles, than an H100 or
     H200 has SMs: the stage ring and Q's parity across tiles; an odd count of query tiles, whose
     middle one is a pair's alone) (TILEC_WGMMA_ATTENTION)."""

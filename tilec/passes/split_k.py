@@ -171,15 +171,16 @@ def fp8_pairs(default: bool) -> bool:
 
 
 def wgmma_attention(default: tuple) -> tuple:
-    """`TILEC_WGMMA_ATTENTION` ("stages,overlap,pingpong[,persistent]", each flag 1 or 0, e.g.
-    "3,1,1"): the warp-specialized attention's K/V stages, whether each warpgroup overlaps its
-    softmax with its products (FlashAttention-3's order), whether the two consumer warpgroups
-    take turns issuing products (named barriers), and whether a persistent grid walks the query
-    tiles (the producer loads a tile's Q while the consumers finish the tile before it; the
-    target's choice when left out), in place of the target's `wgmma_attention`, for measuring
-    on a device; "off": none."""
-    expect = "stages,overlap,pingpong[,persistent] (stages 2 or 3, the flags 0 or 1)"
-    knob = _knob("TILEC_WGMMA_ATTENTION", expect, (3, 4))
+    """`TILEC_WGMMA_ATTENTION` ("stages,overlap,pingpong[,persistent[,split]]", each flag 1 or 0,
+    e.g. "3,1,1"): the warp-specialized attention's K/V stages, whether each warpgroup overlaps
+    its softmax with its products (FlashAttention-3's order), whether the two consumer
+    warpgroups take turns issuing products (named barriers), whether a persistent grid walks the
+    query tiles (the producer loads a tile's Q while the consumers finish the tile before it),
+    and whether K and V have rings of their own (a key tile's K is freed once its Q K^T is
+    complete, its V once its P V is), each the target's choice when left out, in place of the
+    target's `wgmma_attention`, for measuring on a device; "off": none."""
+    expect = "stages,overlap,pingpong[,persistent[,split]] (stages 2 or 3, the flags 0 or 1)"
+    knob = _knob("TILEC_WGMMA_ATTENTION", expect, (3, 4, 5))
     if knob is None or not default:
         return default
     if knob == ():

@@ -177,6 +177,7 @@ class CudaRenderer(CStyleRenderer):
         self.ws_maps: dict = {}
         self.ws_gemm = None
         self.once_ring = False  # (warp_specialized: the tiles copied once are a ring per tile)
+        self.kv_split = False  # (warp_specialized: attention's K and V on rings of their own)
         self.consumer_only = False
 
     def binary(self, e: T.Binary) -> str:
@@ -574,6 +575,16 @@ class CudaRenderer(CStyleRenderer):
             # (consumer_loop frees them after its loop; an epilogue must not read them)
             raise AssertionError("tiles copied once per tile of a GEMM's K loop, or read by "
                                  "the epilogue")
+        # attention's K and V tiles on rings of their own (resources.wgmma_attention's split):
+        # with the products overlapped and without turns, the consumers free a stage's K once
+        # its Q K^T is complete, before its P V; the producer issues a key tile's K, then the
+        # previous one's V, the order the consumers take them
+        cfg = self.target.resources.wgmma_attention or (0,) * 7
+        parts = self.two_products(loop) if self.ws_gemm is None else None
+        v_copies = [c for c in copies if parts is not None and c.dst.buf == parts[4].b]
+        self.kv_split = bool(cfg[6] and cfg[3] and parts is not None and k.cluster == 1 and
+                             not (cfg[4] and k.warp_specialize == 2) and len(v_copies) == 1 and
+                             len(copies) > 1)
         # the producer's Lets: those its copies' offsets and the loop's trip count read
         read = {x.name for c in pre_copies + copies for o in c.src.offsets for x in T.walk_exprs(o)
                 if isinstance(x, T.Var)} | {x.name for x in T.walk_exprs(loop.extents[0])
@@ -589,14 +600,21 @@ class CudaRenderer(CStyleRenderer):
                   f"{self.ws_barriers});  // full[s]: stage s has landed", depth)
         self.emit(f"uint64_t* tilec_empty = tilec_full + {S};  // empty[s]: the consumers are done "
                   "with stage s", depth)
+        last = "tilec_empty"  # (the barriers after the rings start after this ring)
+        if self.kv_split:
+            self.emit("// K and V on rings of their own: full[s] and empty[s] are stage s's K tile, "
+                      "full_v[s] and empty_v[s] its V tile", depth)
+            self.emit(f"uint64_t* tilec_full_v = tilec_empty + {S};", depth)
+            self.emit(f"uint64_t* tilec_empty_v = tilec_full_v + {S};", depth)
+            last = "tilec_empty_v"
         if k.pingpong:
             # the warpgroups' turns: each waits for the other's K loop to end before its own (a
             # wait on the ring's barriers by parity must be at most one pass ahead, and the
             # turns keep one warpgroup's products beside the other's epilogue)
-            self.emit(f"uint64_t* tilec_order = tilec_empty + {S};  // order[g]: warpgroup g's turn",
+            self.emit(f"uint64_t* tilec_order = {last} + {S};  // order[g]: warpgroup g's turn",
                       depth)
         if pre_copies:
-            self.emit(f"uint64_t* tilec_once = tilec_empty + {S};  // the tiles copied once have "
+            self.emit(f"uint64_t* tilec_once = {last} + {S};  // the tiles copied once have "
                       "landed", depth)
         if self.once_ring:
             self.emit("uint64_t* tilec_once_free = tilec_once + 1;  // the consumers are done "
@@ -610,6 +628,9 @@ class CudaRenderer(CStyleRenderer):
         # free a stage, since each block writes part of the B tile into all of them
         self.emit(f"tilec::sm90::mbar_init(&tilec_empty[tilec_s], "
                   f"{4 if k.pingpong else consumers * 4 * k.cluster});", depth + 2)
+        if self.kv_split:
+            self.emit("tilec::sm90::mbar_init(&tilec_full_v[tilec_s], 1);", depth + 2)
+            self.emit(f"tilec::sm90::mbar_init(&tilec_empty_v[tilec_s], {consumers * 4});", depth + 2)
         self.emit("}", depth + 1)
         if k.pingpong:  # order[g]: warpgroup g may start its next tile's products
             self.emit("tilec::sm90::mbar_init(&tilec_order[0], 128);", depth + 1)
@@ -664,15 +685,33 @@ class CudaRenderer(CStyleRenderer):
                 self.tma_copy(c, d, "tilec_once")
         if pre_copies and not self.once_ring:
             copy_once(d)
-        nbytes = sum(self.tile_bytes(c) for c in copies)
+        ring = [c for c in copies if not self.kv_split or c not in v_copies]
+        nbytes = sum(self.tile_bytes(c) for c in ring)
+        j = loop.vars[0]
+
+        def copy_v(at, it: str, d: int):
+            """The V tile of key tile `at` (a Tile IR expression), the `it`-th of its ring."""
+            (c,) = v_copies
+            c = map_exprs(c, lambda x: at if isinstance(x, T.Var) and x.name == j else None)
+            self.emit(f"const uint32_t tilec_sv = ({it}) % {S};", d)
+            self.emit(f"tilec::sm90::mbar_wait(&tilec_empty_v[tilec_sv], ((({it}) / {S}) & 1) ^ 1);",
+                      d)
+            self.emit(f"tilec::sm90::mbar_arrive_expect_tx(&tilec_full_v[tilec_sv], "
+                      f"{self.tile_bytes(c)});", d)
+            self.tma_copy(c, d, "&tilec_full_v[tilec_sv]", "tilec_sv")
         self.loop_body = loop.body
-        self.loop_head(loop.vars[0], loop.extents[0], d)
+        self.loop_head(j, loop.extents[0], d)
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
         self.emit(f"tilec::sm90::mbar_wait(&tilec_empty[tilec_s], ((tilec_it / {S}) & 1) ^ 1);  "
                   "// (free at once on the first pass)", d + 1)
         self.emit(f"tilec::sm90::mbar_arrive_expect_tx(&tilec_full[tilec_s], {nbytes});", d + 1)
-        for c in copies:
+        for c in ring:
             self.tma_copy(c, d + 1)
+        if self.kv_split:
+            self.emit(f"if ({cname(j)} > 0) {{  // the previous key tile's V, after this one's K",
+                      d + 1)
+            copy_v(T.Binary("sub", T.Var(j), T.Const(1, "i64"), "i64"), "tilec_it - 1", d + 2)
+            self.emit("}", d + 1)
         self.emit("++tilec_it;", d + 1)
         if self.once_ring:
             # (the tile's first stage is issued as soon as it is free, before the wait for the
@@ -682,6 +721,11 @@ class CudaRenderer(CStyleRenderer):
             copy_once(d + 2)
             self.emit("}", d + 1)
         self.emit("}", d)
+        if self.kv_split:
+            self.emit(f"if ({self.expr(loop.extents[0])} > 0) {{  // the last key tile's V", d)
+            copy_v(T.Binary("sub", loop.extents[0], T.Const(1, "i64"), "i64"), "tilec_it - 1",
+                   d + 1)
+            self.emit("}", d)
         if self.once_ring:
             self.emit(f"if ({self.expr(loop.extents[0])} <= 0) {{  // (no key tiles: these alone)", d)
             copy_once(d + 1)
@@ -974,6 +1018,13 @@ class CudaRenderer(CStyleRenderer):
             self.wgmma_issue(g, depth, stage)
             self.emit("tilec::sm90::wgmma_commit();", depth)
 
+        v = "_v" if self.kv_split else ""  # (the ring that holds V)
+
+        def wait_v(depth: int):  # (on its own ring: the previous key tile's V has landed)
+            if self.kv_split:
+                self.emit(f"tilec::sm90::mbar_wait(&tilec_full_v[tilec_prev], ((tilec_it - 1) / "
+                          f"{S}) & 1);", depth)
+
         def issue_g1(depth: int):  # (the stage of this key tile, once it has landed)
             self.emit(f"const uint32_t tilec_s = tilec_it % {S};", depth)
             self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);",
@@ -994,6 +1045,8 @@ class CudaRenderer(CStyleRenderer):
         turn("pass", b)
         self.emit("tilec::sm90::wgmma_wait<0>();", b)
         self.emit(f"tilec::sm90::fence_regs<{c1.layout.slots()}>({cname(g1.c)});", b)
+        if self.kv_split:
+            self.emit(self.release("tilec_s") + "  // (its K)", b)
         self.stmts(tuple(reads) + tuple(rest), b)
         self.emit("tilec_prev = tilec_s;", b)
         self.emit("++tilec_it;", b)
@@ -1003,17 +1056,20 @@ class CudaRenderer(CStyleRenderer):
         turn("wait", b)
         issue_g1(b)
         self.emit(f"// {g2.c} of the previous key tile, while this tile's {g1.c} runs", b)
+        wait_v(b)
         issue(g2, "tilec_prev", b)
         turn("pass", b)
         self.emit(f"tilec::sm90::wgmma_wait<1>();  // this tile's {g1.c}", b)
         self.emit(f"tilec::sm90::fence_regs<{c1.layout.slots()}>({cname(g1.c)});", b)
+        if self.kv_split:
+            self.emit(self.release("tilec_s") + "  // (its K)", b)
         self.stmts(tuple(reads), b)
         self.emit(f"tilec::sm90::wgmma_wait<0>();  // the previous tile's {g2.c}: its stage is "
                   "free", b)
         self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", b)
         self.emit(f"tilec::sm90::fence_regs<{(self.allocs[g2.a].layout.slots() + 1) // 2}>"
                   f"({cname(g2.a)});", b)
-        self.emit(self.release("tilec_prev"), b)
+        self.emit(self.release("tilec_prev", v), b)
         self.stmts(tuple(rest), b)
         self.emit("tilec_prev = tilec_s;", b)
         self.emit("++tilec_it;", b)
@@ -1021,11 +1077,12 @@ class CudaRenderer(CStyleRenderer):
         self.free_once(d)
         self.emit(f"if ({n} > 0) {{  // {g2.c} of the last key tile", d)
         turn("wait", d + 1)
+        wait_v(d + 1)
         issue(g2, "tilec_prev", d + 1)
         turn("pass", d + 1)
         self.emit("tilec::sm90::wgmma_wait<0>();", d + 1)
         self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", d + 1)
-        self.emit(self.release("tilec_prev"), d + 1)
+        self.emit(self.release("tilec_prev", v), d + 1)
         self.emit("}", d)
 
     def wgmma_gemm(self, g: T.Gemm, d: int, turns: bool = False):
@@ -1073,11 +1130,12 @@ class CudaRenderer(CStyleRenderer):
             self.emit("{ __syncwarp(); if (tilec_lane == 0) "
                       "tilec::sm90::mbar_arrive(tilec_once_free); }", d)
 
-    def release(self, stage: str) -> str:
+    def release(self, stage: str, ring: str = "") -> str:
         """A consumer warp's arrival on the `empty` barrier of `stage` (in every block of a
         cluster), by its first lane: 256 arrivals per stage, twice over in a cluster, slowed
-        the cluster kernel to 0.69x cuBLAS (docs/PERFORMANCE.md)."""
-        out = f"tilec::sm90::mbar_arrive(&tilec_empty[{stage}]);"
+        the cluster kernel to 0.69x cuBLAS (docs/PERFORMANCE.md). `ring` "_v": attention's V
+        ring (kv_split)."""
+        out = f"tilec::sm90::mbar_arrive(&tilec_empty{ring}[{stage}]);"
         if self.k.cluster == 2:
             out += f" tilec::sm90::mbar_arrive_remote(&tilec_empty[{stage}], tilec_rank ^ 1);"
         return f"{{ __syncwarp(); if (tilec_lane == 0) {{ {out} }} }}"
@@ -1129,16 +1187,17 @@ class CudaRenderer(CStyleRenderer):
             if name in map(cname, self.k.block_vars):  # (a role may not read each)
                 self.emit(f"(void){name};", depth + 1)
 
-    def tma_copy(self, c: T.Copy, depth: int, bar: str = "&tilec_full[tilec_s]"):
+    def tma_copy(self, c: T.Copy, depth: int, bar: str = "&tilec_full[tilec_s]",
+                 at: str = "tilec_s"):
         """A tile copy by TMA, completing on mbarrier `bar`: boxes of one 128-byte swizzle row
         (64 16-bit or 128 fp8 columns) by the window's rows, one per panel of the tile, into
-        the stage tilec_s of a staged buffer; coordinates innermost first."""
+        the stage `at` of a staged buffer; coordinates innermost first."""
         dst = self.allocs[c.dst.buf]
         rows, cols = (_const(x) for x in dst.shape[-2:])
         pw = 128 // BYTES[dst.dtype]  # (columns of a panel)
         coords_of, rank = self.tma_coords(c.src.buf, c.src.offsets)
         staged = c.dst.offsets is not None
-        stage = f"{cname(dst.name)}" + (f" + tilec_s * {dst.layout.size()}" if staged else "")
+        stage = f"{cname(dst.name)}" + (f" + {at} * {dst.layout.size()}" if staged else "")
         self.emit(f"// copy {T.fmt(T.Load(c.src.buf, c.src.offsets, dst.dtype))} -> "
                   f"{c.dst.buf}" + ("[stage]" if staged else "") +
                   (f": {cols // pw} panels of {pw} columns" if cols > pw else ""), depth)
@@ -2066,10 +2125,11 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
         stages = next(st.stages for st in T.walk_stmts(body)
                       if isinstance(st, T.For) and st.kind == "warp_specialized")
         once = any(isinstance(st, T.Copy) for st in body)  # (tiles copied before the loop)
-        # full[S], empty[S] (, order[2]) (, once (, once_free: persistent))
-        off += 16 * stages + (16 if k.pingpong else 0) + (8 if once else 0) + \
-            (8 if once and k.persistent else 0)
+        # full[S], empty[S] (, full_v[S], empty_v[S]: decided by warp_specialized, which reads
+        # the ring's place only) (, order[2]) (, once (, once_free: persistent))
         em.warp_specialized(body, 1)
+        off += 16 * stages * (2 if em.kv_split else 1) + (16 if k.pingpong else 0) + \
+            (8 if once else 0) + (8 if once and k.persistent else 0)
         maps = tensor_maps(k, em.ws_maps)
     elif not em.version_whole(body, 1):
         em.stmts(body, 1)
@@ -2313,7 +2373,8 @@ def _for_arch(target, options: dict):
         # 0.95x without at D = 128, 0.90x against 0.94x at D = 64 (docs/PERFORMANCE.md). One
         # block per query tile (not persistent: a persistent grid, which loads a tile's Q during
         # the tile before it, is a knob until measured)
-        attention = split_k.wgmma_attention((128, 128, 3, True, False, False) if wgmma else ())
+        attention = split_k.wgmma_attention((128, 128, 3, True, False, False, False) if wgmma
+                                            else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
         # 128 values of K are summed into a partial that is then added to the accumulators in
         # f32 (Gemm.promote); 128 x 128 tiles, K tiles of 128 values, 6 stages of 32 KiB. Measured at 8192^3
