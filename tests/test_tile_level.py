@@ -281,6 +281,36 @@ kernel shifted(X: f32[N, 16]) -> Y: f32[N, 16]:
     assert (e.value.loc.line, e.value.loc.col) == (5, 9)
 
 
+def test_reduce_converts_each_element_to_the_destination_dtype():
+    """reduce() converts each element to dst's dtype and combines in it: an f32 tile summed into
+    i32 is the sum of its rounded elements (not the rounded sum), into u8 it wraps; the built
+    kernels agree with the reference."""
+    text = """
+kernel rowsums(X: f32[M, 16]) -> (S: i32[M], W: u8[M], F: f32[M]):
+    with grid(cdiv(M, 4), threads=64) as (bx):
+        t = shared(f32, [4, 16])
+        si = fragment(i32, [4])
+        su = fragment(u8, [4])
+        sf = fragment(f32, [4])
+        copy(X[bx * 4, 0], t)
+        reduce(sum, t, si)
+        reduce(sum, t, su)
+        reduce(sum, t, sf)
+        for i in parallel(4):
+            if bx * 4 + i < M:
+                S[bx * 4 + i] = si[i]
+                W[bx * 4 + i] = su[i]
+                F[bx * 4 + i] = sf[i]
+"""
+    (g,) = driver.frontend(driver.Source("r.tile", text)).graphs
+    x = np.full((5, 16), 0.6) + np.arange(5)[:, None] * 10.0
+    got = interp.run_graph(g, {"X": x}, {"M": 5})
+    assert got["S"].tolist() == [16 * round(v) for v in x[:, 0]]
+    assert got["W"].tolist() == [16 * round(v) % 256 for v in x[:, 0]]
+    assert np.allclose(got["F"], x.sum(axis=1))
+    assert check_text(text, dict(M=7))
+
+
 def test_interpreter_where_reads_only_the_chosen_side():
     text = """
 kernel guarded(X: f32[N]) -> Y: f32[N]:

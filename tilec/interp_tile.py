@@ -199,7 +199,9 @@ class KernelRun:
 
     def st_Reduce(self, s: T.Reduce, ctx):
         f = {"sum": np.sum, "max": np.max, "min": np.min}[s.fn]
-        self.bufs[s.dst][...] = wrap(f(self.bufs[s.src], axis=s.axis), self.allocs[s.dst].dtype)
+        dt = self.allocs[s.dst].dtype
+        # each element converted to dst's dtype, then combined in it (as the targets do)
+        self.bufs[s.dst][...] = wrap(f(quantize(self.bufs[s.src], dt), axis=s.axis), dt)
         self.defined[s.dst][...] = self.defined[s.src].all(axis=s.axis)
 
     def st_Store(self, s: T.Store, ctx):
