@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import error
 from ..ir import tile as T
-from ..ir.types import DTYPES, PARAM_DTYPES, is_float, is_int, promote
+from ..ir.types import DTYPES, PACKED, PARAM_DTYPES, is_float, is_int, promote
 from . import ast
 
 UNARY = ("abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf",
@@ -670,6 +670,9 @@ class TileBuilder:
                 raise error(f"{f}() takes {n} argument(s)", e.loc)
             return [self.expr(a) for a in e.args]
         if f in PARAM_DTYPES:
+            if f in PACKED:  # (as at the tensor level)
+                raise error(f"cannot convert to {f}; packed 4-bit values only come from inputs",
+                            e.loc)
             (x,) = args(1)
             x = self.strong(x)
             return TE(T.Cast(x.e, f))
