@@ -598,3 +598,45 @@ def test_a_copy_of_four_bit_values_from_an_odd_column_is_a_gpu_error_at_the_copy
         with pytest.raises(TilecError, match="starts on a byte") as e:
             driver.stage_module(m0, "lowered", target)
         assert (e.value.loc.line, e.value.loc.col) == (6, 9)
+
+
+CONVERTING_COPIES = """
+kernel convert(X: f32[M, 32], Q: f16[M, 32], I: i32[M, 32]) -> (H: f16[M, 32], E: f32[M, 32],
+                                                                B: i32[M, 32], U: i32[M, 32]):
+    with grid(cdiv(M, 16), threads=64) as (bx):
+        h = shared(f16, [16, 32])
+        e = shared(fp8e5m2, [16, 32])
+        b = shared(i8, [16, 32])
+        u = shared(u8, [16, 32])
+        copy(X[bx * 16, 0], h)
+        copy(Q[bx * 16, 0], e)
+        copy(X[bx * 16, 0], b)
+        copy(I[bx * 16, 0], u)
+        for i, j in parallel(16, 32):
+            if bx * 16 + i < M:
+                H[bx * 16 + i, j] = h[i, j]
+                E[bx * 16 + i, j] = f32(e[i, j])
+                B[bx * 16 + i, j] = i32(b[i, j])
+                U[bx * 16 + i, j] = i32(u[i, j])
+"""
+
+
+def test_a_copy_into_a_tile_of_another_dtype_converts_each_element():
+    """copy() into a tile of another dtype converts as any conversion does: f32 into f16 and
+    f16 into fp8 round, f32 into i8 rounds and saturates, i32 into u8 saturates (the CPU
+    copied values unconverted but for the source's own unpacking); GPU targets, whose copies
+    move bytes, refuse it at the copy."""
+    (g,) = driver.frontend(driver.Source("c.tile", CONVERTING_COPIES)).graphs
+    x = np.array([[0.1, -2.5, 300.0, 1e-8] * 8] * 3)
+    i = np.array([[-5, 7, 1000, 255] * 8] * 3)
+    got = interp.run_graph(g, {"X": x, "Q": np.full((3, 32), 0.3), "I": i}, {"M": 3})
+    assert got["B"][0, :4].tolist() == [0, -2, 127, 0] and got["U"][0, :4].tolist() == [0, 7, 255, 255]
+    assert got["H"][0, 0] == float(np.float16(0.1)) and got["E"][0, 0] == 0.3125
+    for dims in (dict(M=3), dict(M=40)):
+        assert check_text(CONVERTING_COPIES, dims)
+    m0 = driver.frontend(driver.Source("c.tile", CONVERTING_COPIES))
+    for target in ("cuda", "hip"):
+        with pytest.raises(TilecError, match=r"copy\(\) from X \(f32\) to h \(f16\) changes the "
+                                             "dtype") as e:
+            driver.stage_module(m0, "lowered", target)
+        assert (e.value.loc.line, e.value.loc.col) == (9, 9)

@@ -163,7 +163,14 @@ class Assign:
                             "the loop's variables, or use a shared buffer)", loop.loc)
 
     def run(self) -> T.TileKernel:
+        params = {p.name: p for p in self.k.params}
         for st in T.walk_stmts(self.k.body):
+            if isinstance(st, T.Copy):
+                a, b = (self.allocs.get(x.buf) or params.get(x.buf) for x in (st.src, st.dst))
+                if a is not None and b is not None and a.dtype != b.dtype:
+                    raise T.Unsupported(f"copy() from {st.src.buf} ({a.dtype}) to {st.dst.buf} "
+                                        f"({b.dtype}) changes the dtype; on GPU targets it moves "
+                                        "bytes (convert in a parallel loop)", st.loc)
             if isinstance(st, T.Copy) and st.src.offsets is not None and \
                     self.allocs[st.dst.buf].dtype in PACKED and \
                     not multiple_of(st.src.offsets[-1], 2):

@@ -10,7 +10,7 @@ import platform
 
 from ..diagnostics import error
 from ..ir import tile as T
-from ..ir.types import PACKED
+from ..ir.types import DTYPES, PACKED, is_float
 from ..passes import (
     forward_copies,
     hoist_guards,
@@ -135,8 +135,7 @@ class CpuRenderer(CStyleRenderer):
         start = None  # row-major offset of the window's first element
         for d, o in zip(dims, offs):
             start = o if start is None else f"({start}) * {d} + {o}"
-        conv = f"tilec::from_{src.dtype}()" if src.dtype in NARROW_FLOATS else \
-            f"tilec::cast_to<{self.ctype(self.storage(dst.dtype))}>()"
+        conv = self.copy_conversion(src.dtype, dst.dtype)
         self.emit(f"// copy {T.fmt(T.Load(s.src.buf, s.src.offsets, src.dtype))} -> {s.dst.buf}",
                   depth)
 
@@ -162,6 +161,18 @@ class CpuRenderer(CStyleRenderer):
         self.emit(f"tilec::copy_tile({cname(src.name)} + {start}, {dims[-1]}, "
                   f"{left(dims[-2], offs[-2])}, {left(dims[-1], offs[-1])}, {cname(s.dst.buf)}, "
                   f"{rows}, {cols}, {conv});", depth)
+
+    def copy_conversion(self, src: str, dst: str) -> str:
+        """The functor copy_tile converts a tensor element of dtype `src` with into the value a
+        tile of dtype `dst` holds: rounded (floats) or saturated (integers) to `dst`, as any
+        conversion is; where every `src` value is a `dst` value, only unpacked."""
+        if src == dst or (is_float(src) and dst in ("f32", "f64") and
+                          DTYPES[src][1] <= DTYPES[dst][1]):
+            return f"tilec::from_{src}()" if src in NARROW_FLOATS else \
+                f"tilec::cast_to<{self.ctype(self.storage(dst))}>()"
+        value = self.cast(self.from_storage("v", src), src, dst)
+        return (f"[](const {ABI_TYPE[src]} v) {{ return ({self.ctype(self.storage(dst))})"
+                f"({value}); }}")
 
     def stmts(self, ss, depth: int):
         outer, self.body_id = self.body_id, id(ss)
