@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ..diagnostics import error
 from ..ir import tile as T
-from ..ir.types import DTYPES, PACKED, PARAM_DTYPES, is_float, is_int, promote
+from ..ir.types import DTYPES, FP8, PACKED, PARAM_DTYPES, is_float, is_int, promote
 from . import ast
 
 UNARY = ("abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf",
@@ -390,6 +390,16 @@ class TileBuilder:
         if acc.scope == "shared" or b.scope != "shared":
             raise error("gemm() multiplies a shared (or fragment) A by a shared B into a "
                         "fragment accumulator", c.loc)
+        if a.dtype != b.dtype and not {a.dtype, b.dtype} <= set(FP8):
+            raise error(f"gemm() multiplies tiles of one dtype: '{a.name}' is {a.dtype}, "
+                        f"'{b.name}' {b.dtype}", c.args[1].loc,
+                        "convert one of them in a parallel loop (fp8e4m3 and fp8e5m2 mix)")
+        if a.dtype == "bool":
+            raise error("gemm() multiplies numbers, not bool tiles", c.args[0].loc)
+        accs = ("f32", "f64") if is_float(a.dtype) else ("i32", "i64")
+        if acc.dtype not in accs:
+            raise error(f"gemm() accumulates {a.dtype} products in {' or '.join(accs)}, not "
+                        f"{acc.dtype}", c.args[2].loc)
         for buf, e in ((a, c.args[0]), (b, c.args[1]), (acc, c.args[2])):
             if len(buf.shape) != 2:
                 raise error(f"'{buf.name}' must be a 2-D tile", e.loc)
