@@ -30,10 +30,11 @@ kernel sums(A: i8[R, C], B: i32[R, C]) -> (S: i8[R], T: i32[R], M: i8[R]):
     T = sum(B, axis=-1)
     M = max(A + A, axis=-1)
 
-kernel packed(P: i4[R, N], Q: u4[R, N]) -> (C4: i8[R, N], D4: u8[R, N], M4: i8[R]):
+kernel packed(P: i4[R, N], Q: u4[R, N]) -> (C4: i8[R, N], D4: u8[R, N], M4: i8[R], E4: i16[R, N]):
     C4 = i8(abs(P) + P * P - (-P))
     D4 = u8(Q * Q + Q * 7 - (Q + Q))
     M4 = max(abs(P) * 3, axis=-1)
+    E4 = i16(Q * N) + i16(P * R)
 
 kernel casts(A: i32[N], X: f32[N]) -> (C: i8[N], D: u8[N], E: i16[N]):
     C = i8(A)

@@ -249,6 +249,8 @@ class CStyleRenderer:
             return x  # 16-bit floats are already held as (exactly representable) floats
         if dst == "bool":
             return f"({x} != 0)"
+        if dst in ("u4", "i4"):  # (held in an int32_t, saturated to 4 bits)
+            return f"tilec::sat4<{str(dst == 'i4').lower()}>({self.cast(x, src, 'i32')})"
         if is_float(dst):
             return self.rounded(f"(({self.ctype(dst)})({x}))", dst)
         if is_float(src):

@@ -110,6 +110,11 @@ template <int N, typename T> TILEC_DEV T ipow(T x) {
     }
 }
 
+// a value converted to a 4-bit integer (held in an int32_t): saturated to the 4-bit range
+template <bool SIGNED> TILEC_HD int32_t sat4(int32_t x) {
+    return x < (SIGNED ? -8 : 0) ? (SIGNED ? -8 : 0) : x > (SIGNED ? 7 : 15) ? (SIGNED ? 7 : 15) : x;
+}
+
 // integer x ** n (n >= 0) by squaring, wrapping around as the language's integers do: computed in
 // an unsigned type (whose overflow is defined), at least 32 bits wide so that C's promotion of
 // narrower ones to int cannot overflow
