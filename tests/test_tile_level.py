@@ -311,6 +311,30 @@ kernel rowsums(X: f32[M, 16]) -> (S: i32[M], W: u8[M], F: f32[M]):
     assert check_text(text, dict(M=7))
 
 
+def test_interpreter_prints_no_numpy_warnings(recwarn):
+    """inf and NaN the program computes are its results: the reference does not warn about them
+    (numpy's RuntimeWarnings reached `tilec run`'s output)."""
+    text = """
+kernel blow(A: f32[16, 16], B: f32[16, 16]) -> C: f32[16, 16]:
+    with grid(1, threads=32) as (bx):
+        A_s = shared(f32, [16, 16])
+        B_s = shared(f32, [16, 16])
+        acc = fragment(f32, [16, 16])
+        copy(A[0, 0], A_s)
+        copy(B[0, 0], B_s)
+        clear(acc)
+        gemm(A_s, B_s, acc)
+        for i, j in parallel(16, 16):
+            C[i, j] = acc[i, j] / (acc[i, j] - acc[i, j])
+"""
+    (g,) = driver.frontend(driver.Source("blow.tile", text)).graphs
+    a = np.full((16, 16), np.inf)
+    a[0, 0] = -np.inf
+    out = interp.run_graph(g, {"A": a, "B": np.ones((16, 16))}, {})["C"]
+    assert np.isnan(out).all()
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
 def test_interpreter_where_reads_only_the_chosen_side():
     text = """
 kernel guarded(X: f32[N]) -> Y: f32[N]:

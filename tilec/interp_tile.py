@@ -66,6 +66,11 @@ class KernelRun:
 
     # ---- driver
     def run(self):
+        # (values of the program's own making: inf and NaN are results, not numpy's warnings)
+        with np.errstate(all="ignore"):
+            self._run()
+
+    def _run(self):
         names = {n: np.int64(v) for n, v in self.dims.items()}
         for p in self.k.params:
             if p.kind == "scalar":
