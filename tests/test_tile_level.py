@@ -335,6 +335,28 @@ kernel blow(A: f32[16, 16], B: f32[16, 16]) -> C: f32[16, 16]:
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
 
 
+def test_cdiv_rounds_up_for_any_signs_and_gives_0_for_a_zero_divisor():
+    """cdiv(a, b) is -(-a // b) with floor division, 0 when b is 0 (as integer division by zero
+    is): the built kernel agrees with the reference where a is negative and b is 0 at run time
+    (the CPU's truncating (a + b - 1) / b differed, and divided by zero); a constant zero divisor
+    is an error at it."""
+    text = """
+kernel cd(X: f32[N], Z: f32[M]) -> Y: i64[N]:
+    with grid(cdiv(N, 64), threads=64) as (bx):
+        for j in parallel(64):
+            if bx * 64 + j < N:
+                Y[bx * 64 + j] = cdiv(bx * 64 + j - 7, 4) * 1000 + cdiv(7 - j, M - 3) * 10
+"""
+    (g,) = driver.frontend(driver.Source("cd.tile", text)).graphs
+    y = interp.run_graph(g, {"X": np.zeros(9), "Z": np.zeros(5)}, {"N": 9, "M": 5})["Y"]
+    assert y.tolist() == [-(-(j - 7) // 4) * 1000 + -(-(7 - j) // 2) * 10 for j in range(9)]
+    for dims in (dict(N=9, M=5), dict(N=9, M=3), dict(N=70, M=1)):
+        assert check_text(text, dims)
+    with pytest.raises(TilecError, match="division by zero") as e:
+        driver.frontend(driver.Source("cd.tile", text.replace("M - 3", "0")))
+    assert (e.value.loc.line, e.value.loc.col) == (6, 80)
+
+
 def test_interpreter_where_reads_only_the_chosen_side():
     text = """
 kernel guarded(X: f32[N]) -> Y: f32[N]:

@@ -651,6 +651,8 @@ class TileBuilder:
             a, b = self.unify(a, b, e.loc)
             if is_float(a.dtype):
                 raise error(f"'{e.op}' needs integer operands", e.loc)
+            if isinstance(b.e, T.Const) and b.e.value == 0:
+                raise error("division by zero", e.right.loc)
             fn = "floordiv" if e.op == "//" else "mod"
             if a.dtype == "i64":
                 return TE(T.int_division(fn, a.e, b.e, self.index_vars(), self.symbols))
@@ -718,6 +720,8 @@ class TileBuilder:
             a, b = self.strong(a, "i64"), self.strong(b, "i64")
             if a.dtype != "i64" or b.dtype != "i64":
                 raise error(f"{f}() takes index expressions", e.loc)
+            if f == "cdiv" and isinstance(b.e, T.Const) and b.e.value == 0:
+                raise error("division by zero", e.args[1].loc)
             return TE(T.Binary(f, a.e, b.e, "i64"))
         if f == "where":
             c, a, b = args(3)

@@ -196,7 +196,13 @@ template <typename I, typename S> TILEC_DEV I sat_int(S x) {
     return v < limits<I>::lo ? (I)limits<I>::lo : v > limits<I>::hi ? (I)limits<I>::hi : (I)v;
 }
 
-TILEC_HD int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for any signs, as the reference computes it (-(-a // b)); 0 when b is 0 (integer
+// division by zero gives 0, as floordiv's)
+TILEC_HD int64_t cdiv(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    const int64_t q = a / b, r = a % b;
+    return q + ((r != 0) && ((r > 0) == (b > 0)));
+}
 TILEC_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 TILEC_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 

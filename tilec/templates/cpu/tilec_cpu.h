@@ -922,7 +922,13 @@ static inline void copy_tile4(const uint8_t* __restrict base, int64_t cols, int6
 }
 
 // ---- index helpers ---------------------------------------------------------------------------
-static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// ceil(a / b) for any signs, as the reference computes it (-(-a // b)); 0 when b is 0 (integer
+// division by zero gives 0, as floordiv's)
+static inline int64_t cdiv(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    const int64_t q = a / b, r = a % b;
+    return q + ((r != 0) && ((r > 0) == (b > 0)));
+}
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 // x ** N for a small constant N, as repeated multiplication ((x * x) * x ...), 1 / that for N < 0
