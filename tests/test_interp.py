@@ -34,6 +34,15 @@ def test_rel_error_flags_nan_and_shape():
     assert interp.rel_error(np.array([1.0, 2.0]), np.array([1.0, 2.5])) == pytest.approx(0.2)
 
 
+def test_rel_error_slack_lets_an_integer_round_the_other_way():
+    """An integer output of float values may round the other way at .5: `tilec run` gives
+    such outputs a slack of 1 (differences up to it count as none), not more."""
+    got, ref = np.array([12.0, -3.0, 0.0]), np.array([13.0, -3.0, 1.0])
+    assert interp.rel_error(got, ref) == pytest.approx(1 / 13)
+    assert interp.rel_error(got, ref, slack=1.0) == 0.0
+    assert interp.rel_error(got - 1, ref, slack=1.0) == pytest.approx(1 / 13)
+
+
 @pytest.mark.parametrize("path", sorted(SAMPLES.glob("*.tile")), ids=lambda p: p.stem)
 def test_canonicalize_preserves_meaning(path):
     """The oracle runs the graph as written; the compiler sees the canonical form."""

@@ -335,7 +335,10 @@ def tolerance(dtype: str, reduction_length: int = 1, reduced: bool = False) -> f
     return TOLERANCE.get(dtype, 0.0) * (math.sqrt(reduction_length / 256) if grow else 1.0)
 
 
-def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
+def rel_error(out: np.ndarray, ref: np.ndarray, slack: float = 0.0) -> float:
+    """The largest difference between `out` and `ref`, relative to ref's largest magnitude
+    (inf where only one is not finite, or they differ in shape); differences of up to `slack`
+    count as none (an integer computed from floats may round the other way at .5)."""
     out = np.asarray(out, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
     if out.shape != ref.shape:
@@ -349,5 +352,5 @@ def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
     if not fin.any():
         return 0.0
     scale = max(float(np.max(np.abs(ref[fin]))), 1e-30)
-    return float(np.max(np.abs(out[fin] - ref[fin]))) / scale
+    return float(np.max(np.maximum(np.abs(out[fin] - ref[fin]) - slack, 0.0))) / scale
 
