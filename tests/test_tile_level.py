@@ -686,3 +686,24 @@ def test_a_copy_into_a_tile_of_another_dtype_converts_each_element():
                                              "dtype") as e:
             driver.stage_module(m0, "lowered", target)
         assert (e.value.loc.line, e.value.loc.col) == (9, 9)
+
+
+def test_a_one_axis_shared_tile_is_a_gpu_limit_the_cpu_takes():
+    """GPU targets lay out 2-D shared tiles: a 1-D one is a located error there (it was an
+    internal error), and the CPU runs it."""
+    text = """
+kernel rowmax(X: f32[M, 32]) -> Y: f32[M]:
+    with grid(cdiv(M, 64), threads=64) as (bx):
+        t = shared(f32, [64])
+        for i in parallel(64):
+            if bx * 64 + i < M:
+                t[i] = X[bx * 64 + i, 0] * 2.0
+        for i in parallel(64):
+            if bx * 64 + i < M:
+                Y[bx * 64 + i] = t[i]
+"""
+    assert check_text(text, dict(M=70))
+    m0 = driver.frontend(driver.Source("r.tile", text))
+    for target in ("cuda", "hip"):
+        with pytest.raises(TilecError, match="shared tile t has one axis"):
+            driver.stage_module(m0, "lowered", target)

@@ -224,6 +224,9 @@ class Assign:
                 self.by[id(loop)] = self.vec_layout(1, _const(loop.extents[0]))
         for name, a in self.allocs.items():
             if a.scope == "shared":
+                if len(self.shape(name)) < 2:
+                    raise T.Unsupported(f"shared tile {name} has one axis; GPU targets lay out "
+                                        "2-D shared tiles (make it [1, n], or a fragment)")
                 self.lay[name] = self.shared_layout(a, gemms)
         if self.k.pingpong and any(not isinstance(L, WgmmaLayout) for L in self.by.values()):
             # (tilec_tid counts both consumer warpgroups: a vector layout of one would be wrong)
