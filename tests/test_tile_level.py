@@ -219,6 +219,16 @@ kernel part(A: f32[M, 16], B: f32[16, 16]) -> C: f32[M, 16]:
         with pytest.raises(TilecError, match=r"reads acc\[12, 0\], which holds no value") as e:
             interp.run_graph(g, {"A": a, "B": b}, {"M": 32})
         assert e.value.loc.line == 14  # the store that reads acc
+    # a copy out of a tile reads each element (at the copy)
+    half = text.replace("ROWS", "16").replace(
+        "        for i, j in parallel(16, 16):\n            if bx * 16 + i < M:\n"
+        "                C[bx * 16 + i, j] = acc[i, j]\n", "        copy(A_s, C[bx * 16, 0])\n")
+    half = half.replace("        for i, j in parallel(16, 16):\n            A_s[i, j]",
+                        "        for i, j in parallel(16, 8):\n            A_s[i, j]")
+    (g,) = driver.frontend(driver.Source("part.tile", half)).graphs
+    with pytest.raises(TilecError, match=r"reads A_s\[0, 8\], which holds no value") as e:
+        interp.run_graph(g, {"A": a, "B": b}, {"M": 32})
+    assert (e.value.loc.line, e.value.loc.col) == (12, 9)
 
 
 def test_interpreter_runs_no_iterations_of_a_negative_extent():

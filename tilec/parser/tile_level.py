@@ -318,9 +318,9 @@ class TileBuilder:
                 raise error(f"a copied tile has 2 axes; '{buf.name}' has "
                             f"{_count(len(buf.shape), 'axis')}", c.loc)
             return [T.Copy(T.Region(src, s_off), T.Region(dst), loc=c.loc)]
-        return [self.copy_loop(src, s_off, dst, d_off, buf)]
+        return [self.copy_loop(src, s_off, dst, d_off, buf, c.loc)]
 
-    def copy_loop(self, src, s_off, dst, d_off, buf) -> T.For:
+    def copy_loop(self, src, s_off, dst, d_off, buf, loc=None) -> T.For:
         """A copy that is not global -> shared, as the parallel loop it means: element by
         element over the tile, reading zeros (writing nothing) outside the tensor."""
         i, j = self.fresh("i"), self.fresh("j")
@@ -356,7 +356,7 @@ class TileBuilder:
             if s.dtype != d.dtype:
                 val = T.Cast(val, d.dtype)
             body = (T.Store(dst, lead + (vi, vj), val),)
-        return T.For((i, j), (rows, cols), "parallel", body)
+        return T.For((i, j), (rows, cols), "parallel", body, loc=loc)
 
     def fresh(self, base: str) -> str:
         name, n = base, 1
