@@ -143,6 +143,9 @@ kernel fp8_out(X: f32[R, C]) -> (Y: fp8e4m3[R, C], Z: fp8e5m2[R, C]):
 
 kernel fp8_rows(X: fp8e5m2[R, C], s: fp8e4m3) -> Y: fp8e4m3[R, C]:
     Y = fp8e4m3(softmax(f32(X) * f32(s), axis=-1))
+
+kernel fp8_ints(X: fp8e4m3[R, C], Q: u4[R, C], I: i8[R, C]) -> Y: f32[R, C]:
+    Y = f32(Q * X + I * X)
 """
 
 
@@ -150,7 +153,8 @@ kernel fp8_rows(X: fp8e5m2[R, C], s: fp8e4m3) -> Y: fp8e4m3[R, C]:
                                   dict(M=128, N=256, K=256, R=1, C=4096)])
 def test_fp8_programs_on_the_cpu_match_the_reference(dims):
     """GEMMs of fp8 operands, fp8 outputs (saturating: X * 1000 passes fp8e4m3's 448, exp(12 X)
-    * 8 fp8e5m2's 57344) and a row kernel on fp8 data with an fp8 scalar."""
+    * 8 fp8e5m2's 57344), a row kernel on fp8 data with an fp8 scalar, and fp8 values with
+    4- and 8-bit integers (f16 arithmetic, NumPy's promotion of 8-bit ints with a 16-bit float)."""
     check_text(FP8_PROGRAMS, dims, name="fp8.tile", target="cpu")
 
 

@@ -55,7 +55,7 @@ def promote(a: str, b: str) -> str:
     f, fb = (a, ba) if ka == "f" else (b, bb)
     ib = bb if ka == "f" else ba
     need = {4: 16, 8: 16, 16: 32, 32: 64, 64: 64}[ib]
-    return f if fb >= need else {32: "f32", 64: "f64"}[need]
+    return f if fb >= need else {16: "f16", 32: "f32", 64: "f64"}[need]
 
 
 # ---- symbolic integer expressions over dimension symbols ---------------------------
