@@ -717,3 +717,37 @@ kernel rowmax(X: f32[M, 32]) -> Y: f32[M]:
     for target in ("cuda", "hip"):
         with pytest.raises(TilecError, match="shared tile t has one axis"):
             driver.stage_module(m0, "lowered", target)
+
+
+SUM_INTO_NIBBLES = """
+kernel red5(A: f16[M, 32], B: f16[32, 64]) -> (Y: i8[M], Z: i8[M]):
+    with grid(cdiv(M, 64), threads=128) as (bx):
+        A_s = shared(f16, [64, 32])
+        B_s = shared(f16, [32, 64])
+        acc = fragment(f32, [64, 64])
+        r = fragment(i4, [64])
+        q = fragment(i8, [64])
+        copy(A[bx * 64, 0], A_s)
+        copy(B[0, 0], B_s)
+        clear(acc)
+        gemm(A_s, B_s, acc)
+        reduce(sum, acc, r)
+        reduce(sum, acc, q)
+        for i in parallel(64):
+            if bx * 64 + i < M:
+                Y[bx * 64 + i] = i8(r[i])
+                Z[bx * 64 + i] = q[i]
+"""
+
+
+@pytest.mark.parametrize("target", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_a_sum_into_a_four_bit_fragment_wraps_in_four_bits(target):
+    """A row sum into an i4 fragment wraps in 4 bits, as in the reference: the CPU's vectorized
+    row sum and the GPU's sum across a row's threads ran in 32 and 8 bits."""
+    if target == "cuda":
+        from test_cuda import need_gpu
+        need_gpu()
+    opts = {"arch": ("sm_90",)} if target == "cuda" else None
+    for dims in (dict(M=100), dict(M=64)):
+        res = check_text(SUM_INTO_NIBBLES, dims, target=target, options=opts)
+        assert all(e == 0 for r in res.values() for e in r.errors.values()), res

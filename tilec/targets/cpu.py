@@ -385,8 +385,13 @@ class CpuRenderer(CStyleRenderer):
                 self.emit(f"double {total} = 0;", depth)
                 totals.append((acc, total))
                 result = f"({ct}){total}"
-            after.append(f"{ref} += {result};" if fn == "sum" else
-                         f"{ref} = tilec::{'maximum' if fn == 'max' else 'minimum'}({ref}, {result});")
+            dt = self.allocs[st.buf].dtype
+            if fn == "sum" and dt in PACKED:  # (held in 32 bits: the sum wraps in 4)
+                after.append(f"{ref} = {self.rounded(f'{ref} + {result}', dt)};")
+            else:
+                after.append(f"{ref} += {result};" if fn == "sum" else
+                             f"{ref} = tilec::{'maximum' if fn == 'max' else 'minimum'}({ref}, "
+                             f"{result});")
         n = self.expr(ext)
         d = depth
         if totals:

@@ -455,6 +455,10 @@ class CudaRenderer(CStyleRenderer):
                       f"({cname(s.buf)}[0]);", depth)
         else:
             raise AssertionError(f"allreduce of {s.buf} with layout {a.layout}")
+        if s.fn == "sum" and a.dtype in ("u4", "i4"):  # (summed in 8 bits: it wraps in 4)
+            self.emit(f"for (int tilec_e = 0; tilec_e < {a.layout.slots()}; ++tilec_e) "
+                      f"{cname(s.buf)}[tilec_e] = "
+                      f"{self.rounded(f'{cname(s.buf)}[tilec_e]', a.dtype)};", depth)
 
     def gemm_args(self, L) -> str:
         """Template arguments a target's tile GEMMs take after tilec_cuda.h's (accumulator
