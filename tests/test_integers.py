@@ -5,6 +5,8 @@ agree on inputs that span each dtype's whole range, so overflow happens in nearl
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from conftest import check_text
@@ -81,3 +83,17 @@ def test_integer_programs_match_the_reference_exactly_on_gpu():
         res = check_text(WRAP, dims, target="cuda", options={"arch": ("sm_90",)}, full_ints=True)
         for name, r in res.items():
             assert all(e == 0 for e in r.errors.values()), (name, r.errors)
+
+
+def test_integer_powers_are_exact_integer_code_on_every_target():
+    """An integer power is ipow_wrap in every target's code (the CUDA renderer sent exponents
+    above 4 to the float pow, whose result also broke an index)."""
+    from tilec import driver
+    text = "kernel p(X: i64[N]) -> Y: i64[N]:\n    Y = X ** 37 + X ** 2\n"
+    m0 = driver.frontend(driver.Source("p.tile", text))
+    for target in ("cpu", "cuda", "hip"):
+        m = driver.compile_module(m0, target)
+        src = "".join(v for k, v in driver.render(driver.Source("p.tile", text), m, target).items()
+                      if k.endswith((".cpp", ".cu", ".hip")))
+        assert src.count("tilec::ipow_wrap<int64_t>(") >= 2 and \
+            not re.search(r"[^_]pow\(", src), target

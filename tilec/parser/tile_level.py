@@ -201,6 +201,8 @@ class TileBuilder:
                 raise error("a buffer extent must be a positive integer", e.loc)
             return T.iconst(e.value)
         x = self.index(e, "a buffer extent")
+        if isinstance(x.e, T.Const) and x.e.value < 1:
+            raise error("a buffer extent must be a positive integer", e.loc)
         if any(isinstance(v, T.Var) and v.name not in self.symbols for v in T.walk_exprs(x.e)):
             raise error("a buffer extent must be a constant or an expression of dimensions "
                         "(tiles have static sizes)", e.loc)

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows, WgmmaLayout, placed_bytes
-from ..ir.types import FP8
+from ..ir.types import FP8, is_float
 from ..passes import (
     barriers,
     hoist_invariants,
@@ -187,7 +187,8 @@ class CudaRenderer(CStyleRenderer):
                 if form is not None and form[1] == m:
                     c = form[0] % m
                     return name if c == 0 else f"tilec::wrap_add<{m}>({name}, {c})"
-        if e.fn == "pow" and not (float(e.exponent).is_integer() and abs(e.exponent) <= 4):
+        if e.fn == "pow" and is_float(e.dtype) and not (float(e.exponent).is_integer() and
+                                                        abs(e.exponent) <= 4):
             return f"tilec::pow({self.expr(e.a)}, {_lit(e.exponent, e.dtype)})"
         if e.fn == "div" and self.ctx is not None and e.b in self.ctx.recips:
             # a row's elements divided by one value of the row (softmax's sum, a norm): times
