@@ -173,3 +173,25 @@ kernel mixed(X: f32[N], I: i32[N], Y: f32[M]) -> (A: i32[N], B: i32[N], C: f32[M
 """
     assert runner is not None and check_text(text, dict(N=10, M=12))
     assert seen == [1.0, 0.0, 0.0]  # (A, B, C)
+
+
+def test_a_tile_level_output_gets_the_tolerance_of_its_least_precise_tile_or_conversion():
+    """A tile-level kernel has no ops: its outputs are checked at the tolerance of the least
+    precise of their own dtype, its float tiles and the conversions it writes (an f16 output of
+    values rounded to fp8 on the way: fp8's)."""
+    from tilec import driver
+    from tilec.runner import rounded_to
+    text = """
+kernel t(X: f32[N]) -> (Y: f16[N], Z: f32[N]):
+    with grid(cdiv(N, 64), threads=64) as (bx):
+        h = fragment(f16, [64])
+        for j in parallel(64):
+            h[j] = X[min(bx * 64 + j, N - 1)]
+            if bx * 64 + j < N:
+                Y[bx * 64 + j] = CONV(X[bx * 64 + j] * 3.0)
+                Z[bx * 64 + j] = X[bx * 64 + j] + 1.0
+"""
+    for conv, want in (("f16", "f16"), ("fp8e5m2", "fp8e5m2"), ("f32", "f16")):
+        (g,) = driver.frontend(driver.Source("t.tile", text.replace("CONV", conv))).graphs
+        assert rounded_to(g, 0) == want and rounded_to(g, 1) == ("fp8e5m2" if conv == "fp8e5m2"
+                                                                  else "f16"), conv

@@ -144,14 +144,22 @@ def rounded_to(g: Graph, n: int) -> str:
     with every value stored at its declared precision (LANGUAGE.md), and a sum reassociated in
     f32 may round such an intermediate to its neighbouring f16 value, so an f32 output of f16
     intermediates is checked at f16's tolerance. (Inputs are exact: their dtypes are no
-    rounding. A tile-level kernel has no ops: its output's own dtype.)"""
+    rounding. A tile-level kernel has no ops: the least precise of its float tiles, the
+    conversions it writes, and the output's own dtype, for each of its outputs.)"""
     from . import interp
 
     worst = g.outputs[n].type.dtype
-    if g.tile is not None:
+    tol = interp.TOLERANCE
+    if g.tile is not None:  # a tile-level kernel: its float tiles and conversions, all outputs'
+        for st in T.walk_stmts(g.tile.body):
+            found = [st] if isinstance(st, T.Alloc) else [
+                x for x in T.walk_exprs(st.value) if isinstance(x, T.Cast)] \
+                if isinstance(st, (T.Store, T.Let)) else []
+            for x in found:
+                if is_float(x.dtype) and tol.get(x.dtype, 0.0) > tol.get(worst, 0.0):
+                    worst = x.dtype
         return worst
     ops, seen, stack = g.op_map(), set(), [g.results[n]]
-    tol = interp.TOLERANCE
     while stack:
         o = ops[stack.pop()]
         if o.id in seen or o.kind == "input":
