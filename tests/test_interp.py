@@ -61,3 +61,14 @@ def test_f32_tolerance_grows_with_the_reduction_length():
     assert interp.tolerance("f32", 1) == interp.tolerance("f32", 256) == interp.TOLERANCE["f32"]
     assert interp.tolerance("f32", 8192) > 5 * interp.TOLERANCE["f32"]
     assert interp.tolerance("f16", 8192) == interp.TOLERANCE["f16"]  # final rounding dominates
+
+
+def test_the_reference_prints_no_numpy_warnings(recwarn):
+    """Overflow to inf in a conversion, inf - inf: the program's results, not numpy's warnings
+    (`tilec run` printed RuntimeWarnings)."""
+    from tilec import driver
+    text = "kernel o(X: f32[N]) -> Y: f32[N]:\n    Y = f32(exp(f64(X) * 1000.0)) - exp(X * 100.0)\n"
+    (g,) = driver.frontend(driver.Source("o.tile", text)).graphs
+    y = interp.run_graph(g, {"X": np.array([1.0, -1.0])}, {"N": 2})["Y"]
+    assert np.isnan(y[0]) and abs(y[1]) < 1e-40
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

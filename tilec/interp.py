@@ -178,7 +178,13 @@ def _compare(fn, a, b):
 
 
 def run_graph(g: Graph, inputs: dict, dims: dict) -> dict:
-    """Evaluate `g` on `inputs` (name -> value array) with dimension values `dims`."""
+    """Evaluate `g` on `inputs` (name -> value array) with dimension values `dims`. (inf and
+    NaN a program computes are its results: numpy does not warn about them.)"""
+    with np.errstate(all="ignore"):
+        return _run_graph(g, inputs, dims)
+
+
+def _run_graph(g: Graph, inputs: dict, dims: dict) -> dict:
     if g.tile is not None:  # a hand-written tile-level kernel
         from .interp_tile import run_program
         return run_program([g.tile], inputs, dims, [p.name for p in g.outputs])
