@@ -767,8 +767,9 @@ static inline void gemm_tile(int64_t m, int64_t n, int64_t k,
             // While the micro-kernels run, prefetch what is read from memory next: the next
             // MR rows of A (packed next), and B's next K slice (the next call's, when a K loop of
             // block tiles calls this slice by slice). Rows 4 KiB or more apart defeat the
-            // hardware prefetcher; this measured 3-5% faster with AVX2 at 1024^3 and 2048^3 f32
-            // (the same with AVX-512). A transposed operand's rows are short: left alone.
+            // hardware prefetcher. Measured (f32, same-process A/B, docs/PERFORMANCE.md): AVX2
+            // 2048^3 +5-6%, 1024^3 -1..+7.5%; AVX-512 2048^3 +2.5-3%, 1024^3 -4..+2%. A
+            // transposed operand's rows are short: left alone.
             const int64_t panels = (nc + NR - 1) / NR;
             detail::prefetcher next_b((uintptr_t)Bs + (uintptr_t)(kc * ldb * (int64_t)sizeof(T)),
                                       ldb * (int64_t)sizeof(T), nc * (int64_t)sizeof(T),
