@@ -162,29 +162,34 @@ class Assign:
                             "the fragment elements of its own iterations (index a fragment by "
                             "the loop's variables, or use a shared buffer)", loop.loc)
 
-    def run(self) -> T.TileKernel:
+    def refuse_byte_copies_gpus_cannot_do(self):
+        """GPU copies move bytes, and keep 4-bit shared tiles packed two per byte: a copy that
+        changes the dtype, a 4-bit copy that may start on an odd column, and an element store or
+        fill() into a 4-bit shared tile are errors at the statement."""
         params = {p.name: p for p in self.k.params}
         for st in T.walk_stmts(self.k.body):
             if isinstance(st, T.Copy):
-                a, b = (self.allocs.get(x.buf) or params.get(x.buf) for x in (st.src, st.dst))
-                if a is not None and b is not None and a.dtype != b.dtype:
-                    raise T.Unsupported(f"copy() from {st.src.buf} ({a.dtype}) to {st.dst.buf} "
-                                        f"({b.dtype}) changes the dtype; on GPU targets it moves "
-                                        "bytes (convert in a parallel loop)", st.loc)
-            if isinstance(st, T.Copy) and st.src.offsets is not None and \
-                    self.allocs[st.dst.buf].dtype in PACKED and \
-                    not multiple_of(st.src.offsets[-1], 2):
-                raise T.Unsupported(f"a copy of 4-bit values into {st.dst.buf} starts on a byte on "
-                                    "GPU targets: its column offset must be a multiple of 2 "
-                                    f"(written {T.fmt(st.src.offsets[-1])})", st.loc)
-            a = self.allocs.get(getattr(st, "buf", None)) if isinstance(st, (T.Store, T.Fill)) \
-                else None
-            if a is not None and a.scope == "shared" and a.dtype in PACKED:
-                what = "element stores into it" if isinstance(st, T.Store) else "fill()"
-                raise T.Unsupported(f"shared tile {a.name} holds 4-bit values, which GPU targets "
-                                    "keep packed two per byte as copy() fills them: "
-                                    f"{what} cannot write one (use a u8 or i8 tile)",
-                                    getattr(st, "loc", None))
+                src, dst = (self.allocs.get(x.buf) or params[x.buf] for x in (st.src, st.dst))
+                if src.dtype != dst.dtype:
+                    raise T.Unsupported(f"copy() from {st.src.buf} ({src.dtype}) to {st.dst.buf} "
+                                        f"({dst.dtype}) changes the dtype; on GPU targets it "
+                                        "moves bytes (convert in a parallel loop)", st.loc)
+                if dst.dtype in PACKED and st.src.offsets is not None and \
+                        not multiple_of(st.src.offsets[-1], 2):
+                    raise T.Unsupported(f"a copy of 4-bit values into {st.dst.buf} starts on a byte "
+                                        "on GPU targets: its column offset must be a multiple of "
+                                        f"2 (written {T.fmt(st.src.offsets[-1])})", st.loc)
+            elif isinstance(st, (T.Store, T.Fill)):
+                a = self.allocs.get(st.buf)
+                if a is not None and a.scope == "shared" and a.dtype in PACKED:
+                    what = "element stores into it" if isinstance(st, T.Store) else "fill()"
+                    raise T.Unsupported(f"shared tile {a.name} holds 4-bit values, which GPU "
+                                        "targets keep packed two per byte as copy() fills them: "
+                                        f"{what} cannot write one (use a u8 or i8 tile)",
+                                        getattr(st, "loc", None))
+
+    def run(self) -> T.TileKernel:
+        self.refuse_byte_copies_gpus_cannot_do()
         for loop in self.loops:
             if len(loop.vars) > 2:
                 raise T.Unsupported(f"a parallel loop over {len(loop.vars)} axes "
