@@ -148,27 +148,23 @@ def rounded_to(g: Graph, n: int) -> str:
     conversions it writes, and the output's own dtype, for each of its outputs.)"""
     from . import interp
 
-    worst = g.outputs[n].type.dtype
-    tol = interp.TOLERANCE
-    if g.tile is not None:  # a tile-level kernel: its float tiles and conversions, all outputs'
-        for st in T.walk_stmts(g.tile.body):
-            found = [st] if isinstance(st, T.Alloc) else [
-                x for x in T.walk_exprs(st.value) if isinstance(x, T.Cast)] \
-                if isinstance(st, (T.Store, T.Let)) else []
-            for x in found:
-                if is_float(x.dtype) and tol.get(x.dtype, 0.0) > tol.get(worst, 0.0):
-                    worst = x.dtype
-        return worst
-    ops, seen, stack = g.op_map(), set(), [g.results[n]]
-    while stack:
-        o = ops[stack.pop()]
-        if o.id in seen or o.kind == "input":
-            continue
-        seen.add(o.id)
-        if tol.get(o.type.dtype, 0.0) > tol.get(worst, 0.0):
-            worst = o.type.dtype
-        stack += o.args
-    return worst
+    if g.tile is not None:  # its float tiles and the conversions it writes
+        body = list(T.walk_stmts(g.tile.body))
+        rounded = [st.dtype for st in body if isinstance(st, T.Alloc)] + [
+            x.dtype for st in body if isinstance(st, (T.Store, T.Let))
+            for x in T.walk_exprs(st.value) if isinstance(x, T.Cast)]
+        rounded = [dt for dt in rounded if is_float(dt)]
+    else:  # the values computed on the output's way, inputs aside
+        ops, seen, stack, rounded = g.op_map(), set(), [g.results[n]], []
+        while stack:
+            o = ops[stack.pop()]
+            if o.id in seen or o.kind == "input":
+                continue
+            seen.add(o.id)
+            rounded.append(o.type.dtype)
+            stack += o.args
+    # (the first of equally precise ones: the output's own dtype where it is one of them)
+    return max([g.outputs[n].type.dtype] + rounded, key=lambda dt: interp.TOLERANCE.get(dt, 0.0))
 
 
 @dataclass
