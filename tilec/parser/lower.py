@@ -39,6 +39,11 @@ _BIN = {"+": "add", "-": "sub", "*": "mul", "/": "div", "//": "floordiv", "%": "
 _CMP = {"<": "lt", "<=": "le", ">": "gt", ">=": "ge", "==": "eq", "!=": "ne"}
 
 
+
+def packed_conversion(dtype: str, loc):
+    """The error for a conversion to a 4-bit dtype (at either level of the language)."""
+    return error(f"cannot convert to {dtype}; packed 4-bit values only come from inputs", loc)
+
 @dataclass(frozen=True)
 class Val:
     """A value during building. `weak`: a Python-scalar-like literal or dim, typed by context."""
@@ -450,7 +455,7 @@ class KernelBuilder:
         if f in PARAM_DTYPES:
             self.nargs(e, 1)
             if f in PACKED:
-                raise error(f"cannot convert to {f}; packed 4-bit values only come from inputs", e.loc)
+                raise packed_conversion(f, e.loc)
             v = self.expr(e.args[0])
             if v.const is not None:
                 return Val(self.const(v.const, f, e.loc).id, TensorType(f, ()))

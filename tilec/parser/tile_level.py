@@ -18,6 +18,7 @@ from ..diagnostics import error
 from ..ir import tile as T
 from ..ir.types import DTYPES, FP8, PACKED, PARAM_DTYPES, is_float, is_int, promote
 from . import ast
+from .lower import packed_conversion
 
 UNARY = ("abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf",
          "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "softplus", "mish")
@@ -685,8 +686,7 @@ class TileBuilder:
             return [self.expr(a) for a in e.args]
         if f in PARAM_DTYPES:
             if f in PACKED:  # (as at the tensor level)
-                raise error(f"cannot convert to {f}; packed 4-bit values only come from inputs",
-                            e.loc)
+                raise packed_conversion(f, e.loc)
             (x,) = args(1)
             x = self.strong(x)
             return TE(T.Cast(x.e, f))
