@@ -452,14 +452,15 @@ def test_attention_gets_a_warp_specialized_variant():
     """Attention's Hopper variant, per head-dim capacity (64 and 128: TMA's 64-column panels):
     the producer copies the block's Q tile once and K and V tiles into 2 stages; the consumer
     warpgroups compute S = Q K^T from shared memory and O += P V with P from registers, both
-    on wgmma; 4-D tensors are addressed as 3-D (batch and heads merged). Tried first."""
+    on wgmma; 4-D tensors are addressed as 3-D (batch and heads merged); a persistent grid walks
+    the query tiles. Tried first."""
     ks = {k.name: k for k in _kernels(ATTENTION)}
     tma = sorted(n for n in ks if "_tma" in n)
     assert tma == sorted(f"{base}_k0_tma_D{d}{x}" for base in ("hop_attention", "hop_causal_bf16")
                          for d in (64, 128) for x in ("", "exact"))
     for name in tma:
         k = ks[name]
-        assert k.warp_specialize == 2 and not k.persistent and k.threads == 384
+        assert k.warp_specialize == 2 and k.persistent and k.threads == 384
         assert k.aligned == ("K", "Q", "V")
         text = T.print_kernel(k)
         assert re.search(r"copy_async\(Q\[.*\], Q_s\)\n", text)
@@ -485,7 +486,8 @@ def test_attention_gets_a_warp_specialized_variant():
     # (P V of the previous key tile, in the overlapped order: test_attention_products_overlap)
     assert "wgmma_tile_rs<128, 128, true, tilec::sm90::WG_F16>(O1, P, V_s + tilec_prev * 16384)" \
         in body
-    assert body.index("mbar_wait(tilec_once, 0)") < body.index("mbar_wait(&tilec_full")
+    # (Q of the block's tile, on its own barrier, waited for by the parity of the tile count)
+    assert body.index("mbar_wait(tilec_once, tilec_t & 1)") < body.index("mbar_wait(&tilec_full", body.index("// the consumer warpgroups"))
     assert "(uint64_t)((uint64_t)(B) * (uint64_t)(H))" in cu  # the merged leading dims
     causal = files["hop_causal_bf16.cu"]
     assert "wgmma_tile_rs<128, 128, true, tilec::sm90::WG_BF16>(O1, P, V_s + tilec_prev * 16384)" \
@@ -561,8 +563,9 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     of one stage: the consumer warps free it (8 arrivals) once the key loop's last Q K^T is
     complete, before the last P V and the epilogue, and the producer waits for that before it
     loads the next tile's Q, right after the tile's first K/V stage (alone where there are no
-    key tiles); both roles wait by the parity of their own tile count. A three-field knob keeps
-    the target's choice (one block per query tile); a flag other than 0 or 1 is a user error."""
+    key tiles); both roles wait by the parity of their own tile count. The default; a three-field
+    knob keeps the target's choice, a fourth field 0 gives one block per query tile; a flag
+    other than 0 or 1 is a user error."""
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,1")
     ks = {k.name: k for k in _kernels(ATTENTION) if "_tma" in k.name}
     assert ks and all(k.persistent for k in ks.values())
@@ -596,8 +599,10 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     free = serial.index("mbar_arrive(tilec_once_free)")
     assert serial.count("mbar_arrive(tilec_once_free)") == 1
     assert last < free < serial.index("store_vec<") and "}" in serial[last:free]
-    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0")
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,0")
     assert not any(k.persistent for k in _kernels(ATTENTION))
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0")  # (the target's choice: persistent)
+    assert all(k.persistent for k in _kernels(ATTENTION) if "_tma" in k.name)
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,2")
     with pytest.raises(TilecError, match=r"TILEC_WGMMA_ATTENTION=3,1,0,2: expected "
                                          r"stages,overlap,pingpong\[,persistent\[,split\]\]"):
@@ -646,8 +651,8 @@ def test_split_rings_free_k_after_its_product(monkeypatch):
     # the default: one ring, a stage freed once, after its P V
     monkeypatch.delenv("TILEC_WGMMA_ATTENTION")
     assert "tilec_empty_v" not in _attention_body(monkeypatch, "")
-    assert _attention_body(monkeypatch, "3,1,1,0,1") == _attention_body(monkeypatch, "3,1,1")
-    assert _attention_body(monkeypatch, "3,0,0,0,1") == _attention_body(monkeypatch, "3,0,0")
+    assert _attention_body(monkeypatch, "3,1,1,1,1") == _attention_body(monkeypatch, "3,1,1")
+    assert _attention_body(monkeypatch, "3,0,0,1,1") == _attention_body(monkeypatch, "3,0,0")
 
 
 def test_persistent_causal_attention_walks_pairs_of_even_work(monkeypatch):

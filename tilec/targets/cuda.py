@@ -2375,10 +2375,12 @@ def _for_arch(target, options: dict):
         # P V (0.84x cuDNN at D = 128 against 0.76-0.78x with each product completed before the
         # softmax). The two warpgroups issue independently: taking turns (named barriers) helped
         # while the softmax was longer, and since the base-2 softmax measures 0.91-0.92x against
-        # 0.95x without at D = 128, 0.90x against 0.94x at D = 64 (docs/PERFORMANCE.md). One
-        # block per query tile (not persistent: a persistent grid, which loads a tile's Q during
-        # the tile before it, is a knob until measured)
-        attention = split_k.wgmma_attention((128, 128, 3, True, False, False, False) if wgmma
+        # 0.95x without at D = 128, 0.90x against 0.94x at D = 64 (docs/PERFORMANCE.md). A
+        # persistent grid walks the query tiles, loading a tile's Q during the tile before it
+        # (0.97-0.98x cuDNN against 0.93x one block per tile; D64-D96 0.94-0.95x against
+        # 0.89-0.90x). K and V share a ring (rings of their own measured alike with the
+        # persistent grid, 0.91-0.92x without it)
+        attention = split_k.wgmma_attention((128, 128, 3, True, False, True, False) if wgmma
                                             else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
         # 128 values of K are summed into a partial that is then added to the accumulators in
