@@ -604,8 +604,8 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0")  # (the target's choice: persistent)
     assert all(k.persistent for k in _kernels(ATTENTION) if "_tma" in k.name)
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,2")
-    with pytest.raises(TilecError, match=r"TILEC_WGMMA_ATTENTION=3,1,0,2: expected "
-                                         r"stages,overlap,pingpong\[,persistent\[,split\]\]"):
+    with pytest.raises(TilecError, match=r"TILEC_WGMMA_ATTENTION=3,1,0,2: expected stages,"
+                                         r"overlap,pingpong\[,persistent\[,split\[,keys\]\]\]"):
         _kernels(ATTENTION)
 
 
@@ -653,6 +653,29 @@ def test_split_rings_free_k_after_its_product(monkeypatch):
     assert "tilec_empty_v" not in _attention_body(monkeypatch, "")
     assert _attention_body(monkeypatch, "3,1,1,1,1") == _attention_body(monkeypatch, "3,1,1")
     assert _attention_body(monkeypatch, "3,0,0,1,1") == _attention_body(monkeypatch, "3,0,0")
+
+
+def test_key_tiles_of_176_where_no_mask_cuts_them(monkeypatch):
+    """TILEC_WGMMA_ATTENTION's sixth field: 176 keys per tile (m64n176k16 for Q K^T, 11 k-steps
+    of P V; 2 stages, as FlashAttention-3's D128 forward). A kernel whose scores are masked by
+    their indices (causal) keeps tiles of 128 keys; 3 stages of 176 keys do not fit in shared
+    memory and are a user error, as another tile length."""
+    body = _attention_body(monkeypatch, "2,1,0,1,1,176")
+    assert "wgmma_tile<176, 128, false, tilec::sm90::WG_F16, 128>(S1, Q_s" in body
+    assert "wgmma_tile_rs<128, 176, true, tilec::sm90::WG_F16>(O1, P, V_s + tilec_prev * 22528)" \
+        in body
+    assert "mbar_arrive_expect_tx(&tilec_full[tilec_s], 45056)" in body  # (K alone: own rings)
+    assert "float S1[88];" in body and "uint32_t P[44];" in body
+    ks = {k.name: k for k in _kernels(ATTENTION) if "_tma" in k.name}
+    text = T.print_kernel(ks["hop_causal_bf16_k0_tma_D128exact"])
+    assert "K_s = shared(bf16, [2, 128, 128])" in text, text
+    assert "K_s = shared(f16, [2, 176, 128])" in T.print_kernel(ks["hop_attention_k0_tma_D128exact"])
+    from tilec.diagnostics import TilecError
+    for bad in ("3,1,0,1,1,176", "2,1,0,1,1,192"):
+        monkeypatch.setenv("TILEC_WGMMA_ATTENTION", bad)
+        with pytest.raises(TilecError, match=f"TILEC_WGMMA_ATTENTION={bad}: expected .*keys 128 "
+                                             "or 176 with 2 stages at most"):
+            _kernels(ATTENTION)
 
 
 def test_persistent_causal_attention_walks_pairs_of_even_work(monkeypatch):
@@ -748,10 +771,10 @@ def test_attention_tma_cannot_read_keeps_mma_sync(text):
 
 @pytest.mark.nvcc
 @pytest.mark.gpu  # (also on the device: cuobjdump reads the SASS)
-@pytest.mark.parametrize("knob", ["", "3,1,0,1", "3,1,0,0,1", "3,1,0,1,1"])
+@pytest.mark.parametrize("knob", ["", "3,1,0,1", "3,1,0,0,1", "3,1,0,1,1", "2,1,0,1,1,176"])
 def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
-    """Warning-free, no spills, no wgmma serialized, also with the persistent grid and with K
-    and V on rings of their own; the PTX
+    """Warning-free, no spills, no wgmma serialized, also with the persistent grid, with K
+    and V on rings of their own and with 176-key tiles; the PTX
     multiplies P V with A from registers (wgmma's register operand form), the SASS holds HGMMA
     and UTMALDG where cuobjdump exists."""
     need_nvcc()
@@ -784,7 +807,8 @@ def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("knob", ["", "2,0,0", "3,1,0", "3,0,1", "3,1,1", "3,1,0,1", "2,0,0,1",
-                                  "3,1,1,1", "3,1,0,0,1", "2,1,0,0,1", "3,1,0,1,1"])
+                                  "3,1,1,1", "3,1,0,0,1", "2,1,0,0,1", "3,1,0,1,1",
+                                  "2,1,0,1,1,176"])
 def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     """The Hopper attention alone (the other variants removed: a condition that fails is an
     error, not a fallback): head dims at and below both capacities, ragged L and S, causal with
@@ -803,5 +827,5 @@ def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     for dims in (dict(B=2, H=3, L=200, S=130, D=64), dict(B=1, H=2, L=130, S=300, D=128),
                  dict(B=1, H=1, L=64, S=64, D=40), dict(B=2, H=1, L=257, S=1, D=96)) + \
             ((dict(B=40, H=1, L=1000, S=200, D=128), dict(B=36, H=1, L=1800, S=300, D=64))
-             if knob.endswith(",1") and knob.count(",") == 3 else ()):
+             if knob.split(",")[3:4] == ["1"] else ()):
         check_text(ATTENTION, dims, name="hop_only.tile", target="cuda", options=HOPPER)

@@ -1041,6 +1041,22 @@ def _transposed(g: Graph, oid: int) -> bool:
     return op.kind == "transpose"
 
 
+def _index_masked(g: Graph, grp: Group) -> bool:
+    """Does a `where` of the group select by a condition computed from `index` (a mask on
+    positions, e.g. causal)?"""
+    ops = g.op_map()
+    members = set(grp.members)
+
+    def reads_index(oid, seen) -> bool:
+        if ops[oid].kind == "index":  # (computed in place: not a member)
+            return True
+        if oid in seen or oid not in members:
+            return False
+        seen.add(oid)
+        return any(reads_index(a, seen) for a in ops[oid].args)
+    return any(ops[m].kind == "where" and reads_index(ops[m].args[0], set()) for m in grp.members)
+
+
 def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     """(name suffix, condition, config) for each kernel of a GEMM group: for one row of A a GEMV
     (B read row by row from memory, bound by its bytes), then the target's small-M tiles
@@ -1052,6 +1068,10 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
             sched.warp_specialize is not False:
         # Hopper: the warp-specialized attention first, where Q, K and V suit TMA at run time
         bm, bn, stages, *_ = target.resources.wgmma_attention
+        if bn > bm and _index_masked(g, grp):
+            # (key tiles longer than the query tile only where no mask on the scores' indices,
+            # e.g. a causal one, cuts the key loop at a diagonal through them)
+            bn = bm
         return [("_tma", None, GemmVariant((bm, bn, 0), 128 * (bm // 64 + 1), stages, wgmma=True)),
                 ("", None, None)]
     if grp.kind != "gemm":
