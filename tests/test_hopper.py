@@ -487,7 +487,9 @@ def test_attention_gets_a_warp_specialized_variant():
     assert "wgmma_tile_rs<128, 128, true, tilec::sm90::WG_F16>(O1, P, V_s + tilec_prev * 16384)" \
         in body
     # (Q of the block's tile, on its own barrier, waited for by the parity of the tile count)
-    assert body.index("mbar_wait(tilec_once, tilec_t & 1)") < body.index("mbar_wait(&tilec_full", body.index("// the consumer warpgroups"))
+    consumer = body.index("// the consumer warpgroups")
+    assert body.index("mbar_wait(tilec_once, tilec_t & 1)") < \
+        body.index("mbar_wait(&tilec_full", consumer)
     assert "(uint64_t)((uint64_t)(B) * (uint64_t)(H))" in cu  # the merged leading dims
     causal = files["hop_causal_bf16.cu"]
     assert "wgmma_tile_rs<128, 128, true, tilec::sm90::WG_BF16>(O1, P, V_s + tilec_prev * 16384)" \

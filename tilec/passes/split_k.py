@@ -189,7 +189,7 @@ def wgmma_attention(default: tuple) -> tuple:
         return ()
     flags, keys = knob[1:5], knob[5:] or default[1:2]
     if knob[0] not in (2, 3) or any(f not in (0, 1) for f in flags) or \
-            keys[0] not in (128, 176) or keys[0] == 176 and knob[0] > 2:
+            keys[0] not in (128, 176) or (keys[0] == 176 and knob[0] > 2):
         raise error(f"TILEC_WGMMA_ATTENTION={','.join(map(str, knob))}: expected {expect}")
     return (default[0], keys[0], knob[0]) + tuple(bool(f) for f in flags) + \
         default[3 + len(flags):]
