@@ -319,12 +319,18 @@ def test_cpu_deals_causal_blocks_out_one_at_a_time():
         assert render_kernel(k, m.graphs[0].symbols, "2")["schedule"] == want
 
 
-def test_causal_blocks_start_longest_first_on_hopper():
+@pytest.mark.parametrize("persistent", [True, False])
+def test_causal_blocks_start_longest_first_on_hopper(monkeypatch, persistent):
     """A causal key loop is bounded by the block's row: in Hopper's warp-specialized kernel (one
-    block per SM) the query blocks of each head count down, so the blocks with the most key
-    tiles start first and the last to run are short. The mma.sync kernel (several blocks per
-    SM; measured slower so) and the CPU keep the order, as does attention without a causal
-    bound."""
+    block per SM) the blocks with the most key tiles start first and the last to run are short:
+    on its persistent grid (the default) the blocks walk query tiles in pairs of even work, the
+    longest first; one block per query tile (TILEC_WGMMA_ATTENTION=3,1,0,0), the query blocks
+    of each head count down. The mma.sync kernel (several blocks per SM; measured slower so)
+    and the CPU keep the order, as does attention without a causal bound."""
+    if not persistent:
+        monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,0")
+    walk = ("const int tilec_per = tilec_pairs >= (int64_t)gridDim.x ? 2 : 1;" if persistent else
+            "const int64_t bx = tilec_grid[0] - 1 - (tilec_b) % tilec_grid[0];")
     for name in ("causal_attention", "attention"):
         text = sample(name)
         for target, options in (("cuda", {"arch": ["sm_80", "sm_90a"]}), ("cpu", {})):
@@ -334,8 +340,7 @@ def test_causal_blocks_start_longest_first_on_hopper():
             assert got == want and (target == "cpu" or any(want.values()) == (name != "attention"))
             src = next(v for f, v in driver.render(driver.Source(f"{name}.tile", text), m, target,
                                                    options).items() if f.startswith(name + "."))
-            assert ("const int64_t bx = tilec_grid[0] - 1 - (tilec_b) % tilec_grid[0];" in src) \
-                == any(want.values())
+            assert (walk in src) == any(want.values())
 
 
 def test_non_causal_masks_keep_every_key_tile():
