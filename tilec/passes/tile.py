@@ -1045,15 +1045,12 @@ def _index_masked(g: Graph, grp: Group) -> bool:
     """Does a `where` of the group select by a condition computed from `index` (a mask on
     positions, e.g. causal)?"""
     ops = g.op_map()
-    members = set(grp.members)
 
     def reads_index(oid, seen) -> bool:
-        if ops[oid].kind == "index":  # (computed in place: not a member)
-            return True
-        if oid in seen or oid not in members:
+        if oid in seen:
             return False
         seen.add(oid)
-        return any(reads_index(a, seen) for a in ops[oid].args)
+        return ops[oid].kind == "index" or any(reads_index(a, seen) for a in ops[oid].args)
     return any(ops[m].kind == "where" and reads_index(ops[m].args[0], set()) for m in grp.members)
 
 

@@ -2377,9 +2377,9 @@ def _for_arch(target, options: dict):
         # while the softmax was longer, and since the base-2 softmax measures 0.91-0.92x against
         # 0.95x without at D = 128, 0.90x against 0.94x at D = 64 (docs/PERFORMANCE.md). A
         # persistent grid walks the query tiles, loading a tile's Q during the tile before it
-        # (0.97-0.98x cuDNN against 0.93x one block per tile; D64-D96 0.94-0.95x against
-        # 0.89-0.90x). K and V share a ring (rings of their own measured alike with the
-        # persistent grid, 0.91-0.92x without it)
+        # (D128 0.95-0.97x cuDNN against 0.93x one block per tile, causal 0.97-0.99x against
+        # 0.93x; D64-D96 0.94-0.95x against 0.89-0.90x). K and V share a ring (rings of their
+        # own measured alike with the persistent grid, 0.91-0.92x without it)
         attention = split_k.wgmma_attention((128, 128, 3, True, False, True, False) if wgmma
                                             else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
