@@ -10,7 +10,9 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, SAMPLES, build_text
+from conftest import ROOT, SAMPLES, build_text, compile_text
+
+from tilec import driver
 
 TILEC = shutil.which("tilec")
 CMD = [TILEC] if TILEC else [sys.executable, "-c", "from tilec.cli import main; main()"]
@@ -486,3 +488,22 @@ def test_cpu_timing_waits_for_spinning_threads_to_park():
     waited = wait_until_quiet()
     t.join()
     assert 0.2 < waited < 0.9
+
+
+@pytest.mark.parametrize("arch,machine,tuned", [("x86-64-v3", "x86_64", True),
+                                                ("x86-64-v4", "aarch64", True),
+                                                ("native", "x86_64", True),
+                                                ("native", "aarch64", False)])
+def test_cpu_makefile_asks_for_512_bit_vectors_on_x86(monkeypatch, arch, machine, tuned):
+    """On x86 the CPU Makefile asks g++ for 512-bit vectorized loops (used where the -march has
+    AVX-512; g++'s tuning for Intel's cores would pick 256 bits); a native build on another
+    architecture gets no x86 option."""
+    import platform
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    options = {"arch": [arch]}
+    src, _, m = compile_text((SAMPLES / "softmax.tile").read_text(), "softmax.tile", "cpu",
+                             options=options)
+    make = driver.render(src, m, "cpu", options)["Makefile"]
+    assert f"TILEC_MARCH = -march={arch}" in make
+    assert ("$(TILEC_TUNE)" in make and "TILEC_TUNE = -mprefer-vector-width=512" in make) == tuned
+    assert ("prefer-vector-width" in make) == tuned
