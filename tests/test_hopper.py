@@ -680,6 +680,51 @@ def test_key_tiles_of_176_where_no_mask_cuts_them(monkeypatch):
             _kernels(ATTENTION)
 
 
+ATTENTION_2D = """
+kernel hop_att2d(Q: f16[L, 128], K: f16[S, 128], V: f16[S, 128]) -> O: f16[L, 128]:
+    O = f16(softmax(Q @ K.T, axis=-1)) @ V
+
+kernel hop_causal2d(Q: bf16[L, 64], K: bf16[L, 64], V: bf16[L, 64]) -> O: bf16[L, 64]:
+    S = (Q @ K.T) * 0.125
+    S = where(index(S, -1) > index(S, -2), -inf, S)
+    O = bf16(softmax(S, axis=-1)) @ V
+"""
+
+
+@pytest.mark.parametrize("knob", ["", "2,1,0,1,1,176", "3,1,0,0"])
+def test_attention_without_batch_dims_renders(monkeypatch, knob):
+    """Attention of 2-D tensors (no batch or head dims: a grid of query tiles alone) gets the
+    warp-specialized kernel on the persistent grid too, walking one block variable (the
+    persistent walk had read a second one, an internal error)."""
+    if knob:
+        monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
+    src, _, m = compile_text(ATTENTION_2D, "hop2d.tile", "cuda", options=HOPPER)
+    ks = [k for p in m.programs for k in p.kernels if "_tma" in k.name]
+    assert ks and all(k.persistent == (knob != "3,1,0,0") and len(k.block_vars) == 1 for k in ks)
+    files = driver.render(src, m, "cuda", HOPPER)
+    for name in ("hop_att2d", "hop_causal2d"):
+        cu = files[f"{name}.cu"]
+        body = cu[cu.index(f"{name}_k0_tma("):]
+        body = body[:body.index("\n}\n")]
+        assert ("tilec_p += gridDim.x" if "causal" in name else "tilec_b += gridDim.x") in body \
+            or knob == "3,1,0,0"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("knob", ["", "2,1,0,1,1,176"])
+def test_attention_without_batch_dims_on_gpu(monkeypatch, knob):
+    """2-D attention, plain and causal, on the warp-specialized kernel alone, against the
+    reference: more query tiles than SMs (the persistent walk), ragged L and S."""
+    need_gpu()
+    if knob:
+        monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
+    keep = tile_pass.gemm_variants
+    monkeypatch.setattr(tile_pass, "gemm_variants",
+                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+    for dims in (dict(L=130, S=300), dict(L=40000, S=200)):
+        check_text(ATTENTION_2D, dims, name="hop2d_only.tile", target="cuda", options=HOPPER)
+
+
 def test_persistent_causal_attention_walks_pairs_of_even_work(monkeypatch):
     """A causal bound gives later query tiles more key tiles. On a persistent grid the blocks
     walk them in pairs, x = last - j then x = j, whose key tiles add up alike, so that the

@@ -1182,7 +1182,7 @@ class CudaRenderer(CStyleRenderer):
         else:
             self.emit(f"for (int64_t tilec_b = {start}; tilec_b < tilec_tiles; tilec_b += {step}) {{",
                       depth)
-        m_var = cname(self.k.block_vars[1])
+        m_var = cname(self.k.block_vars[1]) if c > 1 else None  # (a GEMM's M tile)
         for name, e in block_vars(k):
             if c > 1:
                 e = e.replace("tilec_grid[", "tilec_cgrid[")
