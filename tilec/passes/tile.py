@@ -1046,12 +1046,17 @@ def _index_masked(g: Graph, grp: Group) -> bool:
     positions, e.g. causal)?"""
     ops = g.op_map()
 
-    def reads_index(oid, seen) -> bool:
-        if oid in seen:
-            return False
-        seen.add(oid)
-        return ops[oid].kind == "index" or any(reads_index(a, seen) for a in ops[oid].args)
-    return any(ops[m].kind == "where" and reads_index(ops[m].args[0], set()) for m in grp.members)
+    def reads_index(oid) -> bool:  # (a walk with a stack: conditions may be long chains)
+        todo, seen = [oid], set()
+        while todo:
+            x = todo.pop()
+            if x not in seen:
+                seen.add(x)
+                if ops[x].kind == "index":
+                    return True
+                todo.extend(ops[x].args)
+        return False
+    return any(ops[m].kind == "where" and reads_index(ops[m].args[0]) for m in grp.members)
 
 
 def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
