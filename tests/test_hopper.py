@@ -55,6 +55,14 @@ def _kernels(text: str, options=HOPPER) -> list:
     return [k for p in m.programs for k in p.kernels]
 
 
+def _tma_variants_only(monkeypatch):
+    """Build the warp-specialized (`_tma`) variants alone, where a group has them: a condition
+    of theirs that fails is then an error, not a fall-through to the mma.sync kernel."""
+    keep = tile_pass.gemm_variants
+    monkeypatch.setattr(tile_pass, "gemm_variants",
+                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+
+
 def test_gemms_get_a_warp_specialized_persistent_variant():
     ks = {k.name: k for k in _kernels(GEMMS)}
     for name in ("hop_bias_relu", "hop_bf16_bt", "hop_batched"):
@@ -388,9 +396,7 @@ def test_warp_specialized_gemms_on_gpu(monkeypatch, knob):
         options = MIXED
     elif knob:
         monkeypatch.setenv("TILEC_WGMMA", knob)
-    keep = tile_pass.gemm_variants
-    monkeypatch.setattr(tile_pass, "gemm_variants",
-                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+    _tma_variants_only(monkeypatch)
     for dims in (dict(M=256, N=512, K=256, Z=2), dict(M=200, N=136, K=72, Z=1),
                  dict(M=1, N=8, K=8, Z=3), dict(M=130, N=1000, K=1000, Z=1),
                  dict(M=1000, N=264, K=520, Z=2), dict(M=2100, N=2000, K=256, Z=1)):
@@ -402,9 +408,7 @@ def test_fp8_wgmma_gemms_on_gpu(monkeypatch):
     """The fp8 variant alone (a failing launch condition is an error), at sizes that are and
     are not tile multiples (K a multiple of 16: TMA's 16-byte rows)."""
     need_gpu()
-    keep = tile_pass.gemm_variants
-    monkeypatch.setattr(tile_pass, "gemm_variants",
-                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+    _tma_variants_only(monkeypatch)
     for dims in (dict(M=256, N=512, K=256, Z=2), dict(M=200, N=136, K=80, Z=1),
                  dict(M=1, N=8, K=16, Z=3), dict(M=1000, N=264, K=528, Z=2),
                  dict(M=2100, N=2000, K=1024, Z=1)):
@@ -706,8 +710,8 @@ def test_attention_without_batch_dims_renders(monkeypatch, knob):
         cu = files[f"{name}.cu"]
         body = cu[cu.index(f"{name}_k0_tma("):]
         body = body[:body.index("\n}\n")]
-        assert ("tilec_p += gridDim.x" if "causal" in name else "tilec_b += gridDim.x") in body \
-            or knob == "3,1,0,0"
+        walk = "tilec_p += gridDim.x" if "causal" in name else "tilec_b += gridDim.x"
+        assert (walk in body) == (knob != "3,1,0,0")
 
 
 @pytest.mark.gpu
@@ -718,9 +722,7 @@ def test_attention_without_batch_dims_on_gpu(monkeypatch, knob):
     need_gpu()
     if knob:
         monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
-    keep = tile_pass.gemm_variants
-    monkeypatch.setattr(tile_pass, "gemm_variants",
-                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+    _tma_variants_only(monkeypatch)
     for dims in (dict(L=130, S=300), dict(L=40000, S=200)):
         check_text(ATTENTION_2D, dims, name="hop2d_only.tile", target="cuda", options=HOPPER)
 
@@ -868,9 +870,7 @@ def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     need_gpu()
     if knob:
         monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
-    keep = tile_pass.gemm_variants
-    monkeypatch.setattr(tile_pass, "gemm_variants",
-                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+    _tma_variants_only(monkeypatch)
     for dims in (dict(B=2, H=3, L=200, S=130, D=64), dict(B=1, H=2, L=130, S=300, D=128),
                  dict(B=1, H=1, L=64, S=64, D=40), dict(B=2, H=1, L=257, S=1, D=96)) + \
             ((dict(B=40, H=1, L=1000, S=200, D=128), dict(B=36, H=1, L=1800, S=300, D=64))
