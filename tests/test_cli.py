@@ -505,5 +505,6 @@ def test_cpu_makefile_asks_for_512_bit_vectors_on_x86(monkeypatch, arch, machine
                              options=options)
     make = driver.render(src, m, "cpu", options)["Makefile"]
     assert f"TILEC_MARCH = -march={arch}" in make
-    assert ("$(TILEC_TUNE)" in make and "TILEC_TUNE = -mprefer-vector-width=512" in make) == tuned
+    assert "$(TILEC_MARCH) $(TILEC_TUNE) -fopenmp" in make
+    assert ("TILEC_TUNE = -mprefer-vector-width=512\n" in make) == tuned
     assert ("prefer-vector-width" in make) == tuned
