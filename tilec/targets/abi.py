@@ -51,8 +51,10 @@ def library_name(source_name: str) -> str:
 
 
 def common_files(env) -> dict:
-    """Headers every target's device library includes (checked launcher arithmetic)."""
-    return {"tilec_checked.h": env.loader.get_source(env, "common/tilec_checked.h")[0]}
+    """Headers every target's device library includes: checked launcher arithmetic, and the
+    integer and division helpers of generated code."""
+    return {name: env.loader.get_source(env, f"common/{name}")[0]
+            for name in ("tilec_checked.h", "tilec_arith.h")}
 
 
 def libraries(source_name: str, graphs, per_kernel: bool) -> list:

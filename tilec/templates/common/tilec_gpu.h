@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "tilec_arith.h"  // floordiv, floormod, cdiv, integer powers (shared with tilec_cpu.h)
+
 namespace tilec {
 
 // 16-bit fragments hold two values per 32-bit register: value e is half e % 2 of register e / 2
@@ -98,78 +100,6 @@ template <typename T> TILEC_DEV T mish(T x) { return x * tanh(softplus(x)); }
 template <typename T> TILEC_DEV T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> TILEC_DEV T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
 
-// x ** N for a small constant N, as repeated multiplication ((x * x) * x ...), 1 / that for N < 0
-template <int N, typename T> TILEC_DEV T ipow(T x) {
-    if constexpr (N < 0) {
-        return T(1) / ipow<-N>(x);
-    } else {
-        T p = x;
-#pragma unroll
-        for (int i = 1; i < N; ++i) p = p * x;
-        return p;
-    }
-}
-
-// a value converted to a 4-bit integer (held in an int32_t): saturated to the 4-bit range
-template <bool SIGNED> TILEC_HD int32_t sat4(int32_t x) {
-    return x < (SIGNED ? -8 : 0) ? (SIGNED ? -8 : 0) : x > (SIGNED ? 7 : 15) ? (SIGNED ? 7 : 15) : x;
-}
-
-// integer x ** n (n >= 0) by squaring, wrapping around as the language's integers do: computed in
-// an unsigned type (whose overflow is defined), at least 32 bits wide so that C's promotion of
-// narrower ones to int cannot overflow
-template <typename T> struct pow_uint { typedef uint32_t U; };
-template <> struct pow_uint<int64_t> { typedef uint64_t U; };
-template <> struct pow_uint<uint64_t> { typedef uint64_t U; };
-template <typename T> TILEC_DEV T ipow_wrap(T x, int64_t n) {
-    typedef typename pow_uint<T>::U U;
-    U r = 1, b = (U)x;
-    for (; n > 0; n >>= 1) {
-        if (n & 1) r *= b;
-        b *= b;
-    }
-    return (T)r;
-}
-
-// Python floor division / modulo: integer division by zero gives 0, MIN / -1 wraps (NumPy).
-template <typename T> TILEC_HD T floordiv(T a, T b) {
-    if constexpr (std::is_floating_point<T>::value) {
-        T mod = fmod(a, b);
-        T div = (a - mod) / b;
-        if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
-        if (div != 0) {
-            T fd = floor(div);
-            if (div - fd > (T)0.5) fd += 1;
-            return fd;
-        }
-        return copysign((T)0, a / b);
-    } else if constexpr (std::is_signed<T>::value) {
-        if (b == 0) return (T)0;
-        if (b == -1) return (T)(0u - (typename std::make_unsigned<T>::type)a);
-        const T q = (T)(a / b);
-        return (T)(q - (T)(((a % b) != 0) & ((a < 0) != (b < 0))));
-    } else {
-        return b == 0 ? (T)0 : (T)(a / b);
-    }
-}
-template <typename T> TILEC_HD T floormod(T a, T b) {
-    if constexpr (std::is_floating_point<T>::value) {
-        T mod = fmod(a, b);
-        if (mod != 0) {
-            if ((b < 0) != (mod < 0)) mod += b;
-        } else {
-            mod = copysign((T)0, b);
-        }
-        return mod;
-    } else if constexpr (std::is_signed<T>::value) {
-        if (b == 0 || b == -1) return (T)0;
-        const T r = (T)(a % b);
-        return (T)((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);
-    } else {
-        return b == 0 ? (T)0 : (T)(a % b);
-    }
-}
-
 // Integer ranges: [lo, hi]; `end` = hi + 1 as a double (exact: a power of two).
 template <typename I> struct limits;
 template <> struct limits<int8_t> { static constexpr int64_t lo = -128, hi = 127; static constexpr double end = 128.0; };
@@ -195,16 +125,6 @@ template <typename I, typename S> TILEC_DEV I sat_int(S x) {
     const int64_t v = (int64_t)x;
     return v < limits<I>::lo ? (I)limits<I>::lo : v > limits<I>::hi ? (I)limits<I>::hi : (I)v;
 }
-
-// ceil(a / b) for any signs, as the reference computes it (-(-a // b)); 0 when b is 0 (integer
-// division by zero gives 0, as floordiv's)
-TILEC_HD int64_t cdiv(int64_t a, int64_t b) {
-    if (b == 0) return 0;
-    const int64_t q = a / b, r = a % b;
-    return q + ((r != 0) && ((r > 0) == (b > 0)));
-}
-TILEC_HD int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-TILEC_HD int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // multiply-add of a matrix product (products may fuse; elementwise code may not)
 TILEC_DEV float fma_acc(float a, float b, float c) { return __fmaf_rn(a, b, c); }

@@ -4,8 +4,8 @@
 // (it is copied verbatim next to the generated sources).  It provides:
 //   * f16 / bf16 storage types and exact, round-to-nearest-even conversions,
 //   * packed 4-bit integer loads,
-//   * Python-semantics integer helpers (floordiv / floormod) and a
-//     saturating float->int cast,
+//   * a saturating float->int cast (Python-semantics floordiv / floormod, ceil division and
+//     integer powers are in tilec_arith.h, which it includes),
 //   * vectorizable exp_f32 and exp2_f32,
 //   * gemm_tile: the register-blocked GEMM tile kernel behind the Tile IR's gemm(),
 //   * the elementwise functions of fused expressions and the launchers' host helpers.
@@ -19,6 +19,10 @@
 #define TILEC_CPU_H
 
 #include "tilec_checked.h"
+
+// how tilec_arith.h (the helpers shared with the GPU libraries) declares its functions
+#define TILEC_HD static inline
+#include "tilec_arith.h"
 
 #include <cmath>
 #include <cstddef>
@@ -245,51 +249,6 @@ static inline I sat_cast(double x) {
         if (r < lo) return std::numeric_limits<I>::min();
         if (r >= hi) return std::numeric_limits<I>::max();
         return (I)r;
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Python floor division / modulo.  For integers: C++ truncates toward zero,
-// so adjust when the remainder is nonzero and the signs differ.  Integer
-// division by zero gives 0 (NumPy's result) instead of trapping, and MIN / -1
-// wraps to MIN as in NumPy.  Floats follow CPython's float_divmod.
-template <typename T>
-static inline T floordiv(T a, T b) {
-    if constexpr (std::is_floating_point<T>::value) {
-        T mod = std::fmod(a, b);
-        T div = (a - mod) / b;
-        if (mod != 0 && ((b < 0) != (mod < 0))) div -= 1;
-        if (div != 0) {
-            T fd = std::floor(div);
-            if (div - fd > (T)0.5) fd += 1;
-            return fd;
-        }
-        return std::copysign((T)0, a / b);
-    } else if constexpr (std::is_signed<T>::value) {
-        if (b == 0) return (T)0;
-        if (b == -1) return (T)(0u - (typename std::make_unsigned<T>::type)a);
-        const T q = (T)(a / b);
-        return (T)(q - (T)(((a % b) != 0) & ((a < 0) != (b < 0))));
-    } else {
-        return b == 0 ? (T)0 : (T)(a / b);
-    }
-}
-template <typename T>
-static inline T floormod(T a, T b) {
-    if constexpr (std::is_floating_point<T>::value) {
-        T mod = std::fmod(a, b);
-        if (mod != 0) {
-            if ((b < 0) != (mod < 0)) mod += b;
-        } else {
-            mod = std::copysign((T)0, b);
-        }
-        return mod;
-    } else if constexpr (std::is_signed<T>::value) {
-        if (b == 0 || b == -1) return (T)0;
-        const T r = (T)(a % b);
-        return (T)((r != 0 && ((r < 0) != (b < 0))) ? r + b : r);
-    } else {
-        return b == 0 ? (T)0 : (T)(a % b);
     }
 }
 
@@ -920,48 +879,6 @@ static inline void copy_tile4(const uint8_t* __restrict base, int64_t cols, int6
                                   : load_u4(base, row0 + r, col0 + c, cols));
         for (; c < tcols; ++c) out[c] = D(0);
     }
-}
-
-// ---- index helpers ---------------------------------------------------------------------------
-// ceil(a / b) for any signs, as the reference computes it (-(-a // b)); 0 when b is 0 (integer
-// division by zero gives 0, as floordiv's)
-static inline int64_t cdiv(int64_t a, int64_t b) {
-    if (b == 0) return 0;
-    const int64_t q = a / b, r = a % b;
-    return q + ((r != 0) && ((r > 0) == (b > 0)));
-}
-static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
-// x ** N for a small constant N, as repeated multiplication ((x * x) * x ...), 1 / that for N < 0
-template <int N, typename T> static inline T ipow(T x) {
-    if constexpr (N < 0) {
-        return T(1) / ipow<-N>(x);
-    } else {
-        T p = x;
-        for (int i = 1; i < N; ++i) p = p * x;
-        return p;
-    }
-}
-
-// a value converted to a 4-bit integer (held in an int32_t): saturated to the 4-bit range
-template <bool SIGNED> static inline int32_t sat4(int32_t x) {
-    return x < (SIGNED ? -8 : 0) ? (SIGNED ? -8 : 0) : x > (SIGNED ? 7 : 15) ? (SIGNED ? 7 : 15) : x;
-}
-
-// integer x ** n (n >= 0) by squaring, wrapping around as the language's integers do: computed in
-// an unsigned type (whose overflow is defined), at least 32 bits wide so that C's promotion of
-// narrower ones to int cannot overflow
-template <typename T> struct pow_uint { typedef uint32_t U; };
-template <> struct pow_uint<int64_t> { typedef uint64_t U; };
-template <> struct pow_uint<uint64_t> { typedef uint64_t U; };
-template <typename T> static inline T ipow_wrap(T x, int64_t n) {
-    typedef typename pow_uint<T>::U U;
-    U r = 1, b = (U)x;
-    for (; n > 0; n >>= 1) {
-        if (n & 1) r *= b;
-        b *= b;
-    }
-    return (T)r;
 }
 
 // ---- non-temporal stores --------------------------------------------------------------------
