@@ -4,6 +4,8 @@ row_reciprocal (a division by a row's value multiplies by its reciprocal)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import SAMPLES, check_text, compile_text
 
@@ -147,6 +149,19 @@ def test_streamed_stores_write_every_value(monkeypatch, sample, dims):
     monkeypatch.setenv("CXXFLAGS", "-O2 -DTILEC_STREAM_BYTES=0")
     text = (SAMPLES / f"{sample}.tile").read_text()
     check_text(text, dims, name=f"{sample}.tile")
+
+
+def test_streamed_loops_prefetch_the_rows_they_read():
+    """Each chunk of a streamed loop prefetches, ahead of itself, every input row it reads along
+    the loop (tilec::prefetch_ahead), once per row however often the body reads it; not the
+    output, not 4-bit rows (unpacked before the loop)."""
+    text = ("kernel k(X: f32[R, C], Y: f32[R, C], Q: u4[R, C]) -> Z: f32[R, C]:\n"
+            "    Z = X * Y + X * X + Q\n")
+    s, m0, m = compile_text(text, "k.tile", "cpu")
+    cpp = driver.render(s, m, "cpu")["k.cpp"]
+    chunk = cpp.split("alignas(64) float tilec_vals[256];", 1)[1].split("#pragma omp simd", 1)[0]
+    rows = re.findall(r"tilec::prefetch_ahead\((\w+) \+", chunk)
+    assert sorted(rows) == ["X", "Y"], chunk
 
 
 def test_only_first_writes_of_large_outputs_stream():
