@@ -68,8 +68,36 @@ def test_exp_f32_accuracy_and_special_values(tmp_path, march, fn):
     assert (np.abs(got[small].astype(np.float64) - ref[small]) <= 2.0 ** -149).all()
 
 
-ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "sigmoid(x[i])", "silu(x[i])", "gelu_tanh(x[i])",
-               "relu(x[i])", "maximum(x[i], 0.5f)"]
+@pytest.mark.parametrize("march", ["native", "x86-64-v2"])
+def test_exp_of_a_nonpositive_argument_is_exp_f32_bit_for_bit(tmp_path, march):
+    """exp_nonpos_f32 (sigmoid's exp(-|x|), one scale instead of two) gives exp_f32's bits for
+    every x <= 0: the sweep, the subnormal results, -inf, -0 and NaN."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found")
+    src = tmp_path / "exp.cpp"
+    src.write_text(PROGRAM.replace("std::printf(\"%a\\n\", tilec::FN(x))",
+                                   "std::printf(\"%a %a\\n\", tilec::exp_f32(x), "
+                                   "tilec::exp_nonpos_f32(x))"))
+    exe = tmp_path / "exp"
+    r = subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", "-ffp-contract=off",
+                        "-fno-math-errno", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}",
+                        str(src), "-o", str(exe)], capture_output=True, text=True)
+    if r.returncode != 0 and "march" in r.stderr:
+        pytest.skip(f"g++ here does not take -march={march}")
+    assert r.returncode == 0, r.stderr
+    x = -np.abs(np.concatenate([inputs(), np.arange(86.0, 105.0, 0.0011, dtype=np.float32)]))
+    out = subprocess.run([str(exe)], input="\n".join(float(v).hex() for v in x),
+                         capture_output=True, text=True, check=True).stdout.split()
+    got = np.array([float.fromhex(v) for v in out], np.float32).reshape(-1, 2)
+    assert np.isnan(got[np.isnan(x)]).all()
+    ok = ~np.isnan(x)
+    assert (got[ok, 0].view(np.uint32) == got[ok, 1].view(np.uint32)).all(), \
+        x[ok][got[ok, 0] != got[ok, 1]][:10]
+    assert (got[ok, 1] < np.finfo(np.float32).tiny).sum() > 1000  # subnormal results were tried
+
+
+ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "exp_nonpos_f32(x[i])", "sigmoid(x[i])",
+               "silu(x[i])", "gelu_tanh(x[i])", "relu(x[i])", "maximum(x[i], 0.5f)"]
 
 
 @pytest.mark.parametrize("march", ["x86-64-v2", "x86-64-v3", "native"])

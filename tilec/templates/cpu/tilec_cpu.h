@@ -439,9 +439,8 @@ static inline void gemv_dequant4(const float* __restrict a, const uint8_t* __res
     if (n & 1) dst[n - 1] = lo[pairs];
 }
 
-// 2^(n + r / ln 2) for |r| <= ln(2) / 2 and n in [-150, 150]: a degree-7 polynomial of e^r,
-// scaled in two steps so that each factor stays a normal float
-static inline float exp_reduced(float r, int32_t n) {
+// e^r for |r| <= ln(2) / 2: the degree-7 Taylor polynomial
+static inline float exp_poly(float r) {
     float p = 1.98412698e-4f;                // 1/7!
     p = TILEC_FMA_F32(p, r, 1.38888889e-3f);              // 1/6!
     p = TILEC_FMA_F32(p, r, 8.33333333e-3f);              // 1/5!
@@ -449,7 +448,13 @@ static inline float exp_reduced(float r, int32_t n) {
     p = TILEC_FMA_F32(p, r, 1.66666667e-1f);              // 1/3!
     p = TILEC_FMA_F32(p, r, 0.5f);
     p = TILEC_FMA_F32(p, r, 1.0f);
-    p = TILEC_FMA_F32(p, r, 1.0f);
+    return TILEC_FMA_F32(p, r, 1.0f);
+}
+
+// 2^(n + r / ln 2) for |r| <= ln(2) / 2 and n in [-150, 150]: e^r scaled in two steps so that
+// each factor stays a normal float
+static inline float exp_reduced(float r, int32_t n) {
+    const float p = exp_poly(r);
     const int32_t n1 = n >> 1;               // arithmetic shift: floor(n/2)
     const int32_t n2 = n - n1;               // both in [-75, 75]: normal exponents
     const float s1 = f32_bits((uint32_t)(n1 + 127) << 23);
@@ -465,15 +470,32 @@ static inline float clamp_magnitude(float x, uint32_t lim) {
     return f32_bits((bx & 0x80000000u) | ((ax > lim && ax <= 0x7f800000u) ? lim : ax));
 }
 
-static inline float exp_f32(float x) {
-    x = clamp_magnitude(x, 0x42d00000u);  // 104: exp over- or underflows beyond anyway
+// x = n ln 2 + r for |x| <= 104: n = rint(x / ln 2) by the magic add, r by Cody-Waite
+struct ExpSplit {
+    float r;
+    int32_t n;  // in [-150, 150]
+};
+static inline ExpSplit exp_split(float x) {
     const float magic = 12582912.0f;  // 1.5 * 2^23
     const float t = x * 1.44269504088896341f + magic;
     const float nf = t - magic;
-    const int32_t n = (int32_t)(bits_f32(t) - bits_f32(magic));  // n in [-150, 150]
     float r = TILEC_FMA_F32(nf, -0.693145751953125f, x);   // ln2_hi (15 significant bits)
     r = TILEC_FMA_F32(nf, -1.428606820309417e-6f, r);      // ln2_lo
-    return exp_reduced(r, n);
+    return {r, (int32_t)(bits_f32(t) - bits_f32(magic))};
+}
+
+static inline float exp_f32(float x) {
+    const ExpSplit e = exp_split(clamp_magnitude(x, 0x42d00000u));  // 104: exp over- or underflows beyond anyway
+    return exp_reduced(e.r, e.n);
+}
+
+// exp_f32 of an x <= 0 (or NaN), bit for bit, in fewer instructions (sigmoid's exp(-|x|)):
+// n in [-150, 0] lets one scale do. 2^(n + 64) is normal, so p * 2^(n + 64) is exact and the
+// multiply by 2^-64 rounds a subnormal result once, as exp_reduced's second step does. (The
+// clamp stays on the bits: a float select became a branch that only AVX-512 masks vectorize.)
+static inline float exp_nonpos_f32(float x) {
+    const ExpSplit e = exp_split(clamp_magnitude(x, 0x42d00000u));  // n in [-150, 0]
+    return (exp_poly(e.r) * f32_bits((uint32_t)(e.n + 127 + 64) << 23)) * 5.42101086242752217e-20f;  // 2^-64
 }
 
 // 2^x: x = n + f with n = rint(x), f exact, e^(f ln 2) (one rounding in f ln 2)
@@ -777,7 +799,7 @@ template <typename T> static inline T sigmoid(T x) {
 // every element (the multiply could raise a floating-point exception) unless the ISA can mask
 // it (AVX-512): under AVX2 and SSE the loop stayed scalar, 6x slower.
 template <> inline float sigmoid(float x) {
-    const float e = exp_f32(-std::abs(x));
+    const float e = exp_nonpos_f32(-std::abs(x));
     const float s = 1.0f / (1.0f + e);
     const uint32_t neg = 0u - (bits_f32(x) >> 31);  // all ones where x has its sign bit set
     return f32_bits((bits_f32(e) & neg) | (bits_f32(1.0f) & ~neg)) * s;
