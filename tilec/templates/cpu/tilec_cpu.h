@@ -551,15 +551,24 @@ namespace detail {
 // (16 zmm) plus 2 B vectors and a broadcast fits without spills and measured
 // best (12x2, 14x2, 6x3, 8x3, 4x4, 6x4 were all slower or equal on Zen 4).
 // AVX2 / SSE have 16 registers: 6 x 2 (12 accumulators) fits.
+//
+// TILEC_GEMM_PREFETCH: whether gemm_tile prefetches the next rows of A and B's next K slice (see
+// there); not under AVX-512 unless asked for.
 #if defined(__AVX512F__)
 #define TILEC_GEMM_VBYTES 64
 #define TILEC_GEMM_MR 8
+#ifndef TILEC_GEMM_PREFETCH
+#define TILEC_GEMM_PREFETCH 0
+#endif
 #elif defined(__AVX__)
 #define TILEC_GEMM_VBYTES 32
 #define TILEC_GEMM_MR 6
 #else
 #define TILEC_GEMM_VBYTES 16
 #define TILEC_GEMM_MR 6
+#endif
+#ifndef TILEC_GEMM_PREFETCH
+#define TILEC_GEMM_PREFETCH 1
 #endif
 typedef float vf32 __attribute__((vector_size(TILEC_GEMM_VBYTES)));
 typedef double vf64 __attribute__((vector_size(TILEC_GEMM_VBYTES)));
@@ -681,18 +690,24 @@ static inline void micro_kernel(int64_t kc, const T* __restrict Ap, const T* __r
 // next few lines. The addresses are integers, not pointers: a prefetch may run past the tensor
 // (the next K slice of the last one), which is harmless for a prefetch and must not be pointer
 // arithmetic.
+// (The position advances by a line and a row counter, not a division per prefetch.)
 struct prefetcher {
-    uintptr_t base;
-    int64_t stride, lines, total, per_step, next;
+    uintptr_t row;  // the next line's row, and the line's offset in it
+    int64_t stride, lines, per_step, left, line;
     prefetcher(uintptr_t b, int64_t stride_bytes, int64_t row_bytes, int64_t rows, int64_t steps)
-        : base(b), stride(stride_bytes), lines((row_bytes + 63) / 64), total(rows * lines),
-          per_step(steps > 0 ? (total + steps - 1) / steps : total), next(0) {
+        : row(b), stride(stride_bytes), lines((row_bytes + 63) / 64), per_step(0),
+          left(rows * lines), line(0) {
+        per_step = steps > 0 ? (left + steps - 1) / steps : left;
         if (per_step > 16) per_step = 16;
     }
     void step() {
-        for (int64_t n = 0; n < per_step && next < total; ++n, ++next)
-            __builtin_prefetch(reinterpret_cast<const void*>(
-                base + (uintptr_t)((next / lines) * stride + (next % lines) * 64)));
+        for (int64_t n = 0; n < per_step && left > 0; ++n, --left) {
+            __builtin_prefetch(reinterpret_cast<const void*>(row + (uintptr_t)(line * 64)));
+            if (++line == lines) {
+                line = 0;
+                row += (uintptr_t)stride;
+            }
+        }
     }
 };
 
@@ -749,16 +764,21 @@ static inline void gemm_tile(int64_t m, int64_t n, int64_t k,
             // MR rows of A (packed next), and B's next K slice (the next call's, when a K loop of
             // block tiles calls this slice by slice). Rows 4 KiB or more apart defeat the
             // hardware prefetcher. Measured (f32, same-process A/B, docs/PERFORMANCE.md): AVX2
-            // 2048^3 +5-6%, 1024^3 -1..+7.5%; AVX-512 2048^3 +2.5-3%, 1024^3 -4..+2%. A
-            // transposed operand's rows are short: left alone.
+            // 2048^3 +5-6%, 1024^3 -1..+7.5%; AVX-512 2048^3 +2.5-3%, 1024^3 -4..+2% (Zen 5), but
+            // -5% and -8% on an Intel Xeon, where B's rows, each on its own 4 KiB page, held
+            // the line-fill buffers that the micro-kernel's reads of the packed B from L2 need:
+            // off under AVX-512 (TILEC_GEMM_PREFETCH; on for AVX2, +24% at 2048^3 on the Xeon
+            // too). A transposed operand's rows are short: left alone.
+            const bool prefetch = TILEC_GEMM_PREFETCH != 0;
             const int64_t panels = (nc + NR - 1) / NR;
             detail::prefetcher next_b((uintptr_t)Bs + (uintptr_t)(kc * ldb * (int64_t)sizeof(T)),
                                       ldb * (int64_t)sizeof(T), nc * (int64_t)sizeof(T),
-                                      TB ? 0 : kc, (m + MR - 1) / MR * panels);
+                                      !prefetch || TB ? 0 : kc, (m + MR - 1) / MR * panels);
             for (int64_t ic = 0; ic < m; ic += MR) {
                 const int64_t mr = m - ic < MR ? m - ic : MR;
                 detail::pack_a<TA>(mr, kc, TA ? A + pc * lda + ic : A + ic * lda + pc, lda, ap);
-                const int64_t left = m - ic - MR, rows_next = TA || left < 0 ? 0 : left < MR ? left : MR;
+                const int64_t left = m - ic - MR;
+                const int64_t rows_next = !prefetch || TA || left < 0 ? 0 : left < MR ? left : MR;
                 detail::prefetcher next_a((uintptr_t)A + (uintptr_t)(((ic + MR) * lda + pc) * (int64_t)sizeof(T)),
                                           lda * (int64_t)sizeof(T), kc * (int64_t)sizeof(T), rows_next, panels);
                 for (int64_t jr = 0; jr < nc; jr += NR) {
