@@ -164,6 +164,22 @@ def test_streamed_loops_prefetch_the_rows_they_read():
     assert sorted(rows) == ["X", "Y"], chunk
 
 
+def test_reductions_over_input_rows_prefetch_them_in_chunks():
+    """A reduction loop over an input row (a row kernel's first pass, which reads the row from
+    memory) runs in chunks that each prefetch the row ahead; a float sum adds each chunk into
+    its double total."""
+    text = ("kernel k(X: f32[R, C], w: f32[C]) -> Y: f32[R, C]:\n"
+            "    Y = X * rsqrt(mean(X * X, axis=-1, keepdims=True) + 1e-5) * w\n")
+    s, m0, m = compile_text(text, "k.tile", "cpu")
+    cpp = driver.render(s, m, "cpu")["k.cpp"]
+    head, loop = cpp.split("#pragma omp simd reduction(+:", 1)
+    chunk = head.rsplit("double ", 1)[1]
+    assert "+= 256) {" in chunk and re.findall(r"tilec::prefetch_ahead\((\w+) \+", chunk) == ["X"]
+    acc = re.search(r"reduction\(\+:(\w+)\)", "reduction(+:" + loop)[1]
+    assert re.search(rf"{acc}_total \+= {acc};\s+{acc} = 0;\s+}}", loop)  # after each chunk
+    check_text(text, dict(R=3, C=4099))  # (chunks ragged at both levels)
+
+
 def test_only_first_writes_of_large_outputs_stream():
     """A row written once from inputs streams (RMSNorm's output); a softmax's in-place scaling
     of the exponentials it stored does not (those lines are in cache), nor a GEMM's epilogue;

@@ -89,6 +89,7 @@ def _statement_lists(body):
 
 
 SUM_BLOCK = 4096  # elements a float sum adds in vector lanes before adding the block in double
+PREFETCH_CHUNK = 256  # elements of a reduction loop between two prefetches of its input rows
 
 
 class CpuRenderer(CStyleRenderer):
@@ -297,7 +298,7 @@ class CpuRenderer(CStyleRenderer):
         self.emit("alignas(64) float tilec_vals[256];", d + 2)
         self.emit(f"tilec_m = tilec::imin(256 - tilec::stream_skew(tilec_row + tilec_c), "
                   f"{n} - tilec_c);", d + 2)
-        self.prefetch_inputs(body, v, d + 2)
+        self.prefetch_rows(self.input_rows(body, v), "tilec_c", "tilec_m", d + 2)
         self.emit("#pragma omp simd", d + 2)
         self.emit("for (int64_t tilec_k = 0; tilec_k < tilec_m; ++tilec_k) {", d + 2)
         self.emit(f"const int64_t {cname(v)} = tilec_c + tilec_k;", d + 3)
@@ -311,10 +312,10 @@ class CpuRenderer(CStyleRenderer):
         self.emit("}", d)
         self.streams = True
 
-    def prefetch_inputs(self, body, v: str, d: int):
-        """In a streaming loop's chunk (tilec_c, tilec_m): a prefetch of each input row it reads
-        along `v`, some way ahead of the chunk (tilec::prefetch_ahead). Rows whose address
-        depends on a value the body computes are left to the hardware."""
+    def input_rows(self, body, v: str) -> list:
+        """The input rows the loop body reads along `v` (unit stride), each once: (pointer to
+        the row's element at v = 0, tensor name). Rows whose address depends on a value the body
+        computes are left out, and 4-bit rows (unpacked before the loop)."""
         local = tuple(st.name for st in body if isinstance(st, T.Let))
         rows = []
         for ld in (x for st in body for x in loads_in(st)):
@@ -323,11 +324,19 @@ class CpuRenderer(CStyleRenderer):
                     any(uses_var(x, local) for x in ld.idx):
                 continue
             at = ld.idx[:-1] + (column_base(ld.idx[-1], v),)
-            row = f"{cname(p.name)} + {self.global_offset(p, at)}"
+            row = (f"{cname(p.name)} + {self.global_offset(p, at)}", cname(p.name))
             if row not in rows:
                 rows.append(row)
-                self.emit(f"tilec::prefetch_ahead({row} + tilec_c, (size_t)tilec_m * "
-                          f"sizeof(*{cname(p.name)}));", d)
+        return rows
+
+    def prefetch_rows(self, rows: list, start: str, count: str, d: int):
+        """For a chunk of a loop (elements start .. start + count - 1 of each row): a prefetch of
+        each input row some way ahead of the chunk (tilec::prefetch_ahead). Without them the
+        core's prefetchers, which stop at 4 KiB pages, left compute-heavy loops and the first
+        pass of row kernels waiting on memory (docs/PERFORMANCE.md)."""
+        for row, name in rows:
+            self.emit(f"tilec::prefetch_ahead({row} + {start}, (size_t)({count}) * "
+                      f"sizeof(*{name}));", d)
 
     def simd_loop(self, body, v: str, ext, d: int):
         self.emit("#pragma omp simd", d)
@@ -374,7 +383,9 @@ class CpuRenderer(CStyleRenderer):
     def reducing_loop(self, body, v, ext, reductions: list, depth):
         """Each reduction store accumulates into a local (vectorized with an OpenMP reduction
         clause); the buffer is updated once after the loop. A float max/min also tracks NaN,
-        which must win as in NumPy (OpenMP's vector max/min would drop it)."""
+        which must win as in NumPy (OpenMP's vector max/min would drop it). A float sum adds
+        blocks of SUM_BLOCK (or PREFETCH_CHUNK, below) in double; a loop over input rows runs in
+        chunks of PREFETCH_CHUNK that prefetch them (prefetch_rows)."""
         accs, clauses, after, totals = {}, [], [], []
         for st in reductions:
             fn = {"add": "sum", "maximum": "max", "minimum": "min"}[st.value.fn]
@@ -413,11 +424,17 @@ class CpuRenderer(CStyleRenderer):
                              f"{result});")
         n = self.expr(ext)
         d = depth
-        if totals:
+        # a loop over input rows runs in chunks that each prefetch the rows ahead (the first pass
+        # over a row kernel's rows is the one that reads them from memory); a float sum adds each
+        # chunk, or each block of SUM_BLOCK, into its double total
+        rows = self.input_rows(body, v)
+        step = PREFETCH_CHUNK if rows else SUM_BLOCK if totals else None
+        if step:
             blk = self.fresh("tilec_blk")
-            self.emit(f"for (int64_t {blk} = 0; {blk} < {n}; {blk} += {SUM_BLOCK}) {{", d)
+            self.emit(f"for (int64_t {blk} = 0; {blk} < {n}; {blk} += {step}) {{", d)
             d += 1
-            self.emit(f"const int64_t {blk}_end = tilec::imin({n}, {blk} + {SUM_BLOCK});", d)
+            self.emit(f"const int64_t {blk}_end = tilec::imin({n}, {blk} + {step});", d)
+            self.prefetch_rows(rows, blk, f"{blk}_end - {blk}", d)
             lo, hi = blk, f"{blk}_end"
         else:
             lo, hi = "0", n
@@ -425,7 +442,7 @@ class CpuRenderer(CStyleRenderer):
         self.emit(f"for (int64_t {cname(v)} = {lo}; {cname(v)} < {hi}; ++{cname(v)}) {{", d)
         self.reducing_body(body, accs, d + 1)
         self.emit("}", d)
-        if totals:
+        if step:
             for acc, total in totals:
                 self.emit(f"{total} += {acc};", d)
                 self.emit(f"{acc} = 0;", d)
