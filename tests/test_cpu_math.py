@@ -18,11 +18,34 @@ TEMPLATES = Path(tilec.__file__).parent / "templates"
 PROGRAM = r"""
 #include "tilec_cpu.h"
 #include <cstdio>
+#include <initializer_list>
 int main() {
     float x;
-    while (std::scanf("%a", &x) == 1) std::printf("%a\n", tilec::FN(x));
+    while (std::scanf("%a", &x) == 1) {
+        for (float y : {FNS}) std::printf("%a ", y);
+        std::printf("\n");
+    }
 }
 """
+
+
+def evaluate(tmp: Path, march: str, fns: list, x: np.ndarray) -> np.ndarray:
+    """tilec_cpu.h's functions `fns` (names) of each x, built with -march=`march`: one row per x
+    (skips where g++ or the -march is missing)."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not found")
+    src = tmp / "fns.cpp"
+    src.write_text(PROGRAM.replace("FNS", ", ".join(f"tilec::{f}(x)" for f in fns)))
+    exe = tmp / "fns"
+    r = subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", "-ffp-contract=off",
+                        "-fno-math-errno", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}",
+                        str(src), "-o", str(exe)], capture_output=True, text=True)
+    if r.returncode != 0 and "march" in r.stderr:
+        pytest.skip(f"g++ here does not take -march={march}")
+    assert r.returncode == 0, r.stderr
+    out = subprocess.run([str(exe)], input="\n".join(float(v).hex() for v in x),
+                         capture_output=True, text=True, check=True).stdout.split()
+    return np.array([float.fromhex(v) for v in out], np.float32).reshape(len(x), len(fns))
 
 
 def inputs() -> np.ndarray:
@@ -36,22 +59,9 @@ def inputs() -> np.ndarray:
 @pytest.mark.parametrize("march", ["native", "x86-64-v2"])
 @pytest.mark.parametrize("fn", ["exp_f32", "exp2_f32"])
 def test_exp_f32_accuracy_and_special_values(tmp_path, march, fn):
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not found")
-    src = tmp_path / "exp.cpp"
-    src.write_text(PROGRAM.replace("FN", fn))
-    exe = tmp_path / "exp"
-    r = subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", "-ffp-contract=off",
-                        "-fno-math-errno", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}",
-                        str(src), "-o", str(exe)], capture_output=True, text=True)
-    if r.returncode != 0 and "march" in r.stderr:
-        pytest.skip(f"g++ here does not take -march={march}")
-    assert r.returncode == 0, r.stderr
     with np.errstate(over="ignore"):  # (the largest inputs scale to inf: still special values)
         x = inputs() * np.float32(1.4426950408889634 if fn == "exp2_f32" else 1.0)
-    out = subprocess.run([str(exe)], input="\n".join(float(v).hex() for v in x), capture_output=True,
-                         text=True, check=True).stdout.split()
-    got = np.array([float.fromhex(s) for s in out], np.float32)
+    got = evaluate(tmp_path, march, [fn], x)[:, 0]
     with np.errstate(over="ignore"):
         ref = (np.exp2 if fn == "exp2_f32" else np.exp)(x.astype(np.float64))
         ref32 = ref.astype(np.float32)  # the correctly rounded result (inf past FLT_MAX)
@@ -72,23 +82,8 @@ def test_exp_f32_accuracy_and_special_values(tmp_path, march, fn):
 def test_exp_of_a_nonpositive_argument_is_exp_f32_bit_for_bit(tmp_path, march):
     """exp_nonpos_f32 (sigmoid's exp(-|x|), one scale instead of two) gives exp_f32's bits for
     every x <= 0: the sweep, the subnormal results, -inf, -0 and NaN."""
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not found")
-    src = tmp_path / "exp.cpp"
-    src.write_text(PROGRAM.replace("std::printf(\"%a\\n\", tilec::FN(x))",
-                                   "std::printf(\"%a %a\\n\", tilec::exp_f32(x), "
-                                   "tilec::exp_nonpos_f32(x))"))
-    exe = tmp_path / "exp"
-    r = subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", "-ffp-contract=off",
-                        "-fno-math-errno", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}",
-                        str(src), "-o", str(exe)], capture_output=True, text=True)
-    if r.returncode != 0 and "march" in r.stderr:
-        pytest.skip(f"g++ here does not take -march={march}")
-    assert r.returncode == 0, r.stderr
     x = -np.abs(np.concatenate([inputs(), np.arange(86.0, 105.0, 0.0011, dtype=np.float32)]))
-    out = subprocess.run([str(exe)], input="\n".join(float(v).hex() for v in x),
-                         capture_output=True, text=True, check=True).stdout.split()
-    got = np.array([float.fromhex(v) for v in out], np.float32).reshape(-1, 2)
+    got = evaluate(tmp_path, march, ["exp_f32", "exp_nonpos_f32"], x)
     assert np.isnan(got[np.isnan(x)]).all()
     ok = ~np.isnan(x)
     assert (got[ok, 0].view(np.uint32) == got[ok, 1].view(np.uint32)).all(), \
