@@ -2,7 +2,8 @@
 // by tilec beside the generated sources; do not edit. Portable C++ with nothing of one GPU: each
 // library includes it, outside its namespace tilec, once it has defined TILEC_DEV / TILEC_HD and,
 // in namespace tilec, its 16-bit conversions (f16_to_f32, f32_to_f16, bf16_to_f32, f32_to_bf16),
-// exp of a float, recip_1_2 and its own maximum / minimum of floats, if any.
+// exp of a float, recip_1_2 and its own maximum / minimum of floats, if any; after it, the
+// library gives Word<BYTES>, load_vec_whole and store_vec_whole (the vector loads below).
 #pragma once
 
 #include <cmath>
@@ -152,6 +153,56 @@ TILEC_HD bool words_aligned(const uint8_t* base, int64_t cols) {
 // (s + c) % M for 0 <= s < M and 0 <= c < M: a pipelined loop's stage c iterations ahead of the
 // stage counter s it keeps (32-bit, wrapped each iteration) instead of a 64-bit remainder.
 template <int M> TILEC_DEV int wrap_add(int s, int c) { return s + c >= M ? s + c - M : s + c; }
+
+// ---- vector loads and stores: V consecutive elements; the first n are valid -----------------
+// One access of V * sizeof(storage) bytes (several 16-byte ones above that) when all V are valid
+// and the address is aligned to it; element by element otherwise (ragged edges, odd strides).
+// Each library gives Word<BYTES> (1, 2, 4, 8 and 16: the types its accesses of that many bytes
+// take) and the whole-vector accesses load_vec_whole and store_vec_whole declared here.
+template <int BYTES> struct Word;
+template <int BYTES> struct VecWord { typedef typename Word<(BYTES >= 16 ? 16 : BYTES)>::type type; };
+// V values fill whole words (V * sizeof(storage) is a power of two or a multiple of 16 bytes)
+template <int V, class K> struct WholeWords {
+    typedef typename VecWord<V * sizeof(typename K::storage)>::type W;
+    static constexpr bool value = (V * sizeof(typename K::storage)) % sizeof(W) == 0;
+};
+// Whole vectors at an address known to be aligned (vec_aligned, tested once for a whole loop
+// by the caller): one access, no test.
+template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p) {
+    typedef typename WholeWords<V, K>::W W;
+    // (a word no wider than one element: every valid pointer is aligned, known at compile time)
+    return WholeWords<V, K>::value &&
+           (sizeof(W) <= alignof(typename K::storage) || reinterpret_cast<uintptr_t>(p) % sizeof(W) == 0);
+}
+// How a whole-vector load reads (tilec_cuda.h says what each hint does there; on AMD every
+// whole-vector load is a plain global load)
+enum LoadHint { LOAD_ANY, LOAD_ONCE, LOAD_GLOBAL };
+template <int V, class K, LoadHint H = LOAD_ANY>
+TILEC_DEV void load_vec_whole(typename K::reg (&out)[V], const typename K::storage* p);
+template <int V, class K>
+TILEC_DEV void store_vec_whole(typename K::storage* p, const typename K::reg (&in)[V]);
+
+// (N: the valid count's type, int where the caller's indices are 32-bit: one compare, not two)
+template <int V, class K, class N>
+TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p, N n) {
+    if (n >= V && vec_aligned<V, K>(p)) {
+        load_vec_whole<V, K>(out, p);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v] = v < n ? K::load(p[v]) : typename K::reg(0);
+    }
+}
+
+template <int V, class K, class N>
+TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V], N n) {
+    if (n >= V && vec_aligned<V, K>(p)) {
+        store_vec_whole<V, K>(p, in);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v)
+            if (v < n) p[v] = K::store(in[v]);
+    }
+}
 
 // the operators of reductions across the threads that share a row
 struct OpSum { template <typename T> static TILEC_DEV T apply(T a, T b) { return a + b; } };

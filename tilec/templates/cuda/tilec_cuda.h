@@ -163,30 +163,13 @@ namespace tilec {
 typedef NarrowFloat<uint8_t, fp8e4m3_to_f32, f32_to_fp8e4m3> FP8E4M3;
 typedef NarrowFloat<uint8_t, fp8e5m2_to_f32, f32_to_fp8e5m2> FP8E5M2;
 
-// ---- vector loads and stores: V consecutive elements; the first n are valid -----------------
-// One access of V * sizeof(storage) bytes (several 16-byte ones above that) when all V are valid
-// and the address is aligned to it; element by element otherwise (ragged edges, odd strides).
-template <int BYTES> struct Word;
+// ---- whole-vector loads and stores (tilec_gpu.h's load_vec and store_vec call them) ---------
 template <> struct Word<1> { typedef uint8_t type; };
 template <> struct Word<2> { typedef uint16_t type; };
 template <> struct Word<4> { typedef uint32_t type; };
 template <> struct Word<8> { typedef uint2 type; };
 template <> struct Word<16> { typedef uint4 type; };
-template <int BYTES> struct VecWord { typedef typename Word<(BYTES >= 16 ? 16 : BYTES)>::type type; };
-// V values fill whole words (V * sizeof(storage) is a power of two or a multiple of 16 bytes)
-template <int V, class K> struct WholeWords {
-    typedef typename VecWord<V * sizeof(typename K::storage)>::type W;
-    static constexpr bool value = (V * sizeof(typename K::storage)) % sizeof(W) == 0;
-};
 
-// Whole vectors at an address known to be aligned (vec_aligned, tested once for a whole loop
-// by the caller): one access, no test.
-template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p) {
-    typedef typename WholeWords<V, K>::W W;
-    // (a word no wider than one element: every valid pointer is aligned, known at compile time)
-    return WholeWords<V, K>::value &&
-           (sizeof(W) <= alignof(typename K::storage) || reinterpret_cast<uintptr_t>(p) % sizeof(W) == 0);
-}
 // How a whole-vector load reads: LOAD_ANY, a generic address (global or shared memory); the other
 // two take global memory only. LOAD_ONCE: memory the kernel reads once (an elementwise kernel's
 // input the shape of its output): 16-byte words load evict-first (ld.global.cs), leaving L2 to
@@ -206,8 +189,7 @@ template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p
 #ifndef TILEC_LOAD_FORM
 #define TILEC_LOAD_FORM 0
 #endif
-enum LoadHint { LOAD_ANY, LOAD_ONCE, LOAD_GLOBAL };
-template <int V, class K, LoadHint H = LOAD_ANY>
+template <int V, class K, LoadHint H>
 TILEC_DEV void load_vec_whole(typename K::reg (&out)[V], const typename K::storage* p) {
     typedef typename K::storage S;
     typedef typename VecWord<V * sizeof(S)>::type W;
@@ -281,27 +263,6 @@ TILEC_DEV void store_vec_whole(typename K::storage* p, const typename K::reg (&i
     }
 }
 
-// (N: the valid count's type, int where the caller's indices are 32-bit: one compare, not two)
-template <int V, class K, class N>
-TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p, N n) {
-    if (n >= V && vec_aligned<V, K>(p)) {
-        load_vec_whole<V, K>(out, p);
-    } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v) out[v] = v < n ? K::load(p[v]) : typename K::reg(0);
-    }
-}
-
-template <int V, class K, class N>
-TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V], N n) {
-    if (n >= V && vec_aligned<V, K>(p)) {
-        store_vec_whole<V, K>(p, in);
-    } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-            if (v < n) p[v] = K::store(in[v]);
-    }
-}
 
 // ---- dequantization of 4-bit weights, eight values per call ------------------------------------
 // out[v] = H((q_v - zero) * s_v) for the eight values of the 32-bit word w (value v in bits 4v..4v+3,

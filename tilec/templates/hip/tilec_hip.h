@@ -85,28 +85,16 @@ TILEC_DEV double recip_1_2(double y) { return 1.0 / y; }
 #include "tilec_gpu.h"
 namespace tilec {
 
-// ---- vector loads and stores: V consecutive elements; the first n are valid -----------------
-// One access of V * sizeof(storage) bytes (several 16-byte ones above that: global_load_dwordx4)
-// when all V are valid and the address is aligned to it; element by element otherwise. Words are
-// clang vectors and integers, never HIP's uint4 struct: values move through 32-bit registers by
-// shifts, which the compiler keeps in registers (a struct copied by memcpy stayed in scratch).
+// ---- whole-vector loads and stores (tilec_gpu.h's load_vec and store_vec call them) ---------
+// 16 bytes are one access (global_load_dwordx4). Words are clang vectors and integers, never
+// HIP's uint4 struct: values move through 32-bit registers by shifts, which the compiler keeps in
+// registers (a struct copied by memcpy stayed in scratch).
 typedef uint32_t u32x4 __attribute__((ext_vector_type(4)));
-template <int BYTES> struct Word;
 template <> struct Word<1> { typedef uint8_t type; };
 template <> struct Word<2> { typedef uint16_t type; };
 template <> struct Word<4> { typedef uint32_t type; };
 template <> struct Word<8> { typedef uint64_t type; };
 template <> struct Word<16> { typedef u32x4 type; };
-template <int BYTES> struct VecWord { typedef typename Word<(BYTES >= 16 ? 16 : BYTES)>::type type; };
-template <int V, class K> struct WholeWords {
-    typedef typename VecWord<V * sizeof(typename K::storage)>::type W;
-    static constexpr bool value = (V * sizeof(typename K::storage)) % sizeof(W) == 0;
-};
-template <int V, class K> TILEC_HD bool vec_aligned(const typename K::storage* p) {
-    typedef typename WholeWords<V, K>::W W;
-    return WholeWords<V, K>::value &&
-           (sizeof(W) <= alignof(typename K::storage) || reinterpret_cast<uintptr_t>(p) % sizeof(W) == 0);
-}
 // The B bytes at p (aligned to min(B, 16)) as 32-bit pieces, and back.
 template <int B> TILEC_DEV void load_words(uint32_t (&u)[B / 4], const void* p) {
     if constexpr (B >= 16) {
@@ -157,8 +145,7 @@ template <typename S, int N> TILEC_DEV void pack(uint32_t (&u)[N], int v, S x) {
     }
 }
 // (the load hints of tilec_cuda.h; on AMD every whole-vector load is a plain global load)
-enum LoadHint { LOAD_ANY, LOAD_ONCE, LOAD_GLOBAL };
-template <int V, class K, LoadHint H = LOAD_ANY>
+template <int V, class K, LoadHint H>
 TILEC_DEV void load_vec_whole(typename K::reg (&out)[V], const typename K::storage* p) {
     typedef typename K::storage S;
     constexpr int B = V * (int)sizeof(S);
@@ -184,25 +171,6 @@ TILEC_DEV void store_vec_whole(typename K::storage* p, const typename K::reg (&i
 #pragma unroll
         for (int v = 0; v < V; ++v) pack<S>(u, v, K::store(in[v]));
         store_words<B>(p, u);
-    }
-}
-template <int V, class K, class N>
-TILEC_DEV void load_vec(typename K::reg (&out)[V], const typename K::storage* p, N n) {
-    if (n >= V && vec_aligned<V, K>(p)) {
-        load_vec_whole<V, K>(out, p);
-    } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v) out[v] = v < n ? K::load(p[v]) : typename K::reg(0);
-    }
-}
-template <int V, class K, class N>
-TILEC_DEV void store_vec(typename K::storage* p, const typename K::reg (&in)[V], N n) {
-    if (n >= V && vec_aligned<V, K>(p)) {
-        store_vec_whole<V, K>(p, in);
-    } else {
-#pragma unroll
-        for (int v = 0; v < V; ++v)
-            if (v < n) p[v] = K::store(in[v]);
     }
 }
 
