@@ -160,7 +160,7 @@ def test_streamed_loops_prefetch_the_rows_they_read():
     s, m0, m = compile_text(text, "k.tile", "cpu")
     cpp = driver.render(s, m, "cpu")["k.cpp"]
     chunk = cpp.split("alignas(64) float tilec_vals[256];", 1)[1].split("#pragma omp simd", 1)[0]
-    rows = re.findall(r"tilec::prefetch_ahead\((\w+) \+", chunk)
+    rows = re.findall(r"tilec::prefetch_ahead\((\w+), ", chunk)
     assert sorted(rows) == ["X", "Y"], chunk
 
 
@@ -174,7 +174,7 @@ def test_reductions_over_input_rows_prefetch_them_in_chunks():
     cpp = driver.render(s, m, "cpu")["k.cpp"]
     head, loop = cpp.split("#pragma omp simd reduction(+:", 1)
     chunk = head.rsplit("double ", 1)[1]
-    assert "+= 256) {" in chunk and re.findall(r"tilec::prefetch_ahead\((\w+) \+", chunk) == ["X"]
+    assert "+= 256) {" in chunk and re.findall(r"tilec::prefetch_ahead\((\w+), ", chunk) == ["X"]
     acc = re.search(r"reduction\(\+:(\w+)\)", "reduction(+:" + loop)[1]
     assert re.search(rf"{acc}_total \+= {acc};\s+{acc} = 0;\s+}}", loop)  # after each chunk
     check_text(text, dict(R=3, C=4099))  # (chunks ragged at both levels)

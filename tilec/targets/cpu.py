@@ -313,9 +313,9 @@ class CpuRenderer(CStyleRenderer):
         self.streams = True
 
     def input_rows(self, body, v: str) -> list:
-        """The input rows the loop body reads along `v` (unit stride), each once: (pointer to
-        the row's element at v = 0, tensor name). Rows whose address depends on a value the body
-        computes are left out, and 4-bit rows (unpacked before the loop)."""
+        """The input rows the loop body reads along `v` (unit stride), each once: (tensor, offset
+        of the row's element at v = 0). Rows whose address depends on a value the body computes
+        are left out, and 4-bit rows (unpacked before the loop)."""
         local = tuple(st.name for st in body if isinstance(st, T.Let))
         rows = []
         for ld in (x for st in body for x in loads_in(st)):
@@ -324,7 +324,7 @@ class CpuRenderer(CStyleRenderer):
                     any(uses_var(x, local) for x in ld.idx):
                 continue
             at = ld.idx[:-1] + (column_base(ld.idx[-1], v),)
-            row = (f"{cname(p.name)} + {self.global_offset(p, at)}", cname(p.name))
+            row = (cname(p.name), self.global_offset(p, at))
             if row not in rows:
                 rows.append(row)
         return rows
@@ -334,9 +334,8 @@ class CpuRenderer(CStyleRenderer):
         each input row some way ahead of the chunk (tilec::prefetch_ahead). Without them the
         core's prefetchers, which stop at 4 KiB pages, left compute-heavy loops and the first
         pass of row kernels waiting on memory (docs/PERFORMANCE.md)."""
-        for row, name in rows:
-            self.emit(f"tilec::prefetch_ahead({row} + {start}, (size_t)({count}) * "
-                      f"sizeof(*{name}));", d)
+        for name, offset in rows:
+            self.emit(f"tilec::prefetch_ahead({name}, {offset} + {start}, {count});", d)
 
     def simd_loop(self, body, v: str, ext, d: int):
         self.emit("#pragma omp simd", d)

@@ -955,16 +955,18 @@ static inline void stream_row(float* dst, const float* src, int64_t n) {
 #ifndef TILEC_PREFETCH_BYTES
 #define TILEC_PREFETCH_BYTES 4096
 #endif
-// Asks for the cache lines TILEC_PREFETCH_BYTES past [p, p + bytes), the part of an input row a
-// chunk of a loop reads (a streamed loop's, or a reduction's over the row): the lines the loop
-// reads a few chunks later (or the next row's first ones) are on their way while it computes.
-// Without it the core's own prefetchers, which stop at 4 KiB pages, left a compute-heavy loop
-// waiting on memory after each chunk: a SiLU chain ran at 20 GB/s against 31 with it (Intel Xeon,
-// 2 cores, docs/PERFORMANCE.md). A hint: the addresses are integers (past the tensor's end they
-// are never read), and it does no harm where the lines are already in cache.
-static inline void prefetch_ahead(const void* p, size_t bytes) {
-    const uintptr_t first = reinterpret_cast<uintptr_t>(p) + TILEC_PREFETCH_BYTES;
-    for (uintptr_t a = first; a < first + bytes; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a));
+// Asks for the cache lines TILEC_PREFETCH_BYTES past elements [first, first + count) of `base`,
+// the part of an input row a chunk of a loop reads (a streamed loop's, or a reduction's over the
+// row): the lines the loop reads a few chunks later (or the next row's first ones) are on their
+// way while it computes. Without it the core's own prefetchers, which stop at 4 KiB pages, left a
+// compute-heavy loop waiting on memory after each chunk: a SiLU chain ran at 20 GB/s against 31
+// with it (Intel Xeon, 2 cores, docs/PERFORMANCE.md). A hint: the addresses are integers, not
+// pointers (past the tensor's end they are never read, and no pointer points there), and it does
+// no harm where the lines are already in cache.
+template <typename T> static inline void prefetch_ahead(const T* base, int64_t first, int64_t count) {
+    const uintptr_t a0 = reinterpret_cast<uintptr_t>(base) + (uintptr_t)first * sizeof(T) + TILEC_PREFETCH_BYTES;
+    for (uintptr_t a = a0; a < a0 + (uintptr_t)count * sizeof(T); a += 64)
+        __builtin_prefetch(reinterpret_cast<const void*>(a));
 }
 // How many floats `p` lies past a 64-byte boundary.
 static inline int64_t stream_skew(const float* p) {
