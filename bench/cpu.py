@@ -21,7 +21,7 @@ Cases (kernels in bench/cpu.tile):
   causal    causal attention against non-causal (tilec both), B1 H2 L=S=4096 D64 f32:
             goal: causal >= 1.7x faster (masked key tiles skipped)
 plus the f32 FMA peak (bench/fma_peak.cpp: vector FMA chains from registers on every core) and
-the copy-bandwidth ceiling (64 MiB): tilec's copy kernel (Y = X * 1.0, OpenMP threads) on the
+the copy-bandwidth ceiling (64 MiB): tilec's copy kernel (Y = X, OpenMP threads) on the
 4096x4096 matrix and on the same memory seen as 16384x1024 (a flat stream), and np.copyto. A
 memory-bound row's "% of copy" is against the copy kernel on 4096x4096 timed in that row's own
 rounds (this VM's bandwidth drifts by 2x within an hour, so a ceiling minutes apart misleads).

@@ -151,6 +151,20 @@ def test_streamed_stores_write_every_value(monkeypatch, sample, dims):
     check_text(text, dims, name=f"{sample}.tile")
 
 
+def test_a_streamed_copy_streams_from_the_input_row(monkeypatch):
+    """An output row that is a copy of an f32 input row goes to memory straight from that row
+    (no staging buffer, which g++ filled with `rep movsq` and then stalled on), and every value
+    arrives (ragged row length, unaligned row starts)."""
+    text = "kernel cp(X: f32[R, C]) -> Y: f32[R, C]:\n    Y = X\n"
+    s, m0, m = compile_text(text, "cp.tile", "cpu")
+    cpp = driver.render(s, m, "cpu")["cp.cpp"]
+    streamed = cpp.split(">= TILEC_STREAM_BYTES) {", 1)[1].split("} else {", 1)[0]
+    assert re.search(r"tilec::stream_row\(tilec_row, X \+ ", streamed), streamed
+    assert "tilec_vals" not in streamed
+    monkeypatch.setenv("CXXFLAGS", "-O2 -DTILEC_STREAM_BYTES=0")
+    check_text(text, dict(R=5, C=1001))
+
+
 def test_streamed_loops_prefetch_the_rows_they_read():
     """Each chunk of a streamed loop prefetches, ahead of itself, every input row it reads along
     the loop (tilec::prefetch_ahead), once per row however often the body reads it; not the
