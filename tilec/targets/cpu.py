@@ -288,44 +288,43 @@ class CpuRenderer(CStyleRenderer):
         f32 input row streams from that row itself: staged through the buffer, g++ turned the
         copy into `rep movsq` whose 8-byte stores the 32-byte loads of the stream then waited on
         (a 4096 x 4096 copy at 16 GB/s against 32 for the AVX2 build on an Intel Xeon)."""
-        p = self.globals[st.buf]
-        at = st.idx[:-1] + (column_base(st.idx[-1], v),)
         n = self.expr(ext)
-        self.emit(f"if ({bytes_expr('f32', p.shape, '(size_t)')} >= TILEC_STREAM_BYTES) {{", d)
-        self.emit(f"float* const tilec_row = {cname(p.name)} + {self.global_offset(p, at)};",
+        self.emit(f"if ({bytes_expr('f32', self.globals[st.buf].shape, '(size_t)')} >= "
+                  f"TILEC_STREAM_BYTES) {{", d)
+        self.emit("float* const tilec_row = {} + {};".format(*self.row_of(st.buf, st.idx, v)),
                   d + 1)
         src = st.value
         if len(body) == 1 and isinstance(src, T.Load) and src.buf in self.globals and \
                 self.globals[src.buf].dtype == "f32" and unit_stride(src.idx, v):
-            s = self.globals[src.buf]
-            s_at = src.idx[:-1] + (column_base(src.idx[-1], v),)
-            self.emit(f"tilec::stream_row(tilec_row, {cname(s.name)} + "
-                      f"{self.global_offset(s, s_at)}, {n});", d + 1)
-            self.emit("} else {", d)
-            self.simd_loop(body, v, ext, d + 1)
-            self.emit("}", d)
-            self.streams = True
-            return
-        # chunks end on 64-byte boundaries of the row (the first one is shorter when the row
-        # starts between two), so only the row's ends take plain stores
-        self.emit(f"for (int64_t tilec_c = 0, tilec_m = 0; tilec_c < {n}; tilec_c += tilec_m) {{",
-                  d + 1)
-        self.emit("alignas(64) float tilec_vals[256];", d + 2)
-        self.emit(f"tilec_m = tilec::imin(256 - tilec::stream_skew(tilec_row + tilec_c), "
-                  f"{n} - tilec_c);", d + 2)
-        self.prefetch_rows(self.input_rows(body, v), "tilec_c", "tilec_m", d + 2)
-        self.emit("#pragma omp simd", d + 2)
-        self.emit("for (int64_t tilec_k = 0; tilec_k < tilec_m; ++tilec_k) {", d + 2)
-        self.emit(f"const int64_t {cname(v)} = tilec_c + tilec_k;", d + 3)
-        self.stmts(body[:-1], d + 3)
-        self.emit(f"tilec_vals[tilec_k] = {self.store_expr(st.buf, st.value)};", d + 3)
-        self.emit("}", d + 2)
-        self.emit("tilec::stream_row(tilec_row + tilec_c, tilec_vals, tilec_m);", d + 2)
-        self.emit("}", d + 1)
+            name, offset = self.row_of(src.buf, src.idx, v)
+            self.emit(f"tilec::stream_row(tilec_row, {name} + {offset}, {n});", d + 1)
+        else:
+            # chunks end on 64-byte boundaries of the row (the first one is shorter when the row
+            # starts between two), so only the row's ends take plain stores
+            self.emit(f"for (int64_t tilec_c = 0, tilec_m = 0; tilec_c < {n}; "
+                      f"tilec_c += tilec_m) {{", d + 1)
+            self.emit("alignas(64) float tilec_vals[256];", d + 2)
+            self.emit(f"tilec_m = tilec::imin(256 - tilec::stream_skew(tilec_row + tilec_c), "
+                      f"{n} - tilec_c);", d + 2)
+            self.prefetch_rows(self.input_rows(body, v), "tilec_c", "tilec_m", d + 2)
+            self.emit("#pragma omp simd", d + 2)
+            self.emit("for (int64_t tilec_k = 0; tilec_k < tilec_m; ++tilec_k) {", d + 2)
+            self.emit(f"const int64_t {cname(v)} = tilec_c + tilec_k;", d + 3)
+            self.stmts(body[:-1], d + 3)
+            self.emit(f"tilec_vals[tilec_k] = {self.store_expr(st.buf, st.value)};", d + 3)
+            self.emit("}", d + 2)
+            self.emit("tilec::stream_row(tilec_row + tilec_c, tilec_vals, tilec_m);", d + 2)
+            self.emit("}", d + 1)
         self.emit("} else {", d)
         self.simd_loop(body, v, ext, d + 1)
         self.emit("}", d)
         self.streams = True
+
+    def row_of(self, buf: str, idx: tuple, v: str) -> tuple:
+        """The row a unit-stride access of a global walks: (tensor, offset of its element at
+        v = 0)."""
+        p = self.globals[buf]
+        return cname(p.name), self.global_offset(p, idx[:-1] + (column_base(idx[-1], v),))
 
     def input_rows(self, body, v: str) -> list:
         """The input rows the loop body reads along `v` (unit stride), each once: (tensor, offset
@@ -338,8 +337,7 @@ class CpuRenderer(CStyleRenderer):
             if p is None or p.dtype in PACKED or not unit_stride(ld.idx, v) or \
                     any(uses_var(x, local) for x in ld.idx):
                 continue
-            at = ld.idx[:-1] + (column_base(ld.idx[-1], v),)
-            row = (cname(p.name), self.global_offset(p, at))
+            row = self.row_of(ld.buf, ld.idx, v)
             if row not in rows:
                 rows.append(row)
         return rows
