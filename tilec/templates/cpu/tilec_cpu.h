@@ -693,11 +693,10 @@ static inline void micro_kernel(int64_t kc, const T* __restrict Ap, const T* __r
 // (The position advances by a line and a row counter, not a division per prefetch.)
 struct prefetcher {
     uintptr_t row;  // the next line's row, and the line's offset in it
-    int64_t stride, lines, per_step, left, line;
+    int64_t stride, lines, left, per_step, line;
     prefetcher(uintptr_t b, int64_t stride_bytes, int64_t row_bytes, int64_t rows, int64_t steps)
-        : row(b), stride(stride_bytes), lines((row_bytes + 63) / 64), per_step(0),
-          left(rows * lines), line(0) {
-        per_step = steps > 0 ? (left + steps - 1) / steps : left;
+        : row(b), stride(stride_bytes), lines((row_bytes + 63) / 64), left(rows * lines),
+          per_step(steps > 0 ? (left + steps - 1) / steps : left), line(0) {
         if (per_step > 16) per_step = 16;
     }
     void step() {
