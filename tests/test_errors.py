@@ -13,7 +13,8 @@ import re
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,13 @@ def _tilec() -> list:
     return [sys.executable, "-c", "from tilec.cli import main; main()"]
 
 
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
 def _header(path: Path) -> tuple:
     """(expected first line without the file name, [expected notes])."""
     lines = path.read_bytes().decode("utf-8", "replace").splitlines()
@@ -46,18 +54,40 @@ def _header(path: Path) -> tuple:
     return expect, notes
 
 
-def _run(path: Path) -> subprocess.CompletedProcess:
-    env = dict(os.environ)
-    env.pop("TILEC_DEBUG", None)
-    return subprocess.run(_tilec() + ["check", str(path)], capture_output=True, text=True,
-                          timeout=60, env=env)
+def _run(path: Path) -> Result:
+    """`tilec check path` in this process (a subprocess per case spent a minute per test worker
+    starting interpreters): its exit code and what it printed; an exception that escapes the
+    command is printed as a traceback would be, which the tests then find."""
+    from click.testing import CliRunner
+
+    from tilec.cli import main
+    try:
+        runner = CliRunner(mix_stderr=False)  # (click < 8.2 mixes the streams unless told)
+    except TypeError:
+        runner = CliRunner()
+    r = runner.invoke(main, ["check", str(path)], env={"TILEC_DEBUG": None})
+    err = r.stderr
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        err += "Traceback (escaped the command):\n" + "".join(
+            traceback.format_exception(*r.exc_info))
+    return Result(r.exit_code, r.stdout, err)
 
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    """Run tilec once per case, several at a time (each run is mostly interpreter start-up)."""
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(zip(CASES, pool.map(_run, CASES)))
+    return {p: _run(p) for p in CASES}
+
+
+def test_the_installed_command_prints_the_same_errors(results):
+    """The in-process runs above stand for the installed `tilec` command: a few cases run as
+    users run it, in a subprocess, and print the same, with the same exit code."""
+    env = dict(os.environ)
+    env.pop("TILEC_DEBUG", None)
+    for path in CASES[::40]:
+        r = subprocess.run(_tilec() + ["check", str(path)], capture_output=True, text=True,
+                           timeout=60, env=env)
+        assert (r.returncode, r.stdout, r.stderr) == \
+            (results[path].returncode, results[path].stdout, results[path].stderr), path.name
 
 
 def test_corpus_is_complete():
