@@ -18,7 +18,7 @@ import subprocess
 
 import pytest
 from conftest import check_text, compile_text
-from test_cuda import need_gpu, need_nvcc, nvcc_each
+from test_cuda import kept_ptx, need_gpu, need_nvcc, nvcc_each
 
 from tilec import driver
 from tilec.diagnostics import TilecError
@@ -190,21 +190,18 @@ def test_fp8_gemms_compile_to_fp8_wgmma(monkeypatch, promote):
     elif promote:
         monkeypatch.setenv("TILEC_FP8_PROMOTE", promote)
     need_nvcc()
-    ptx = ""
-    for _, r, folder in nvcc_each(GEMMS_FP8, "hop8.tile", [
-            "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
-        assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr
-        ptx += (folder / "k.ptx").read_text()
     ks = [k for k in _kernels(GEMMS_FP8) if k.warp_specialize]
     gemms = [s for k in ks for s in T.walk_stmts(k.body) if isinstance(s, T.Gemm)]
     assert len(gemms) == 2 and {g.promote for g in gemms} == {
         {"": 128, "256": 256, "off": 0}[promote]}
     # the promoted loop (a 64-register partial beside the accumulators): no spills, and no
     # warpgroup.arrive that ptxas injects where registers a wgmma uses are touched in between
-    for _, r, _ in nvcc_each(GEMMS_FP8, "hop8.tile", [
-            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"],
-            HOPPER):
+    ptx = ""
+    for f, r, folder in nvcc_each(GEMMS_FP8, "hop8.tile", [
+            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o",
+            "--keep"], HOPPER):
         assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr
+        ptx += kept_ptx(folder, f, "compute_90a")
         assert "C7519" not in r.stderr and "warpgroup.arrive" not in r.stderr, r.stderr
         assert re.findall(r"(\d+) bytes spill stores", r.stderr) and \
             set(re.findall(r"(\d+) bytes spill stores", r.stderr)) == {"0"}, r.stderr
@@ -344,13 +341,14 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
     need_nvcc()
     if knob:
         monkeypatch.setenv("TILEC_WGMMA", knob)
-    built = set()
+    built, ptx = set(), ""
     for f, r, folder in nvcc_each(GEMMS, "hop.tile", [
             "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
-            "-gencode", "arch=compute_90,code=compute_90", "-Xptxas", "-v", "-c", "-o", "k.o"],
-            MIXED):
+            "-gencode", "arch=compute_90,code=compute_90", "-Xptxas", "-v", "-c", "-o", "k.o",
+            "--keep"], MIXED):
         assert r.returncode == 0, r.stderr
         assert "warning" not in r.stderr.lower(), r.stderr
+        ptx += kept_ptx(folder, f, "compute_90a")
         for name in re.findall(r"__launch_bounds__\(\d+, \d+\) (\w+)_k0_tma\(",
                                (folder / f).read_text()):
             built.add(name)
@@ -369,11 +367,6 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
             staged = any(k.tma_stores for k in _kernels(GEMMS, MIXED))
             assert ("UTMASTG" in sass) == staged and staged == (knob in ("", "128x256,4,cluster2"))
     assert built == {"hop_bias_relu", "hop_bf16_bt", "hop_batched"}
-    ptx = ""
-    for _, r, folder in nvcc_each(GEMMS, "hop.tile", [
-            "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
-        assert r.returncode == 0, r.stderr
-        ptx += (folder / "k.ptx").read_text()
     n = 128 if knob and "cluster2" not in knob else 256
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16", ptx)
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.bf16\.bf16", ptx)
@@ -830,10 +823,11 @@ def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
     if knob:
         monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
     ptx = ""
-    for _, r, folder in nvcc_each(ATTENTION, "hop.tile", [
-            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"],
-            HOPPER):
+    for f, r, folder in nvcc_each(ATTENTION, "hop.tile", [
+            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o",
+            "--keep"], HOPPER):
         assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr
+        ptx += kept_ptx(folder, f, "compute_90a")
         assert " 0 bytes spill stores" in r.stderr and not re.search(r" [1-9]\d* bytes spill",
                                                                      r.stderr), r.stderr
         # no wgmma serialized or fenced by ptxas (C7510-C7519: accumulators touched while a
@@ -843,13 +837,7 @@ def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
             sass = subprocess.run(["cuobjdump", "--dump-sass", str(folder / "k.o")],
                                   capture_output=True, text=True).stdout
             assert "HGMMA" in sass and "UTMALDG" in sass
-    if knob:  # (the same products: the PTX below is the default's)
-        return
-    for _, r, folder in nvcc_each(ATTENTION, "hop.tile", [
-            "-gencode", "arch=compute_90a,code=compute_90a", "-ptx", "-o", "k.ptx"], HOPPER):
-        assert r.returncode == 0, r.stderr
-        ptx += (folder / "k.ptx").read_text()
-    for dt in ("f16", "bf16"):
+    for dt in ("f16", "bf16"):  # (also with the knobs: the same products)
         assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{dt}\.{dt}\s*"
                          r"\{[^}]*\},\s*\{%r\d+, %r\d+, %r\d+, %r\d+\}", ptx), dt
 
