@@ -70,12 +70,14 @@ def round_trip(text: str, target: str, name: str = "test.tile"):
     return m0, m, back
 
 
-def agree(text: str, target: str, dims: dict | None = None, seed: int = 0, full_ints=False):
+def agree(text: str, target: str, dims: dict | None = None, seed: int = 0, full_ints=False,
+          inner: int | None = None):
     """Run every kernel's Tile IR (each launch variant in turn) with the Tile IR interpreter and
-    compare with the Graph IR interpreter."""
+    compare with the Graph IR interpreter (dims not given: choose_dims's, `inner` for the last
+    two axes' symbols)."""
     m0, m = tiled(text, target)
     for g, prog in zip(m0.graphs, m.programs):
-        d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols})
+        d = choose_dims(g, {k: v for k, v in (dims or {}).items() if k in g.symbols}, inner)
         inputs = interp.random_inputs(g, d, seed, full_ints)
         ref = interp.run_graph(g, inputs, d)
         picked = pick_slots(prog, d)
@@ -122,7 +124,9 @@ def test_regression_program_dumps_parse_back(target):
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
 def test_sample_tile_ir_agrees_with_graph_ir(path, target):
-    agree(path.read_text(), target, seed=hash(path.stem) & 0xFFFF)
+    # 67: two 64-wide tiles, the second ragged, and one ragged tile of 128 or 256 (as 100 gave,
+    # at a third of the interpreter's work: a 100^3 GEMM's variants took 25 s)
+    agree(path.read_text(), target, seed=hash(path.stem) & 0xFFFF, inner=67)
 
 
 @pytest.mark.parametrize("target", TARGETS)
