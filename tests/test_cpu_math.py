@@ -79,16 +79,22 @@ def test_exp_f32_accuracy_and_special_values(tmp_path, march, fn):
 
 
 @pytest.mark.parametrize("march", ["native", "x86-64-v2"])
-def test_exp_of_a_nonpositive_argument_is_exp_f32_bit_for_bit(tmp_path, march):
-    """exp_nonpos_f32 (sigmoid's exp(-|x|), one scale instead of two) gives exp_f32's bits for
-    every x <= 0: the sweep, the subnormal results, -inf, -0 and NaN."""
-    x = -np.abs(np.concatenate([inputs(), np.arange(86.0, 105.0, 0.0011, dtype=np.float32)]))
+def test_exp_of_an_argument_up_to_44_is_exp_f32_bit_for_bit(tmp_path, march):
+    """exp_nonpos_f32 (one scale instead of two) gives exp_f32's bits for every x <= 44: the
+    sweep, the subnormal results, -inf, -0 and NaN. The renderer takes it where the argument is
+    at most 0 (softmax's exp(x - max(x)), sigmoid's exp(-|x|)) or at most 8 ln 2 (attention's
+    scores against a max kept while new ones exceed it by that much)."""
+    neg = -np.abs(np.concatenate([inputs(), np.arange(86.0, 105.0, 0.0011, dtype=np.float32)]))
+    pos = np.concatenate([np.linspace(0.0, 44.0, 100001, dtype=np.float32),
+                          np.nextafter(np.float32(44.0), np.float32(0.0), dtype=np.float32)[None]])
+    x = np.concatenate([neg, pos])
     got = evaluate(tmp_path, march, ["exp_f32", "exp_nonpos_f32"], x)
     assert np.isnan(got[np.isnan(x)]).all()
     ok = ~np.isnan(x)
     assert (got[ok, 0].view(np.uint32) == got[ok, 1].view(np.uint32)).all(), \
         x[ok][got[ok, 0] != got[ok, 1]][:10]
     assert (got[ok, 1] < np.finfo(np.float32).tiny).sum() > 1000  # subnormal results were tried
+    assert got[-1, 1] > 1e19  # the top of the domain was tried
 
 
 ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "exp_nonpos_f32(x[i])", "sigmoid(x[i])",

@@ -167,6 +167,26 @@ kernel shift(X: f32[N]) -> Y: f32[N]:
         interp.run_graph(g, {"X": np.ones(4)}, {"N": 4})
 
 
+def test_interpreter_stops_at_exp_nonpos_of_an_argument_above_44():
+    """exp_nonpos is exp only up to 44: the reference stops at a larger argument (of the
+    iterations that run: the masked-off ones do not count) and computes exp below."""
+    text = """
+kernel e(X: f32[N]) -> Y: f32[N]:
+    with grid(1, threads=1) as (bx):
+        for i in parallel(N):
+            if i < 3:
+                Y[i] = exp_nonpos(X[i])
+            else:
+                Y[i] = X[i]
+"""
+    (g,) = driver.frontend(driver.Source("e.tile", text)).graphs
+    x = np.array([-1.0, 0.0, 44.0, 300.0])
+    assert np.allclose(interp.run_graph(g, {"X": x}, {"N": 4})["Y"], [np.exp(-1), 1, np.exp(44), 300])
+    x[1] = 45.0
+    with pytest.raises(Exception, match=r"exp_nonpos of 45: above 44"):
+        interp.run_graph(g, {"X": x}, {"N": 4})
+
+
 def test_run_reports_a_store_outside_an_output_before_the_built_kernel_runs(tmp_path, monkeypatch):
     """A guard that lets a store past the output's edge: `tilec run` stops with an error at the
     store (from the reference, which runs first), and never calls the built kernel, which would

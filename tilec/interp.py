@@ -143,7 +143,8 @@ def _unary(fn: str, x):
     with np.errstate(all="ignore"):
         f = {
             "neg": lambda: -x, "not": lambda: ~x,
-            "abs": lambda: np.abs(x), "exp": lambda: np.exp(x), "exp2": lambda: np.exp2(x),
+            "abs": lambda: np.abs(x), "exp": lambda: np.exp(x),
+            "exp_nonpos": lambda: np.exp(x), "exp2": lambda: np.exp2(x),
             "log": lambda: np.log(x), "log2": lambda: np.log2(x), "sqrt": lambda: np.sqrt(x),
             "rsqrt": lambda: 1.0 / np.sqrt(x), "sin": lambda: np.sin(x), "cos": lambda: np.cos(x),
             "tanh": lambda: np.tanh(x), "erf": lambda: erf(x),

@@ -87,6 +87,15 @@ class KernelRun:
         where = ", ".join(f"{v}={i}" for v, i in zip(self.k.block_vars, self.block))
         raise error(f"{self.k.name}: {msg} (in block {where})", self.at)
 
+    def check_exp_nonpos(self, x, mask):
+        """exp_nonpos(x) is exp(x) only for x <= 44 (or NaN): stop at an argument above."""
+        high = np.asarray(x, np.float64) > 44.0
+        if mask is not None:
+            high = high & np.broadcast_to(mask, high.shape)
+        if np.any(high):
+            v = np.asarray(x, np.float64)[high].max()
+            self.fail(f"exp_nonpos of {v:g}: above 44, where it is not exp (use exp)")
+
     def scalar(self, v, what: str):
         if np.ndim(v):
             self.fail(f"{what} differs between the iterations of a parallel loop")
@@ -348,6 +357,8 @@ class KernelRun:
             return quantize(np.where(c, a, b), e.dtype)
         if isinstance(e, T.Unary):
             x = self.ev(e.x, ctx, mask)
+            if e.fn == "exp_nonpos":
+                self.check_exp_nonpos(x, ctx.mask if mask is None else mask)
             return wrap(_unary(e.fn, np.asarray(x, np.float64) if is_float(e.dtype) else x),
                         e.dtype)
         if isinstance(e, T.Compare):

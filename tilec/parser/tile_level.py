@@ -21,7 +21,8 @@ from . import ast
 from .lower import packed_conversion
 
 UNARY = ("abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sin", "cos", "tanh", "erf",
-         "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "softplus", "mish")
+         "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "softplus", "mish",
+         "exp_nonpos")  # (exp of an argument <= 44: what the lowering proves of softmax's)
 INT_OK = ("abs", "relu")
 SCOPES = ("shared", "fragment", "local")
 CONSTANTS = {"inf": math.inf, "pi": math.pi, "nan": math.nan, "True": True, "False": False}

@@ -39,6 +39,7 @@ from ..ir.types import DTYPES, FP8, PACKED, SIXTEEN, Dim, is_float, itemsize_bit
 from . import split_k
 from .fuse import Fuser, is_squeeze
 from .rewrite import map_expr, map_exprs, map_stmts
+from .signs import nonpositive
 from .tma_store import tma_conditions
 
 NEG_INF = T.Const(-math.inf, "f32")
@@ -162,7 +163,10 @@ class GroupLowering:
         if k == "copy":
             return args[0]
         if k == "unary":
-            return T.Unary(op.attr("fn"), args[0], dt)
+            fn = op.attr("fn")
+            if fn == "exp" and nonpositive(self.ops, a[0]):  # softmax's exp(x - max(x))
+                fn = "exp_nonpos"
+            return T.Unary(fn, args[0], dt)
         if k == "binary":
             if op.attr("fn") == "pow":
                 return T.Binary("pow", args[0], None, dt, op.attr("exponent"))
@@ -791,9 +795,9 @@ class GroupLowering:
         m_sub = T.Binary("mul", L1(mc), c, f32) if base2 else L1(mc)
         # (one rounding: tilec's own expression, not a program's `x * y - z`)
         exp_sub = (T.Unary("exp2", T.Fma(L2(Sc), c, T.Unary("neg", L1(ms), f32), f32), f32)
-                   if base2 else T.Unary("exp", T.Binary("sub", L2(Sc), L1(ms), f32), f32))
+                   if base2 else T.Unary("exp_nonpos", T.Binary("sub", L2(Sc), L1(ms), f32), f32))
         alpha = (T.Unary("exp2", T.Binary("mul", T.Binary("sub", L1(mx), L1(mc), f32), c, f32), f32)
-                 if base2 else T.Unary("exp", T.Binary("sub", L1(mx), L1(mc), f32), f32))
+                 if base2 else T.Unary("exp_nonpos", T.Binary("sub", L1(mx), L1(mc), f32), f32))
         # the max a row subtracts stays while the row's new scores exceed it by at most a factor
         # of 2^8 in exp (their exps then reach at most 256: far from f16's and f32's overflow,
         # and each term keeps its relative precision), so that alpha is exactly 1 and the
@@ -925,7 +929,7 @@ def non_negative(e, dims: set) -> bool:
     if isinstance(e, T.Cast):
         return non_negative(e.x, dims)
     if isinstance(e, T.Unary):
-        return e.fn in ("sqrt", "rsqrt", "exp", "exp2", "abs", "relu")
+        return e.fn in ("sqrt", "rsqrt", "exp", "exp_nonpos", "exp2", "abs", "relu")
     if isinstance(e, T.Binary):
         return e.fn in ("mul", "div", "add", "maximum", "minimum") and \
             non_negative(e.a, dims) and non_negative(e.b, dims)

@@ -104,7 +104,8 @@ class CStyleRenderer:
              "i4": "int32_t", "u4": "int32_t", "fp8e4m3": "float", "fp8e5m2": "float"}
     # elementwise functions of float values; {x} is the argument, {one} the literal 1
     UNARY = {
-        "exp": "tilec::exp_f32({x})", "exp2": "tilec::exp2_f32({x})", "log": "std::log({x})",
+        "exp": "tilec::exp_f32({x})", "exp_nonpos": "tilec::exp_nonpos_f32({x})",
+        "exp2": "tilec::exp2_f32({x})", "log": "std::log({x})",
         "log2": "std::log2({x})", "sqrt": "std::sqrt({x})", "rsqrt": "({one} / std::sqrt({x}))",
         "sin": "std::sin({x})", "cos": "std::cos({x})", "tanh": "std::tanh({x})",
         "erf": "std::erf({x})", "sigmoid": "tilec::sigmoid({x})", "relu": "tilec::relu({x})",
@@ -112,7 +113,7 @@ class CStyleRenderer:
         "silu": "tilec::silu({x})", "softplus": "tilec::softplus({x})", "mish": "tilec::mish({x})",
         "abs": "std::abs({x})", "neg": "(-{x})",
     }
-    UNARY_F64 = {"exp": "std::exp({x})", "exp2": "std::exp2({x})"}
+    UNARY_F64 = {"exp": "std::exp({x})", "exp_nonpos": "std::exp({x})", "exp2": "std::exp2({x})"}
     INDEX_TYPE = "int64_t"  # loop variables and tile indices
     # names the renderer itself introduces (user names starting with tilec_ are renamed)
     INTERNAL = frozenset(("tilec_j0", "tilec_v", "tilec_q", "tilec_g", "tilec_tid", "tilec_lane",

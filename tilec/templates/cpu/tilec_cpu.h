@@ -489,12 +489,15 @@ static inline float exp_f32(float x) {
     return exp_reduced(e.r, e.n);
 }
 
-// exp_f32 of an x <= 0 (or NaN), bit for bit, in fewer instructions (sigmoid's exp(-|x|)):
-// n in [-150, 0] lets one scale do. 2^(n + 64) is normal, so p * 2^(n + 64) is exact and the
-// multiply by 2^-64 rounds a subnormal result once, as exp_reduced's second step does. (The
-// clamp stays on the bits: a float select became a branch that only AVX-512 masks vectorize.)
+// exp_f32 of an x <= 44 (or NaN), bit for bit, in fewer instructions: the renderer takes it
+// where it knows the argument is at most 0 (sigmoid's exp(-|x|), softmax's exp(x - max(x))) or
+// a little above (attention's scores against a max it keeps while they exceed it by up to
+// 8 ln 2). n in [-150, 63] lets one scale do: 2^(n + 64) is normal, so p * 2^(n + 64) is exact
+// and the multiply by 2^-64 rounds a subnormal result once, as exp_reduced's second step does.
+// (The clamp stays on the bits: a float select became a branch that only AVX-512 masks
+// vectorize.)
 static inline float exp_nonpos_f32(float x) {
-    const ExpSplit e = exp_split(clamp_magnitude(x, 0x42d00000u));  // n in [-150, 0]
+    const ExpSplit e = exp_split(clamp_magnitude(x, 0x42d00000u));  // n in [-150, 63] for x <= 44
     return (exp_poly(e.r) * f32_bits((uint32_t)(e.n + 127 + 64) << 23)) * 5.42101086242752217e-20f;  // 2^-64
 }
 
