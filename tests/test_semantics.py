@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from conftest import check_text, compile_text
 
-from tilec import interp
+from tilec import driver, interp
 
 PROGRAMS = {
     "integer_division_by_zero_is_zero": """
@@ -71,6 +71,24 @@ kernel k(X: f32[R, C]) -> Y: f32[R, C]:
     Y = a + b + c + clamp(X, -0.5, 0.5) + maximum(X, 0.25) + minimum(X, pi) - X * inf * 0.0
 """,
 }
+
+
+def test_minus_zero_keeps_its_sign():
+    """0.0 == -0.0 in Python, and they hash alike: common subexpression elimination once merged
+    a -0.0 constant into the 0.0 before it (the literal -0.0 is the negation of 0.0), so
+    x / -0.0 divided by +0.0 (an infinity of the wrong sign)."""
+    text = """
+kernel k(X: f32[N]) -> (Y: f32[N], Z: f32[N]):
+    Y = (abs(X) + 1.0) / -0.0
+    Z = (abs(X) + 1.0) / 0.0 + X * -0.0
+"""
+    canon = driver.compile_module(driver.frontend(driver.Source("k.tile", text)), "cpu",
+                                  stop_after="canonicalize")
+    zeros = [o.attr("value") for o in canon.graphs[0].ops if o.kind == "const"
+             and o.attr("value") == 0.0]
+    assert sorted(str(z) for z in zeros) == ["-0.0", "0.0"]
+    results = check_text(text, {"N": 5})
+    assert results["k"].errors == {"Y": 0.0, "Z": 0.0}
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

@@ -8,6 +8,7 @@ Op kinds (attrs in brackets):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..diagnostics import Loc
@@ -175,7 +176,11 @@ class GraphEditor:
         self.map: dict[int, int] = {}  # old id -> new id
 
     def emit(self, kind, args, type_, attrs_=(), loc=None, stmt=-1) -> int:
-        key = (kind, tuple(args), type_, attrs_)
+        # (0.0 == -0.0, and they hash alike: a float attribute's sign keeps them apart, or
+        # x / -0.0 became x / 0.0 where a 0.0 came first)
+        key = (kind, tuple(args), type_,
+               tuple((k, (v, math.copysign(1.0, v)) if isinstance(v, float) else v)
+                     for k, v in attrs_))
         if kind != "input" and key in self.memo:
             return self.memo[key]
         op = Op(len(self.ops), kind, tuple(args), type_, attrs_, loc, stmt)
