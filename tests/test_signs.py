@@ -25,7 +25,8 @@ NONPOSITIVE = {
     "minus abs": "Y = exp(-abs(X))",
     "scaled difference": "Y = exp(0.25 * (X - max(X, axis=-1, keepdims=True)))",
     "where of two": "Y = exp(where(X > Z, -relu(X), minimum(Z, -2.0)))",
-    "squared": "Y = exp(-(X * X) / sqrt(abs(Z)))",
+    "squared": "Y = exp(-(X * X) / 4.0)",
+    "divided by a dimension": "Y = exp(-abs(X) / f32(C))",
 }
 UNKNOWN = {
     "plain": "Y = exp(X)",
@@ -35,6 +36,11 @@ UNKNOWN = {
     "product of unknowns": "Y = exp((X - Z) * X)",
     "one side of where": "Y = exp(where(X > Z, -relu(X), Z))",
     "maximum of unknowns": "Y = exp(maximum(-abs(X), Z))",
+    # a zero divisor's sign flips the quotient (1 / -0.0 is -inf): relu, sqrt and abs can give
+    # zeros, and rsqrt(-0.0) is -inf
+    "divided by a maybe negative zero": "Y = exp(-(1.0 / relu(X)))",
+    "rsqrt": "Y = exp(-rsqrt(X))",
+    "divided by minus zero": "Y = exp(-abs(X) / -0.0)",
 }
 
 

@@ -6,14 +6,17 @@ A fact is about every element: `nonpositive` means each element is <= 0 or NaN, 
 each >= 0 or NaN (-0.0 counts as both). Facts hold for float values only: integer arithmetic
 wraps, so `a - max(a)` of i8 values can come out positive. Rounding never flips a sign (0 is
 representable in every float dtype and rounding is monotonic), so a fact about an exact result
-holds for the rounded one.
+holds for the rounded one. A zero's sign does matter to a division (1 / -0.0 is -inf), so a
+quotient's sign is known only for divisors that are never -0.0 (rsqrt, 1 / sqrt, is no fact).
 """
 
 from __future__ import annotations
 
+import math
+
 from ..ir.types import is_float
 
-_NONNEG_UNARY = ("abs", "exp", "exp2", "sqrt", "rsqrt", "relu", "sigmoid", "softplus")
+_NONNEG_UNARY = ("abs", "exp", "exp2", "sqrt", "relu", "sigmoid", "softplus")
 _DEPTH = 24  # facts come from nearby ops; deeper chains are not worth the walk
 
 
@@ -72,14 +75,26 @@ def _sign(ops: dict, oid: int, s: int, depth: int) -> bool:
             (same(x) and opposite(y))
     if fn == "mul" and x == y:  # a square
         return s > 0
-    if fn in ("mul", "div"):  # (1 / y has y's sign)
+    if fn == "mul":
         return any((_sign(ops, u, s, d) and nonnegative(ops, v, d)) or
                    (_sign(ops, u, -s, d) and nonpositive(ops, v, d)) for u, v in ((x, y), (y, x)))
+    if fn == "div":
+        return same(x) and _positive_divisor(ops, y)
     if fn == "maximum":  # at least the larger operand, at most both bounds
         return (same(x) or same(y)) if s > 0 else (same(x) and same(y))
     if fn == "minimum":
         return (same(x) or same(y)) if s < 0 else (same(x) and same(y))
     return False
+
+
+def _positive_divisor(ops: dict, oid: int) -> bool:
+    """A divisor > 0 or +0.0 (never -0.0, which would flip the quotient's sign): a constant, or
+    a dimension or index made a float."""
+    op = ops[oid]
+    if op.kind == "const":
+        v = op.attr("value")
+        return isinstance(v, (int, float)) and (v > 0 or (v == 0 and math.copysign(1.0, v) > 0))
+    return op.kind == "cast" and ops[op.args[0]].kind in ("dim", "index")
 
 
 def at_most(ops: dict, x: int, y: int) -> bool:
