@@ -89,6 +89,17 @@ kernel k(X: f32[N]) -> (Y: f32[N], Z: f32[N]):
     assert sorted(str(z) for z in zeros) == ["-0.0", "0.0"]
     results = check_text(text, {"N": 5})
     assert results["k"].errors == {"Y": 0.0, "Z": 0.0}
+    # the Tile IR's constants too: CUDA hoists kernel-wide values, and once shared one for both
+    hoisted = """
+kernel h(X: f32[N], s: f32) -> (Y: f32[N], Z: f32[N]):
+    Y = (abs(X) + 1.0) / (s * s * 0.0)
+    Z = (abs(X) + 1.0) / (s * s * -0.0)
+"""
+    for target in ("cpu", "cuda"):
+        _, _, m = compile_text(hoisted, target=target)
+        ir = driver.print_stage(m, "lowered")
+        assert "s * s * 0.0" in ir and "s * s * (-0.0)" in ir, ir
+    check_text(hoisted, {"N": 5})
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

@@ -21,10 +21,24 @@ class Var:
     dtype: str = "i64"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Const:
     value: object
     dtype: str
+
+    # 0.0 == -0.0 in Python, and they hash alike: equal constants must also agree in a zero's
+    # sign, or passes that share equal expressions (hoisting a kernel-wide `s * -0.0` beside an
+    # `s * 0.0`) would divide by the wrong zero
+    def _key(self) -> tuple:
+        v = self.value
+        zero = isinstance(v, (int, float)) and v == 0  # (an int 0 is +0.0's equal)
+        return (v, math.copysign(1.0, v) if zero else 0.0, self.dtype)
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Const and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
 
 @dataclass(frozen=True, slots=True)
