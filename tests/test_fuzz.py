@@ -31,7 +31,8 @@ TOKENS = ["kernel", "schedule", "target", "cuda", "cpu", "assume", "->", ":", "(
           ",", "=", "==", "+", "-", "*", "/", "//", "%", "@", ".T", "**", "<", ">", "&", "|", "~",
           "f16", "bf16", "f32", "f64", "i8", "u8", "i32", "i64", "u4", "i4", "bool", "0", "1", "-1",
           "1e30", "0.5", "inf", "nan", "M", "N", "K", "x", "softmax", "sum", "max", "mean",
-          "where", "dequant", "relu", "exp", "axis=-1", "keepdims=True", "\n", "    ", "\t", "#",
+          "where", "dequant", "relu", "exp", "exp_nonpos", "axis=-1", "keepdims=True", "\n", "    ",
+          "\t", "#",
           '"""', "with grid(", "shared", "fragment", "copy", "gemm", "parallel(", "pipelined(",
           "range(", "reduce(", "fill(", "clear(", "swizzle(", "threads=", "stages=", "tile M=",
           "fuse off", "if", "else:", "for", "in", "as", "\u00e9", "\ufeff", "\x00"]
