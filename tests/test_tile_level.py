@@ -167,6 +167,24 @@ kernel shift(X: f32[N]) -> Y: f32[N]:
         interp.run_graph(g, {"X": np.ones(4)}, {"N": 4})
 
 
+def test_a_fill_with_minus_zero_survives_the_dump():
+    """`fill(F, -0.0)` once printed as `clear(F)` (0.0 == -0.0), which fills +0.0: the dump
+    read back divided by the wrong zero."""
+    text = """
+kernel z(X: f32[N]) -> Y: f32[N]:
+    with grid(1, threads=32) as (bx):
+        F = fragment(f32, [1])
+        fill(F, -0.0)
+        for i in parallel(N):
+            Y[i] = (abs(X[i]) + 1.0) / F[0]
+"""
+    for target in TARGETS:
+        _, m, _ = round_trip(text, target)
+        assert "fill(F, -0.0)" in driver.print_stage(m, "tiled")
+    r = check_text(text, {"N": 5})
+    assert r["z"].errors["Y"] == 0.0
+
+
 def test_interpreter_stops_at_exp_nonpos_of_an_argument_above_44():
     """exp_nonpos is exp only up to 44: the reference stops at a larger argument (of the
     iterations that run: the masked-off ones do not count) and computes exp below."""

@@ -575,7 +575,7 @@ def print_stmts(stmts, indent: int) -> list:
             out.append(f"{pad}{s.name} = {s.scope}({s.dtype}, [{', '.join(fmt(x) for x in s.shape)}])"
                        f"{lay}")
         elif isinstance(s, Fill):
-            if isinstance(s.value, Const) and s.value.value == 0:
+            if isinstance(s.value, Const) and s.value == Const(0, s.value.dtype):  # (not -0.0)
                 out.append(f"{pad}clear({s.buf})")
             else:
                 out.append(f"{pad}fill({s.buf}, {fmt(s.value)})")
