@@ -231,14 +231,16 @@ kernel scaled(Q: f16[L, D], K: f16[S, D], V: f16[S, D], s: f32) -> O: f16[L, D]:
 @pytest.mark.parametrize("scale, folded", [("rsqrt(f32(D))", True), ("0.125", True),
                                            ("(f32(D) * 2.0)", True), ("s", False),
                                            ("-0.125", False), ("(0.5 - f32(D))", False),
-                                           ("rsqrt(-0.0 * f32(D))", False)])
+                                           ("rsqrt(-0.0 * f32(D))", False),
+                                           ("(1.0 / sqrt(-0.0 * f32(D)))", False),
+                                           ("(1.0 / relu(-0.0 * f32(D)))", False)])
 def test_attention_softmax_runs_in_base_2_with_the_scale_folded(scale, folded):
     """With a 16-bit P the online softmax computes exp(t - m) as exp2 of one fused multiply-add,
     t log2(e) - m log2(e). A score that is the product times a scalar known to be >= 0 (a
     constant, dimensions, rsqrt of them) keeps the bare product, its max taken before the scale
     (which rounding preserves), the scale folded into the exponent's factor; a scale of unknown
-    or negative sign stays on the scores (rsqrt(-0.0) is -inf). Both match the reference, masked or
-    not."""
+    or negative sign stays on the scores, and one that may be -0.0 (sqrt and relu keep it,
+    rsqrt makes -inf of it). Both match the reference, masked or not."""
     text = SCALED.replace("SCALE", scale)
     _, _, m = compile_text(text)
     tiled = print_program(m.programs[0])

@@ -916,22 +916,23 @@ def _offset(e, base, var: str):
 
 
 def non_negative(e, dims: set) -> bool:
-    """Is `e` a kernel-wide scalar (of constants and dimensions alone) that is at least 0 or NaN:
-    constants >= 0, dimensions, and what functions that keep or produce signs >= 0 make of
-    them?"""
+    """Is `e` a kernel-wide scalar (of constants and dimensions alone) that is at least +0.0 or
+    NaN, never -0.0 (a division by it would flip the sign): constants > 0 or +0.0, dimensions,
+    and what functions that keep or produce such values make of them? (sqrt and relu keep a
+    -0.0, rsqrt makes -inf of it: their arguments must be such values too.)"""
     if not all(isinstance(x, (T.Const, T.Cast, T.Unary, T.Binary)) or
                (isinstance(x, T.Var) and x.name in dims) for x in T.walk_exprs(e)):
         return False
-    if isinstance(e, T.Const):  # (not -0.0: 1 / -0.0 is -inf, and no other leaf gives a -0.0)
+    if isinstance(e, T.Const):
         return isinstance(e.value, (int, float)) and e.value >= 0 and \
             math.copysign(1.0, e.value) > 0
     if isinstance(e, T.Var):  # (a dimension)
         return True
     if isinstance(e, T.Cast):
         return non_negative(e.x, dims)
-    if isinstance(e, T.Unary):  # (rsqrt(-0.0) is -inf)
-        return e.fn in ("sqrt", "exp", "exp_nonpos", "exp2", "abs", "relu") or \
-            (e.fn == "rsqrt" and non_negative(e.x, dims))
+    if isinstance(e, T.Unary):
+        return e.fn in ("exp", "exp_nonpos", "exp2", "abs") or \
+            (e.fn in ("sqrt", "rsqrt", "relu") and non_negative(e.x, dims))
     if isinstance(e, T.Binary):
         return e.fn in ("mul", "div", "add", "maximum", "minimum") and \
             non_negative(e.a, dims) and non_negative(e.b, dims)
