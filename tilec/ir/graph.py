@@ -8,11 +8,10 @@ Op kinds (attrs in brackets):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from ..diagnostics import Loc
-from .types import Dim, TensorType
+from .types import Dim, TensorType, value_key
 
 LEAVES = ("input", "const", "dim", "index")  # no operands: recomputed wherever used
 ELEMENTWISE = ("copy", "cast", "unary", "binary", "compare", "where", "transpose", "dequant")
@@ -176,11 +175,8 @@ class GraphEditor:
         self.map: dict[int, int] = {}  # old id -> new id
 
     def emit(self, kind, args, type_, attrs_=(), loc=None, stmt=-1) -> int:
-        # (0.0 == -0.0, and they hash alike: a float attribute's sign keeps them apart, or
-        # x / -0.0 became x / 0.0 where a 0.0 came first)
-        key = (kind, tuple(args), type_,
-               tuple((k, (v, math.copysign(1.0, v)) if isinstance(v, float) else v)
-                     for k, v in attrs_))
+        # (value_key: a -0.0 constant merged into a 0.0 before it made x / -0.0 x / 0.0)
+        key = (kind, tuple(args), type_, tuple((k, value_key(v)) for k, v in attrs_))
         if kind != "input" and key in self.memo:
             return self.memo[key]
         op = Op(len(self.ops), kind, tuple(args), type_, attrs_, loc, stmt)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from .types import Dim
+from .types import Dim, value_key
 
 # The launcher's number of threads a call may use, a name a variant's condition may hold next to
 # the dimensions (the CPU's `omp_get_max_threads()`; the reference interpreter takes 1)
@@ -26,13 +26,10 @@ class Const:
     value: object
     dtype: str
 
-    # 0.0 == -0.0 in Python, and they hash alike: equal constants must also agree in a zero's
-    # sign, or passes that share equal expressions (hoisting a kernel-wide `s * -0.0` beside an
-    # `s * 0.0`) would divide by the wrong zero
+    # equal constants also agree in a zero's sign (value_key), or passes that share equal
+    # expressions (hoisting a kernel-wide `s * -0.0` beside an `s * 0.0`) divide by the wrong zero
     def _key(self) -> tuple:
-        v = self.value
-        zero = isinstance(v, (int, float)) and v == 0  # (an int 0 is +0.0's equal)
-        return (v, math.copysign(1.0, v) if zero else 0.0, self.dtype)
+        return (value_key(self.value), self.dtype)
 
     def __eq__(self, other) -> bool:
         return type(other) is Const and self._key() == other._key()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # name -> (kind, bits); kind: f float, i signed, u unsigned, b bool
@@ -24,6 +25,19 @@ def is_float(dt: str) -> bool:
 
 def is_int(dt: str) -> bool:
     return DTYPES[dt][0] in "iu"
+
+
+# ---- constants and the sign of zero: 0.0 == -0.0 in Python, and they hash alike, but x / -0.0 is
+# not x / 0.0
+def value_key(v):
+    """`v` as a key under which equal numbers match except zeros of opposite signs (an int 0 is
+    +0.0's equal): what hash-consing and the Tile IR's constants compare."""
+    return (v, math.copysign(1.0, v)) if isinstance(v, (int, float)) and v == 0 else v
+
+
+def at_least_plus_zero(v) -> bool:
+    """Is the number `v` > 0, or +0.0 (not -0.0, which flips the sign of what it divides)?"""
+    return isinstance(v, (int, float)) and v >= 0 and math.copysign(1.0, v) > 0
 
 
 def itemsize_bits(dt: str) -> int:

@@ -12,9 +12,7 @@ quotient's sign is known only for divisors that are never -0.0 (rsqrt, 1 / sqrt,
 
 from __future__ import annotations
 
-import math
-
-from ..ir.types import is_float
+from ..ir.types import at_least_plus_zero, is_float
 
 _NONNEG_UNARY = ("abs", "exp", "exp2", "sqrt", "relu", "sigmoid", "softplus")
 _DEPTH = 24  # facts come from nearby ops; deeper chains are not worth the walk
@@ -92,8 +90,7 @@ def _positive_divisor(ops: dict, oid: int) -> bool:
     a dimension or index made a float."""
     op = ops[oid]
     if op.kind == "const":
-        v = op.attr("value")
-        return isinstance(v, (int, float)) and (v > 0 or (v == 0 and math.copysign(1.0, v) > 0))
+        return at_least_plus_zero(op.attr("value"))
     return op.kind == "cast" and ops[op.args[0]].kind in ("dim", "index")
 
 

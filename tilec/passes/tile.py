@@ -35,7 +35,17 @@ from ..ir.tile import (
     imul,
     land,
 )
-from ..ir.types import DTYPES, FP8, PACKED, SIXTEEN, Dim, is_float, itemsize_bits, numel
+from ..ir.types import (
+    DTYPES,
+    FP8,
+    PACKED,
+    SIXTEEN,
+    Dim,
+    at_least_plus_zero,
+    is_float,
+    itemsize_bits,
+    numel,
+)
 from . import split_k
 from .fuse import Fuser, is_squeeze
 from .rewrite import map_expr, map_exprs, map_stmts
@@ -924,8 +934,7 @@ def non_negative(e, dims: set) -> bool:
                (isinstance(x, T.Var) and x.name in dims) for x in T.walk_exprs(e)):
         return False
     if isinstance(e, T.Const):
-        return isinstance(e.value, (int, float)) and e.value >= 0 and \
-            math.copysign(1.0, e.value) > 0
+        return at_least_plus_zero(e.value)
     if isinstance(e, T.Var):  # (a dimension)
         return True
     if isinstance(e, T.Cast):
