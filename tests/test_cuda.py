@@ -66,20 +66,23 @@ def need_gpu():
 
 # ---- compile only (CI) --------------------------------------------------------------------------
 def ptxas_lines(log: str) -> dict:
-    """{(kernel, arch): (registers, spill bytes)} from the `-Xptxas -v` lines of `log` (one
-    compile at a time: ptxas reports each entry function on the lines after its name)."""
+    """{(kernel, arch): (registers, spill bytes: stored and loaded)} from the `-Xptxas -v` lines
+    of `log` (one compile at a time: ptxas reports each entry function on the lines after its
+    name)."""
     report, key = {}, None
     for line in log.splitlines():
         m = re.search(r"Compiling entry function '(\S+)' for '(\w+)'", line)
         if m:
             key = (m.group(1), m.group(2))
-            report[key] = [0, 0]
-        m = re.search(r"(\d+) bytes spill stores", line)
+            report[key] = [None, None]
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m and key:
-            report[key][1] = int(m.group(1))
+            report[key][1] = int(m.group(1)) + int(m.group(2))
         m = re.search(r"Used (\d+) registers", line)
         if m and key:
             report[key][0] = int(m.group(1))
+    missing = [k for k, v in report.items() if None in v]
+    assert not missing, f"ptxas reported no registers or spills for {missing}:\n{log[-3000:]}"
     return report
 
 
