@@ -513,6 +513,10 @@ class KernelBuilder:
             return self.reduction(e)
         if f == "dequant":
             return self.dequant(e)
+        if f == "exp_nonpos":  # (seen in `dump-ir` output, where the lowering proved it exact)
+            raise error(f"unknown function '{f}'", e.loc,
+                        "exp_nonpos is a function of tile-level kernels; here write exp (tilec "
+                        "takes the cheaper form itself where the argument is at most 0)")
         near = difflib.get_close_matches(f, KNOWN_FUNCTIONS, n=1)
         raise error(f"unknown function '{f}'", e.loc, f"did you mean '{near[0]}'?" if near else None)
 
