@@ -65,6 +65,11 @@ def need_gpu():
 
 
 # ---- compile only (CI) --------------------------------------------------------------------------
+def warning_lines(log: str) -> list:
+    """The lines of a compiler's output that warn."""
+    return [line for line in log.splitlines() if "warning" in line.lower()]
+
+
 def ptxas_lines(log: str) -> dict:
     """{(kernel, arch): (registers, spill bytes: stored and loaded)} from the `-Xptxas -v` lines
     of `log` (one compile at a time: ptxas reports each entry function on the lines after its
@@ -102,7 +107,7 @@ def test_sample_compiles_for_sm80_and_sm90(path, arch, tmp_path, monkeypatch):
     log = run_make(tmp_path, driver.get_target("cuda"), jobs=1)  # (one ptxas report at a time)
     log = log.stdout + log.stderr
     assert (tmp_path / f"lib{path.stem}.so").exists() and (tmp_path / f"lib{path.stem}.a").exists()
-    assert not [line for line in log.splitlines() if "warning" in line.lower()], log[-3000:]
+    assert not warning_lines(log), log[-3000:]
     report = ptxas_lines(log)
     assert {a for _, a in report} == set(arch), sorted(report)
     spills = {k: v for k, v in report.items() if v[1]}
@@ -535,7 +540,7 @@ kernel ew(X: f16[R, C], w: f16[C]) -> Y: f16[R, C]:
 def nvcc_warnings(text: str, name: str, arch: str) -> list:
     """nvcc's warnings for text's CUDA sources (compiled with -c for `arch`)."""
     return [line for _, r, _ in nvcc_each(text, name, [f"-arch={arch}", "-c", "-o", os.devnull])
-            for line in r.stderr.splitlines() if "warning" in line.lower()]
+            for line in warning_lines(r.stderr)]
 
 
 @pytest.mark.nvcc
@@ -1004,7 +1009,7 @@ def test_tf32_gemms_run_tf32_mma_warning_free_without_spills():
     assert tiled and all("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in v and
                          "cvt.rna.tf32.f32" in v for v in tiled.values()), sorted(tiled)
     assert not any("mma.sync" in v for v in ptx_of(TF32, "ieee.tile").values())
-    assert not [line for line in log.splitlines() if "warning" in line.lower()], log[-3000:]
+    assert not warning_lines(log), log[-3000:]
     report = ptxas_lines(log)
     assert {a for _, a in report} == {"sm_80", "sm_90"}
     spills = {k: v for k, v in report.items() if v[1]}
