@@ -114,6 +114,62 @@ def test_sample_compiles_for_sm80_and_sm90(path, arch, tmp_path, monkeypatch):
     assert not spills, f"kernels spill registers: {spills}"
 
 
+DECLARED = """\
+    const int64_t bx = tilec_b % 7;
+    (void)bx;
+    const int64_t bz = tilec_b / 7;
+    (void)bz;
+    for (int tilec_q = 0; tilec_q < 4; ++tilec_q) {
+        const int i = tilec_q * 8 + (tilec_lane >> 2);
+        (void)i;
+        const int tilec_j0 = (tilec_lane & 3) * 2;
+        const int tilec_n = tilec::imin(2, N - tilec_j0);
+        const int64_t j = tilec_j0 + 1;
+        (void)j;
+        // i and bz, in a comment
+        Y[bx * 32 + tilec_q] = 1.0f;
+    }
+    if (bz > 0) {
+        const int64_t k = bz - 1;
+        (void)k;
+    }
+    Z[0] = i;
+"""
+
+
+def test_renderer_drops_the_index_constants_nothing_reads():
+    """A kernel body loses the constants it declared for statements that did not read them,
+    with their `(void)` markers, and plain constants that only fed those; what is read (here or
+    in a nested block) stays, unmarked; a call stays; a name read after its block has closed
+    or in a comment is not a read."""
+    from tilec.targets.cstyle import drop_unread
+    out = drop_unread(DECLARED.splitlines())
+    kept = [ln.strip() for ln in out if ln.lstrip().startswith("const")]
+    assert kept == ["const int64_t bx = tilec_b % 7;", "const int64_t bz = tilec_b / 7;",
+                    "const int tilec_j0 = (tilec_lane & 3) * 2;",
+                    "const int tilec_n = tilec::imin(2, N - tilec_j0);"]
+    assert not [ln for ln in out if "(void)" in ln]
+    assert drop_unread(out) == out
+
+
+def test_generated_kernels_declare_only_what_they_read():
+    """No sample's CUDA or HIP kernel keeps an index constant it does not read: every
+    `(void)` marker of the renderer is gone from the kernels, and a kernel that reads no lane
+    or warp number does not compute it."""
+    for path in SAMPLE_FILES + TILE_SAMPLES:
+        for target in ("cuda", "hip"):
+            src, _, m = compile_text(path.read_text(), path.name, target)
+            for name, text in driver.render(src, m, target).items():
+                for kernel in text.split("__global__")[1:]:
+                    kernel = kernel[:kernel.index("\n}\n")]
+                    assert not re.search(r"\(void\)(?!tilec_workspace|tilec_grid)", kernel), \
+                        (path.name, name, kernel[:200])
+                    for n in ("tilec_lane", "tilec_warp"):
+                        assert (f"const int {n} =" in kernel) == \
+                            (len(re.findall(rf"\b{n}\b", re.sub(r"//.*", "", kernel))) > 1), \
+                            (path.name, name, n)
+
+
 def nvcc_each(text: str, name: str, flags: list, options=None):
     """Yield (file, nvcc's result, folder) for each .cu source of text's CUDA target (sm_90, or
     the build `options`), compiled with `flags` in a temporary folder that holds the sources."""

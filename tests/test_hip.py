@@ -379,9 +379,10 @@ def test_gemm_and_attention_tiles_are_double_buffered_through_registers(tmp_path
 
 def test_wave64_lanes_and_shuffles(tmp_path):
     """Kernels index lanes and waves of 64, reductions shuffle over the 64 lanes."""
+    src = emit(SAMPLES / "attention.tile", tmp_path)["attention.hip"]
+    assert "tilec_lane = tilec_tid & 63;" in src and "tilec_warp = tilec_tid >> 6;" in src
     files = emit(SAMPLES / "softmax.tile", tmp_path)
     src = files["softmax_rows.hip"]
-    assert "tilec_lane = tilec_tid & 63;" in src and "tilec_warp = tilec_tid >> 6;" in src
     assert "block_allreduce<" in src and "tilec_red" in src
     lib = files["tilec_hip.h"]
     assert "__shfl_xor(v, m, WAVE)" in lib and "constexpr int WAVE = 64;" in lib

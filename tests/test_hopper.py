@@ -775,7 +775,8 @@ def test_pair_walk_visits_every_tile_once(monkeypatch, tmp_path):
     cu = driver.render(src, m, "cuda", HOPPER)["hop_causal_bf16.cu"]
     body = cu[cu.index("hop_causal_bf16_k0_tma_D128exact("):]
     body = body[body.index("// the consumer warpgroups"):]
-    walk = body[body.index("const int64_t tilec_half"):body.index("(void)bz;")]
+    start = body.index("const int64_t tilec_half")
+    walk = body[start:body.index("\n", body.index("const int64_t bz = ", start)) + 1]
     (tmp_path / "walk.cpp").write_text(PAIR_WALK_HARNESS.replace("WALK", walk))
     r = subprocess.run(["g++", "-O1", "-o", str(tmp_path / "walk"), str(tmp_path / "walk.cpp")],
                        capture_output=True, text=True)

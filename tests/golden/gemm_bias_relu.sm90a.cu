@@ -37,8 +37,6 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
     const int tilec_tid = (int)threadIdx.x;
     const int tilec_lane = tilec_tid & 31;
     const int tilec_warp = tilec_tid >> 5;
-    (void)tilec_lane;
-    (void)tilec_warp;
     const int64_t tilec_grid[3] = { tilec_g0, tilec_g1, tilec_g2 };
     uint16_t* __restrict__ A_s = reinterpret_cast<uint16_t*>(tilec_smem + 0);  // f16[4, 128, 64], shared, TMA 128-byte swizzle
     uint16_t* __restrict__ B_s = reinterpret_cast<uint16_t*>(tilec_smem + 65536);  // f16[4, 64, 256], shared, TMA 128-byte swizzle, panels of 64 columns
@@ -68,9 +66,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 const int64_t tilec_rows = tilec::imin(tilec_grid[1] - tilec_panel * 10, 10);
                 const int64_t tilec_in = tilec_lin % (10 * tilec_grid[0]);
                 const int64_t by = tilec_panel * 10 + tilec_in % tilec_rows;
-                (void)by;
                 const int64_t bx = tilec_in / tilec_rows;
-                (void)bx;
                 for (int tilec_k_i = 0; tilec_k_i < (int)host2; ++tilec_k_i) {
                     const int64_t k = tilec_k_i;
                     const uint32_t tilec_s = tilec_it % 4;
@@ -96,9 +92,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
             const int64_t tilec_rows = tilec::imin(tilec_grid[1] - tilec_panel * 10, 10);
             const int64_t tilec_in = tilec_lin % (10 * tilec_grid[0]);
             const int64_t by = tilec_panel * 10 + tilec_in % tilec_rows;
-            (void)by;
             const int64_t bx = tilec_in / tilec_rows;
-            (void)bx;
             #pragma unroll
             for (int tilec_e = 0; tilec_e < 128; ++tilec_e) acc[tilec_e] = 0.0f;
             uint32_t tilec_prev = 0;  // the stage of the previous K tile
@@ -127,17 +121,12 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                     #pragma unroll
                     for (int tilec_q = tilec_p * 16; tilec_q < (tilec_p + 1) * 16; ++tilec_q) {
                         const int i = tilec_warp * 16 + (tilec_q) / 64 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
-                        (void)i;
                         const int tilec_j0 = 0 + (tilec_q) / 2 % 32 * 8 + (tilec_lane & 3) * 2;
-                        const int tilec_n = 2;
-                        (void)tilec_n;
                         uint16_t tilec_ld1[2];
                         tilec::load_vec_whole<2, tilec::Plain<uint16_t>, tilec::LOAD_GLOBAL>(tilec_ld1, bias + bx * 256 + tilec_j0);
                         uint16_t tilec_st2[2];
                         #pragma unroll
                         for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
-                            const int64_t j = tilec_j0 + tilec_v;
-                            (void)j;
                             tilec_st2[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld1[tilec_v])));
                         }
                         tilec::store_vec_whole<2, tilec::Plain<uint16_t>>(C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096 + tilec::sm90::sw128<2>(i % 64, tilec_j0 % 64), tilec_st2);
@@ -152,26 +141,20 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 #pragma unroll
                 for (int tilec_q = 0; tilec_q < 64; ++tilec_q) {
                     const int i = tilec_warp * 16 + (tilec_q) / 64 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
-                    (void)i;
                     if (by * 128 + i < M) {
                         const int tilec_j0 = 0 + (tilec_q) / 2 % 32 * 8 + (tilec_lane & 3) * 2;
                         const int tilec_n = (int)tilec::imax(0, tilec::imin(2, N - bx * 256 - tilec_j0));
-                        (void)tilec_n;
                         uint16_t tilec_ld3[2];
                         tilec::load_vec<2, tilec::Plain<uint16_t>>(tilec_ld3, bias + bx * 256 + tilec_j0, tilec_n);
                         uint16_t tilec_st4[2];
                         if (tilec_n >= 2) {
                             #pragma unroll
                             for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
-                                const int64_t j = tilec_j0 + tilec_v;
-                                (void)j;
                                 tilec_st4[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld3[tilec_v])));
                             }
                         } else {
                             #pragma unroll
                             for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
-                                const int64_t j = tilec_j0 + tilec_v;
-                                (void)j;
                                 if (tilec_v < tilec_n) {
                                     tilec_st4[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld3[tilec_v])));
                                 }
@@ -264,8 +247,6 @@ __global__ void __launch_bounds__(128, 1) gemm_bias_relu_k0(const tilec_f16* __r
     const int tilec_tid = (int)threadIdx.x;
     const int tilec_lane = tilec_tid & 31;
     const int tilec_warp = tilec_tid >> 5;
-    (void)tilec_lane;
-    (void)tilec_warp;
     const int64_t tilec_grid[3] = { tilec_g0, tilec_g1, tilec_g2 };
     const int64_t tilec_b = (int64_t)blockIdx.x + (int64_t)blockIdx.y * gridDim.x;
     if (tilec_b >= tilec_grid[0] * tilec_grid[1] * tilec_grid[2]) return;
@@ -340,17 +321,12 @@ __global__ void __launch_bounds__(128, 1) gemm_bias_relu_k0(const tilec_f16* __r
         #pragma unroll
         for (int tilec_q = 0; tilec_q < 64; ++tilec_q) {
             const int i = (tilec_warp / 2) * 64 + (tilec_q) / 16 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
-            (void)i;
             const int tilec_j0 = (tilec_warp % 2) * 64 + (tilec_q) / 2 % 8 * 8 + (tilec_lane & 3) * 2;
-            const int tilec_n = 2;
-            (void)tilec_n;
             uint16_t tilec_ld1[2];
             tilec::load_vec_whole<2, tilec::Plain<uint16_t>, tilec::LOAD_GLOBAL>(tilec_ld1, bias + bx * 128 + tilec_j0);
             uint16_t tilec_st2[2];
             #pragma unroll
             for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
-                const int64_t j = tilec_j0 + tilec_v;
-                (void)j;
                 tilec_st2[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld1[tilec_v])));
             }
             tilec::store_vec_whole<2, tilec::Plain<uint16_t>>(C + (by * 128 + i) * N + (bx * 128 + tilec_j0), tilec_st2);
@@ -359,26 +335,20 @@ __global__ void __launch_bounds__(128, 1) gemm_bias_relu_k0(const tilec_f16* __r
         #pragma unroll
         for (int tilec_q = 0; tilec_q < 64; ++tilec_q) {
             const int i = (tilec_warp / 2) * 64 + (tilec_q) / 16 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
-            (void)i;
             if (by * 128 + i < M) {
                 const int tilec_j0 = (tilec_warp % 2) * 64 + (tilec_q) / 2 % 8 * 8 + (tilec_lane & 3) * 2;
                 const int tilec_n = (int)tilec::imax(0, tilec::imin(2, N - bx * 128 - tilec_j0));
-                (void)tilec_n;
                 uint16_t tilec_ld3[2];
                 tilec::load_vec<2, tilec::Plain<uint16_t>>(tilec_ld3, bias + bx * 128 + tilec_j0, tilec_n);
                 uint16_t tilec_st4[2];
                 if (tilec_n >= 2) {
                     #pragma unroll
                     for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
-                        const int64_t j = tilec_j0 + tilec_v;
-                        (void)j;
                         tilec_st4[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld3[tilec_v])));
                     }
                 } else {
                     #pragma unroll
                     for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
-                        const int64_t j = tilec_j0 + tilec_v;
-                        (void)j;
                         if (tilec_v < tilec_n) {
                             tilec_st4[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld3[tilec_v])));
                         }

@@ -393,6 +393,59 @@ def linear_block_vars(k: T.TileKernel) -> list:
     return out
 
 
+# `const TYPE NAME = INIT;` on a line of its own (TYPE a plain or qualified name)
+_DECL = re.compile(r"( *)const [A-Za-z_][\w:]* ([A-Za-z_]\w*) = (.*);$")
+_WORD = re.compile(r"[A-Za-z_]\w*")
+# an initializer of names, numbers, operators and casts to int types, calling nothing
+_PURE = re.compile(r"[\w\s+\-*/%&|^<>=!?:.()]*")
+_CALL = re.compile(r"\w\s*\(")
+
+
+def names_in(lines) -> set:
+    """Every name the C lines `lines` mention outside comments."""
+    return {w for ln in lines for w in _WORD.findall(ln.split("//", 1)[0])}
+
+
+def drop_unread(lines: list) -> list:
+    """`lines` (a kernel's body) without the local constants nothing reads: those the renderer
+    declared for statements that might read them (a loop's row and column indices, a tile's
+    coordinates), each followed by a `(void)NAME;` line that would silence nvcc's
+    unused-variable warning, and plain arithmetic constants that only fed those. The markers
+    go too: what stays is read. Scopes come from the indentation (the renderer indents every
+    block); comments do not count as reads."""
+    lines = list(lines)
+    words = [names_in([ln]) for ln in lines]
+    while True:
+        drop = set()
+        for i, ln in enumerate(lines):
+            m = _DECL.fullmatch(ln)
+            if m is None or i in drop:
+                continue
+            indent, name, init = len(m.group(1)), m.group(2), m.group(3)
+            marked = i + 1 < len(lines) and lines[i + 1].strip() == f"(void){name};"
+            if not marked and not (_PURE.fullmatch(init) and not _CALL.search(init.replace(
+                    "(int)", "").replace("(int64_t)", ""))):
+                continue
+            first = i + 2 if marked else i + 1
+            read = False
+            for j in range(first, len(lines)):
+                if j in drop:
+                    continue
+                if lines[j].strip() and len(lines[j]) - len(lines[j].lstrip(" ")) < indent:
+                    break  # (the end of the declaration's block)
+                if name in words[j]:
+                    read = True
+                    break
+            if marked:  # (read or not, the marker has done its work)
+                drop.add(i + 1)
+            if not read:
+                drop.add(i)
+        if not drop:
+            return lines
+        lines = [ln for i, ln in enumerate(lines) if i not in drop]
+        words = [w for i, w in enumerate(words) if i not in drop]
+
+
 def bytes_expr(dtype: str, shape, cast: str = "(size_t)") -> str:
     """Bytes of a dense tensor (4-bit tensors: each row rounded up to whole bytes)."""
     shape = tuple(shape) or (Dim.const(1),)  # a rank-0 workspace holds one element

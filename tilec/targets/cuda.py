@@ -45,7 +45,7 @@ from ..passes.rewrite import (
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
 from .cpu import ALL_DTYPES
-from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, linear_block_vars, pdim
+from .cstyle import ABI_TYPE, BYTES, CStyleRenderer, cname, drop_unread, linear_block_vars, names_in, pdim
 
 # element type of tile buffers in memory (shared) and in registers (fragments): 16- and 8-bit
 # floats keep their bits, everything else its C type
@@ -2182,12 +2182,18 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
     guard = (["#if defined(TILEC_SM90A)"],
              ["#else", "    __trap();  // (sm_90a code: the launcher runs it on H100/H200 devices alone)",
               "#endif"]) if k.warp_specialize else ([], [])
+    lines = drop_unread(em.lines)
+    plans = list(em.copy_plans.values())
+    # the thread's lane and warp, declared where the kernel reads them
+    reads = names_in(lines + block + plans)
+    ids = [n for n in ("tilec_lane", "tilec_warp") if n in reads]
+    ids = (["tilec_tid"] if ids or "tilec_tid" in reads else []) + ids
     return dict(name=k.name, comment=k.comment, params=params, kparams=kparams, bounds=bounds,
                 grid=grid, maps=maps, launch=launch_lines(k, off, args), smem_decl=smem_lines(k, off),
-                block=block, guard=guard,
+                block=block, guard=guard, ids=ids,
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
-                shared=shared, frags=frags, plans=list(em.copy_plans.values()), body=em.lines,
+                shared=shared, frags=frags, plans=plans, body=lines,
                 tile_ir=T.print_kernel(k).splitlines(), smem=off, args=args)
 
 

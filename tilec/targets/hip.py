@@ -149,7 +149,7 @@ def too_big(ctx: dict, k: T.TileKernel, lds: int, limit: int) -> dict:
     returns TILEC_ERR_UNSUPPORTED, so the dims that pick it are refused at run time."""
     why = f"its tiles need {lds} bytes of LDS; a workgroup has {limit}"
     ctx.update(body=[f"    // not built for HIP: {why} (the launcher returns TILEC_ERR_UNSUPPORTED)"],
-               frags=[], plans=[], shared=[], smem_decl=[], block=["(void)tilec_grid;"], lds=0,
+               frags=[], plans=[], shared=[], smem_decl=[], block=["(void)tilec_grid;"], ids=[], lds=0,
                bounds=str(k.threads),
                launch=[f"(void){k.name};", "(void)tilec_g0;", "(void)tilec_g1;", "(void)tilec_g2;",
                        f"return TILEC_ERR_UNSUPPORTED;  // {why}"])
