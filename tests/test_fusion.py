@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -134,8 +135,9 @@ def test_unmasked_key_tiles_run_without_the_mask():
         assert sum(isinstance(x, T.Gemm) for x in walk(loop.body)) == 2
         branches = [s for s in loop.body if isinstance(s, T.If)]
         (branch,) = [b for b in branches if masks(b.body)]
-        assert isinstance(branch.cond, T.Unary) and branch.cond.fn == "not" and not branch.orelse
-        assert T.fmt(branch.cond).count(">= 0") == tests, T.fmt(branch.cond)
+        # (the tile-wide tests negated: opposite comparisons, an `or` of them where several)
+        assert not branch.orelse and "~" not in T.fmt(branch.cond)
+        assert T.fmt(branch.cond).count("< 0") == tests, T.fmt(branch.cond)
         assert [type(s) for s in branch.body] == [T.For] and branch.body[0].kind == "parallel"
         assert not masks([s for s in loop.body if s is not branch]), "only one statement masks"
 
@@ -213,7 +215,18 @@ def test_a_mask_that_was_all_its_loop_did_runs_only_on_masked_tiles():
                (T.Store("S", (i, j), T.Select(cond, load, T.Const(-math.inf, "f32"), "f32")),))
     out = version(st)
     assert isinstance(out, T.If) and out.body == (st,) and out.orelse == ()
-    assert isinstance(out.cond, T.Unary) and out.cond.fn == "not"
+    # the masked version runs exactly where some j of the tile fails the mask (k * 64 + 63 >= n),
+    # under the opposite integer comparison (not a `not`)
+    assert isinstance(out.cond, T.Compare), T.fmt(out.cond)
+    for kv, nv in itertools.product(range(4), range(0, 300, 7)):
+        assert eval(T.fmt(out.cond), {"k": kv, "n": nv}) == (kv * 64 + 63 >= nv)
+    # a float comparison is negated by `not` (a NaN fails both it and its opposite); `and` by
+    # De Morgan's law
+    x = T.Load("X", (i,), "f32")
+    neg = T.Compare("lt", x, T.Const(0.0, "f32"))
+    assert T.lnot(neg) == T.Unary("not", neg, "bool")
+    assert T.lnot(T.land(neg, cond)) == T.Binary("or", T.Unary("not", neg, "bool"),
+                                                 T.Compare("ge", cond.a, cond.b), "bool")
     # a loop that also stores something else keeps an unmasked version without the self-store
     other = T.Store("R", (i, j), load)
     both = version(T.For(st.vars, st.extents, "parallel", st.body + (other,)))

@@ -144,6 +144,21 @@ def ilt(a, b):
     return Compare("lt", a, b)
 
 
+_NEGATED = {"lt": "ge", "ge": "lt", "le": "gt", "gt": "le", "eq": "ne", "ne": "eq"}
+
+
+def lnot(c):
+    """Boolean `c` negated: an integer comparison by its opposite (`a >= b` becomes `a < b`;
+    not a float's, which a NaN makes false both ways), `and` and `or` by De Morgan's laws,
+    anything else as `not c`."""
+    if isinstance(c, Compare) and c.fn in _NEGATED and all(
+            getattr(x, "dtype", None) in ("i32", "i64") for x in (c.a, c.b)):
+        return Compare(_NEGATED[c.fn], c.a, c.b)
+    if isinstance(c, Binary) and c.fn in ("and", "or") and c.dtype == "bool":
+        return Binary("or" if c.fn == "and" else "and", lnot(c.a), lnot(c.b), "bool")
+    return Unary("not", c, "bool")
+
+
 def land(a, b):
     if a is None:
         return b

@@ -186,7 +186,7 @@ def version(st, diagonal: bool = True):
     for t in tests[1:]:
         test = T.land(test, t)
     if unmasked is None:  # (the mask was all the loop did)
-        return T.If(T.Unary("not", test, "bool"), (st,), ())
+        return T.If(T.lnot(test), (st,), ())
     return T.If(test, (unmasked,), (st,))
 
 
