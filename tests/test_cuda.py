@@ -152,6 +152,15 @@ def test_renderer_drops_the_index_constants_nothing_reads():
     assert drop_unread(out) == out
 
 
+def test_an_if_test_loses_only_parentheses_that_enclose_all_of_it():
+    from tilec.targets.cstyle import unwrapped
+    assert unwrapped("(a < 0 || b < 0)") == "a < 0 || b < 0"
+    assert unwrapped("(a < 0) || (b < 0)") == "(a < 0) || (b < 0)"
+    assert unwrapped("(!(x >= 0))") == "!(x >= 0)"
+    assert unwrapped("f(x) && g(y)") == "f(x) && g(y)"
+    assert unwrapped("ok") == "ok"
+
+
 def test_generated_kernels_declare_only_what_they_read():
     """No sample's CUDA or HIP kernel keeps an index constant it does not read: every
     `(void)` marker of the renderer is gone from the kernels, and a kernel that reads no lane

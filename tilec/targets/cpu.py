@@ -476,7 +476,7 @@ class CpuRenderer(CStyleRenderer):
                     if flt:
                         self.emit(f"{acc}_nan |= {x} != {x};", depth)
             elif isinstance(st, T.If):
-                self.emit(f"if ({self.expr(st.cond)}) {{", depth)
+                self.emit(f"if ({self.test(st.cond)}) {{", depth)
                 self.reducing_body(st.body, accs, depth + 1)
                 if st.orelse:
                     self.emit("} else {", depth)

@@ -340,8 +340,12 @@ class CStyleRenderer:
     def s_Alloc(self, s: T.Alloc, depth):
         pass  # buffers are laid out by the kernel template
 
+    def test(self, e) -> str:
+        """Boolean `e` as the test of an `if`, whose own parentheses enclose it."""
+        return unwrapped(self.expr(e))
+
     def s_If(self, s: T.If, depth):
-        self.emit(f"if ({self.expr(s.cond)}) {{", depth)
+        self.emit(f"if ({self.test(s.cond)}) {{", depth)
         self.stmts(s.body, depth + 1)
         if s.orelse:
             self.emit("} else {", depth)
@@ -399,6 +403,16 @@ _WORD = re.compile(r"[A-Za-z_]\w*")
 # an initializer of names, numbers, operators and casts to int types, calling nothing
 _PURE = re.compile(r"[\w\s+\-*/%&|^<>=!?:.()]*")
 _CALL = re.compile(r"\w\s*\(")
+
+
+def unwrapped(s: str) -> str:
+    """C expression `s` without the parentheses that enclose all of it, if they do."""
+    depth = 0
+    for n, ch in enumerate(s):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0:
+            return s[1:-1] if n == len(s) - 1 and s.startswith("(") else s
+    return s
 
 
 def names_in(lines) -> set:
