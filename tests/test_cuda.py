@@ -152,6 +152,48 @@ def test_renderer_drops_the_index_constants_nothing_reads():
     assert drop_unread(out) == out
 
 
+@pytest.mark.parametrize("layout", [
+    ("mma", 64, 64, 4, 1), ("mma", 128, 128, 2, 2), ("mma", 128, 256, 2, 4), ("mma", 16, 8, 1, 1),
+    ("mma", 64, 128, 1, 4), ("wgmma", 128, 256, 8, 1), ("wgmma", 128, 176, 8, 1),
+    ("pingpong", 128, 128, 4, 1)], ids=lambda x: "x".join(map(str, x)))
+def test_mma_layout_formulas_give_each_element_to_its_lane(layout):
+    """The renderer's index formulas of the mma.sync / wgmma accumulator layouts, evaluated for
+    every warp, lane and register group: lane l holds rows l / 4 and l / 4 + 8 of each 16 x 8
+    tile of its warp's tile, columns 2 (l % 4) and 2 (l % 4) + 1, and every element of the tile
+    is held exactly once (once per warpgroup with ping-pong); row_slot names the group of the
+    row layout (MmaRows) that holds the same row."""
+    from tilec.ir.layout import MmaLayout, WgmmaLayout
+    kind, rows, cols, wm_, wn_ = layout
+    L = MmaLayout(rows, cols, wm_, wn_) if kind == "mma" else \
+        WgmmaLayout(rows, cols, wm_, wn_, pingpong=kind == "pingpong")
+    R = L.rows_layout()
+
+    def ev(formula, warp, lane, q):
+        return eval(formula.replace("/", "//"), {}, {"tilec_warp": warp, "tilec_lane": lane,
+                                                     "tilec_q": q})
+    held = {}
+    for warp in range(wm_ * wn_ * (2 if kind == "pingpong" else 1)):
+        w = warp % 4 if kind == "pingpong" else warp
+        for lane in range(32):
+            for q in range(L.groups()):
+                tile_m, tile_n, half = q // (L.ni * 2), q // 2 % L.ni, q % 2
+                row = (w // wn_) * L.wm + tile_m * 16 + half * 8 + lane // 4
+                if kind == "pingpong":  # (warp w: rows 16 w .. of each 64-row half)
+                    row = tile_m * 64 + w * 16 + half * 8 + lane // 4
+                col = (w % wn_) * L.wn + tile_n * 8 + lane % 4 * 2
+                assert (ev(L.row("tilec_q"), warp, lane, q), ev(L.col0("tilec_q"), warp, lane, q)) \
+                    == (row, col), (warp, lane, q)
+                for v in range(2):
+                    held[(warp // 4 if kind == "pingpong" else 0, row, col + v)] = \
+                        held.get((warp // 4 if kind == "pingpong" else 0, row, col + v), 0) + 1
+                if R is not None:
+                    assert ev(R.row(str(ev(L.row_slot("tilec_q"), warp, lane, q))), warp, lane, 0) \
+                        == row
+    copies = 2 if kind == "pingpong" else 1
+    assert sorted(held) == [(c, r, j) for c in range(copies) for r in range(rows) for j in range(cols)]
+    assert set(held.values()) == {1}
+
+
 def test_an_if_test_loses_only_parentheses_that_enclose_all_of_it():
     from tilec.targets.cstyle import unwrapped
     assert unwrapped("(a < 0 || b < 0)") == "a < 0 || b < 0"

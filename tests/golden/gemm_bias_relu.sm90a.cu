@@ -120,8 +120,8 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                     tilec::sm90::staging_free<1>(4 + tilec_warp / 4);
                     #pragma unroll
                     for (int tilec_q = tilec_p * 16; tilec_q < (tilec_p + 1) * 16; ++tilec_q) {
-                        const int i = tilec_warp * 16 + (tilec_q) / 64 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
-                        const int tilec_j0 = 0 + (tilec_q) / 2 % 32 * 8 + (tilec_lane & 3) * 2;
+                        const int i = tilec_warp * 16 + tilec_q % 2 * 8 + (tilec_lane >> 2);
+                        const int tilec_j0 = tilec_q / 2 % 32 * 8 + (tilec_lane & 3) * 2;
                         uint16_t tilec_ld1[2];
                         tilec::load_vec_whole<2, tilec::Plain<uint16_t>, tilec::LOAD_GLOBAL>(tilec_ld1, bias + bx * 256 + tilec_j0);
                         uint16_t tilec_st2[2];
@@ -140,9 +140,9 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
             } else {
                 #pragma unroll
                 for (int tilec_q = 0; tilec_q < 64; ++tilec_q) {
-                    const int i = tilec_warp * 16 + (tilec_q) / 64 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
+                    const int i = tilec_warp * 16 + tilec_q % 2 * 8 + (tilec_lane >> 2);
                     if (by * 128 + i < M) {
-                        const int tilec_j0 = 0 + (tilec_q) / 2 % 32 * 8 + (tilec_lane & 3) * 2;
+                        const int tilec_j0 = tilec_q / 2 % 32 * 8 + (tilec_lane & 3) * 2;
                         const int tilec_n = (int)tilec::imax(0, tilec::imin(2, N - bx * 256 - tilec_j0));
                         uint16_t tilec_ld3[2];
                         tilec::load_vec<2, tilec::Plain<uint16_t>>(tilec_ld3, bias + bx * 256 + tilec_j0, tilec_n);
@@ -320,8 +320,8 @@ __global__ void __launch_bounds__(128, 1) gemm_bias_relu_k0(const tilec_f16* __r
         // the block's whole tile lies inside the tensors; its vector accesses are aligned
         #pragma unroll
         for (int tilec_q = 0; tilec_q < 64; ++tilec_q) {
-            const int i = (tilec_warp / 2) * 64 + (tilec_q) / 16 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
-            const int tilec_j0 = (tilec_warp % 2) * 64 + (tilec_q) / 2 % 8 * 8 + (tilec_lane & 3) * 2;
+            const int i = (tilec_warp / 2) * 64 + tilec_q / 16 * 16 + tilec_q % 2 * 8 + (tilec_lane >> 2);
+            const int tilec_j0 = (tilec_warp % 2) * 64 + tilec_q / 2 % 8 * 8 + (tilec_lane & 3) * 2;
             uint16_t tilec_ld1[2];
             tilec::load_vec_whole<2, tilec::Plain<uint16_t>, tilec::LOAD_GLOBAL>(tilec_ld1, bias + bx * 128 + tilec_j0);
             uint16_t tilec_st2[2];
@@ -334,9 +334,9 @@ __global__ void __launch_bounds__(128, 1) gemm_bias_relu_k0(const tilec_f16* __r
     } else {
         #pragma unroll
         for (int tilec_q = 0; tilec_q < 64; ++tilec_q) {
-            const int i = (tilec_warp / 2) * 64 + (tilec_q) / 16 * 16 + (tilec_q) % 2 * 8 + (tilec_lane >> 2);
+            const int i = (tilec_warp / 2) * 64 + tilec_q / 16 * 16 + tilec_q % 2 * 8 + (tilec_lane >> 2);
             if (by * 128 + i < M) {
-                const int tilec_j0 = (tilec_warp % 2) * 64 + (tilec_q) / 2 % 8 * 8 + (tilec_lane & 3) * 2;
+                const int tilec_j0 = (tilec_warp % 2) * 64 + tilec_q / 2 % 8 * 8 + (tilec_lane & 3) * 2;
                 const int tilec_n = (int)tilec::imax(0, tilec::imin(2, N - bx * 128 - tilec_j0));
                 uint16_t tilec_ld3[2];
                 tilec::load_vec<2, tilec::Plain<uint16_t>>(tilec_ld3, bias + bx * 128 + tilec_j0, tilec_n);

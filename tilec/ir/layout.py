@@ -17,6 +17,16 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _q(q: str) -> str:
+    """Group index `q` as an operand of `/` or `%`: a name as it is, else in parentheses."""
+    return q if q.isidentifier() else f"({q})"
+
+
+def _sum(*terms) -> str:
+    """The terms that are not None, added ("0" for none)."""
+    return " + ".join(t for t in terms if t is not None) or "0"
+
+
 def warp_grids(rows: int, cols: int, warps: int, rows_in_warp: bool = False,
                tile: tuple = (16, 8)) -> list:
     """The (warps_m, warps_n) grids of `warps` warps that tile a rows x cols accumulator in
@@ -62,14 +72,17 @@ class MmaLayout:
     def slots(self) -> int:
         return self.groups() * 2
 
+    # (terms that are 0 for every group of the layout are left out: a warp of one row of mma
+    # tiles has no row-tile term, one of one column of them no column-tile term)
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
-        return (f"{warp_m} * {self.wm} + ({q}) / {self.ni * 2} * 16 + ({q}) % 2 * 8 + "
-                f"(tilec_lane >> 2)")
+        return _sum(f"{warp_m} * {self.wm}", f"{_q(q)} / {self.ni * 2} * 16" if self.mi > 1 else None,
+                    f"{_q(q)} % 2 * 8", "(tilec_lane >> 2)")
 
     def col0(self, q: str) -> str:
-        warp_n = "0" if self.warps_n == 1 else f"(tilec_warp % {self.warps_n}) * {self.wn}"
-        return f"{warp_n} + ({q}) / 2 % {self.ni} * 8 + (tilec_lane & 3) * 2"
+        warp_n = None if self.warps_n == 1 else f"(tilec_warp % {self.warps_n}) * {self.wn}"
+        return _sum(warp_n, f"{_q(q)} / 2 % {self.ni} * 8" if self.ni > 1 else None,
+                    "(tilec_lane & 3) * 2")
 
     def valid(self, q: str):
         return None
@@ -78,7 +91,7 @@ class MmaLayout:
         return MmaRows(self.rows, self.warps_m, self.warps_n)
 
     def row_slot(self, q: str) -> str:
-        return f"({q}) / {self.ni * 2} * 2 + ({q}) % 2"
+        return _sum(f"{_q(q)} / {self.ni * 2} * 2" if self.mi > 1 else None, f"{_q(q)} % 2")
 
     def __str__(self):
         return (f"mma(warps {self.warps_m}x{self.warps_n}, warp tile {self.wm}x{self.wn}, "
@@ -98,8 +111,8 @@ class WgmmaLayout(MmaLayout):
     def row(self, q: str) -> str:
         if not self.pingpong:
             return super().row(q)
-        return (f"({q}) / {self.ni * 2} * 64 + (tilec_warp % 4) * 16 + ({q}) % 2 * 8 + "
-                "(tilec_lane >> 2)")
+        return _sum(f"{_q(q)} / {self.ni * 2} * 64" if self.mi > 1 else None,
+                    "(tilec_warp % 4) * 16", f"{_q(q)} % 2 * 8", "(tilec_lane >> 2)")
 
     def rows_layout(self):
         return None if self.pingpong else super().rows_layout()
@@ -134,8 +147,9 @@ class MmaRows:
 
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
-        return (f"{warp_m} * {self.rows // self.warps_m} + ({q}) / 2 * 16 + ({q}) % 2 * 8 + "
-                f"(tilec_lane >> 2)")
+        return _sum(f"{warp_m} * {self.rows // self.warps_m}",
+                    f"{_q(q)} / 2 * 16" if self.mi > 1 else None, f"{_q(q)} % 2 * 8",
+                    "(tilec_lane >> 2)")
 
     def col0(self, q: str) -> str:
         return "0"
@@ -172,7 +186,7 @@ class VecLayout:
         return self.groups() * self.vec
 
     def _g(self, q: str) -> str:
-        return f"(tilec_tid + ({q}) * {self.threads})"
+        return f"(tilec_tid + {_q(q)} * {self.threads})"
 
     def row(self, q: str) -> str:
         if self.rows == 1:
