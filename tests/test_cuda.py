@@ -194,6 +194,30 @@ def test_mma_layout_formulas_give_each_element_to_its_lane(layout):
     assert set(held.values()) == {1}
 
 
+@pytest.mark.parametrize("shape", [(1, 256, 256, 1), (1, 1024, 256, 4), (4, 256, 256, 4),
+                                   (8, 64, 128, 8), (3, 100, 128, 2), (1, 8192, 1024, 8)],
+                         ids=lambda x: "x".join(map(str, x)))
+def test_vector_layout_formulas_deal_each_vector_to_one_thread(shape):
+    """VecLayout's formulas, evaluated for every thread and group: vector g of the row-major
+    tile (row g // (cols / vec), columns from vec (g % (cols / vec))) goes to thread
+    g % threads, in its group g // threads, and the groups past the tile are invalid."""
+    from tilec.ir.layout import VecLayout
+    rows, cols, threads, vec = shape
+    L = VecLayout(rows, cols, threads, vec)
+    seen = []
+    for tid in range(threads):
+        for q in range(L.groups()):
+            env = {"tilec_tid": tid, "tilec_q": q}
+            valid = L.valid("tilec_q")
+            if valid is not None and not eval(valid, {}, env):
+                continue
+            g = tid + q * threads
+            got = [eval(f.replace("/", "//"), {}, env) for f in (L.row("tilec_q"), L.col0("tilec_q"))]
+            assert got == [g // (cols // vec), g % (cols // vec) * vec], (tid, q)
+            seen.append(g)
+    assert sorted(seen) == list(range(rows * cols // vec))
+
+
 def test_an_if_test_loses_only_parentheses_that_enclose_all_of_it():
     from tilec.targets.cstyle import unwrapped
     assert unwrapped("(a < 0 || b < 0)") == "a < 0 || b < 0"

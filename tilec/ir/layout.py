@@ -186,7 +186,8 @@ class VecLayout:
         return self.groups() * self.vec
 
     def _g(self, q: str) -> str:
-        return f"(tilec_tid + {_q(q)} * {self.threads})"
+        """The vector of group q (the thread's own, where each thread has one group)."""
+        return "tilec_tid" if self.groups() == 1 else f"(tilec_tid + {_q(q)} * {self.threads})"
 
     def row(self, q: str) -> str:
         if self.rows == 1:
@@ -194,9 +195,10 @@ class VecLayout:
         return f"{self._g(q)} / {self.cols // self.vec}"
 
     def col0(self, q: str) -> str:
+        scale = f" * {self.vec}" if self.vec > 1 else ""
         if self.rows == 1:
-            return f"{self._g(q)} * {self.vec}"
-        return f"{self._g(q)} % {self.cols // self.vec} * {self.vec}"
+            return f"{self._g(q)}{scale}"
+        return f"{self._g(q)} % {self.cols // self.vec}{scale}"
 
     def valid(self, q: str):
         total = self.rows * self.cols // self.vec
