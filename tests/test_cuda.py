@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import SAMPLES, build_text, check_text, compile_text
@@ -249,7 +250,6 @@ def nvcc_each(text: str, name: str, flags: list, options=None):
     """Yield (file, nvcc's result, folder) for each .cu source of text's CUDA target (sm_90, or
     the build `options`), compiled with `flags` in a temporary folder that holds the sources."""
     import tempfile
-    from pathlib import Path
     options = options or {"arch": ("sm_90",)}
     src, _, m = compile_text(text, name, "cuda", options=options)
     files = driver.render(src, m, "cuda", options)
@@ -289,6 +289,41 @@ def kept_ptx(folder, cu: str, arch: str) -> str:
     stem = cu.removesuffix(".cu")
     path = folder / f"{stem}.{arch}.ptx"
     return (path if path.exists() else folder / f"{stem}.ptx").read_text()
+
+
+def sass_tool() -> list | None:
+    """The command that prints the SASS of a cubin: cuobjdump where the CUDA toolkit has it,
+    else nvdisasm (the test extra nvidia-cuda-nvdisasm installs it beside the Python
+    packages), else None."""
+    if shutil.which("cuobjdump"):
+        return ["cuobjdump", "--dump-sass"]
+    if shutil.which("nvdisasm"):
+        return ["nvdisasm"]
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in nvidia.__path__:
+        for tool in sorted(Path(root).glob("cu*/bin/nvdisasm")):
+            return [str(tool)]
+    return None
+
+
+def kept_sass(folder, cu: str, arch: str = "compute_90a") -> str:
+    """The SASS of the cubin that `nvcc --keep` left in `folder` for source `cu` and virtual
+    `arch` (named by the architecture where the compile had several, as kept_ptx)."""
+    tool = sass_tool()
+    if tool is None:
+        if ON_CI:
+            pytest.fail("neither cuobjdump nor nvdisasm is installed on this CI machine: "
+                        "the SASS tests need one (pip install '.[test]' brings nvdisasm)")
+        pytest.skip("no cuobjdump or nvdisasm to read the SASS")
+    stem = cu.removesuffix(".cu")
+    path = folder / f"{stem}.{arch}.cubin"
+    path = path if path.exists() else folder / f"{stem}.cubin"
+    r = subprocess.run(tool + [str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
 
 
 def ptx_of(text: str, name: str) -> dict:

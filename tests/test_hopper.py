@@ -1,9 +1,10 @@
 """The Hopper (sm_90a) path of the CUDA target: warp-specialized GEMMs on TMA and wgmma.
 
 Without a GPU (CI): with `--arch sm_90a` a GEMM group gets a warp-specialized, persistent variant
-(the Tile IR says so), its CUDA source compiles warning-free for sm_90a without spills, and its
-PTX holds wgmma, TMA copies and setmaxnreg (the SASS holds HGMMA where cuobjdump exists); other
-architecture lists, `warp_specialize off` and operands TMA cannot read keep the mma.sync kernel.
+(the Tile IR says so), its CUDA source compiles warning-free for sm_90a without spills, its PTX
+holds wgmma, TMA copies and setmaxnreg, and its SASS HGMMA and UTMALDG (read by cuobjdump or
+nvdisasm); other architecture lists, `warp_specialize off` and operands TMA cannot read keep the
+mma.sync kernel.
 
 With a GPU (`pytest -m gpu`, an H100/H200): the variant alone (the others removed, so a launch
 condition that fails is an error, not a silent fallback) matches the reference at sizes that are
@@ -13,12 +14,11 @@ and are not tile multiples, f16 and bf16, B row-major and transposed, batched.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
 import pytest
 from conftest import check_text, compile_text
-from test_cuda import kept_ptx, need_gpu, need_nvcc, nvcc_each, ptxas_lines
+from test_cuda import kept_ptx, kept_sass, need_gpu, need_nvcc, nvcc_each, ptxas_lines
 
 from tilec import driver
 from tilec.diagnostics import TilecError
@@ -335,7 +335,7 @@ def test_a_malformed_wgmma_knob_is_a_user_error(monkeypatch, knob):
 
 
 @pytest.mark.nvcc
-@pytest.mark.gpu  # (no GPU needed: also run with `-m gpu` on the device, whose cuobjdump reads the SASS)
+@pytest.mark.gpu  # (no GPU needed: also run with `-m gpu` on the device)
 @pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "192x128,5", "128x256,4,cluster2"])
 def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch, knob):
     need_nvcc()
@@ -357,13 +357,11 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
             # other architectures' stub takes a handful)
             entry = [v for (k, a), v in report.items() if a == "sm_90a" and f"{name}_k0_tma" in k]
             assert len(entry) == 1 and entry[0][1] == 0 and entry[0][0] > 40, r.stderr
-        if shutil.which("cuobjdump"):
-            sass = subprocess.run(["cuobjdump", "--dump-sass", str(folder / "k.o")],
-                                  capture_output=True, text=True).stdout
-            assert "HGMMA" in sass and "UTMALDG" in sass
-            # (the TMA-store epilogue: where its buffers fit beside the stages)
-            staged = any(k.tma_stores for k in _kernels(GEMMS, MIXED))
-            assert ("UTMASTG" in sass) == staged and staged == (knob in ("", "128x256,4,cluster2"))
+        sass = kept_sass(folder, f)
+        assert "HGMMA" in sass and "UTMALDG" in sass
+        # (the TMA-store epilogue: where its buffers fit beside the stages)
+        staged = any(k.tma_stores for k in _kernels(GEMMS, MIXED))
+        assert ("UTMASTG" in sass) == staged and staged == (knob in ("", "128x256,4,cluster2"))
     assert built == {"hop_bias_relu", "hop_bf16_bt", "hop_batched"}
     n = 128 if knob and "cluster2" not in knob else 256
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16", ptx)
@@ -839,13 +837,13 @@ def test_attention_tma_cannot_read_keeps_mma_sync(text):
 
 
 @pytest.mark.nvcc
-@pytest.mark.gpu  # (also on the device: cuobjdump reads the SASS)
+@pytest.mark.gpu  # (no GPU needed: also run with `-m gpu` on the device)
 @pytest.mark.parametrize("knob", ["", "3,1,0,1", "3,1,0,0,1", "3,1,0,1,1", "2,1,0,1,1,176"])
 def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
     """Warning-free, no spills, no wgmma serialized, also with the persistent grid, with K
     and V on rings of their own and with 176-key tiles; the PTX
     multiplies P V with A from registers (wgmma's register operand form), the SASS holds HGMMA
-    and UTMALDG where cuobjdump exists."""
+    and UTMALDG."""
     need_nvcc()
     if knob:
         monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
@@ -860,10 +858,11 @@ def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
         # no wgmma serialized or fenced by ptxas (C7510-C7519: accumulators touched while a
         # product runs, too few registers for the pipeline)
         assert not re.search(r"\(C751\d\)", r.stderr), r.stderr
-        if shutil.which("cuobjdump"):
-            sass = subprocess.run(["cuobjdump", "--dump-sass", str(folder / "k.o")],
-                                  capture_output=True, text=True).stdout
-            assert "HGMMA" in sass and "UTMALDG" in sass
+        sass = kept_sass(folder, f)
+        assert "HGMMA" in sass and "UTMALDG" in sass
+        # Q K^T with both operands from shared memory (descriptors), P V with P from registers
+        assert re.search(r"HGMMA\.64x(128|176)x16\.F32(\.BF16)? R\d+, gdesc\[", sass), f
+        assert re.search(r"HGMMA\.64x128x16\.F32(\.BF16)? R\d+, R\d+, gdesc\[", sass), f
     for dt in ("f16", "bf16"):  # (also with the knobs: the same products)
         assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{dt}\.{dt}\s*"
                          r"\{[^}]*\},\s*\{%r\d+, %r\d+, %r\d+, %r\d+\}", ptx), dt
