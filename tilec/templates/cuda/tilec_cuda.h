@@ -1709,44 +1709,22 @@ TILEC_DEV void fence_regs(uint32_t* a) {
     "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),  \
     "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
 
-// D[64 x 64] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K values per
-// step: A and B by shared-memory descriptors; TRANS: the operands' transposes (16-bit types: B
-// MN-major, rows of N contiguous, when TB; fp8 takes none: K-major only).
-#define TILEC_WGMMA_N64(K, DT, TRANS)  \
+// D[64 x W] (f32, this warpgroup's registers: R of them, the lists TILEC_WGMMA_D<R> and
+// TILEC_WGMMA_OUT<R>) = A * B + (scale_d ? D : 0), K values per step: A and B by shared-memory
+// descriptors (operands A and B of the asm, then P: scale_d); TRANS: the operands' transposes
+// (16-bit types: B MN-major, rows of N contiguous, when TB; fp8 takes none: K-major only).
+#define TILEC_WGMMA_SS_ASM(W, R, A, B, P, K, DT, TRANS)  \
     asm volatile(  \
-        "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n64k" K ".f32." DT "." DT " {" TILEC_WGMMA_D32 "},"  \
-        " %32, %33, p, 1, 1" TRANS ";\n}\n"  \
-        : TILEC_WGMMA_OUT32 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
-
-// D[64 x 128] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K values per
-// step: A and B by shared-memory descriptors; TRANS: the operands' transposes (16-bit types: B
-// MN-major, rows of N contiguous, when TB; fp8 takes none: K-major only).
-#define TILEC_WGMMA_N128(K, DT, TRANS)  \
-    asm volatile(  \
-        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n128k" K ".f32." DT "." DT " {" TILEC_WGMMA_D64 "},"  \
-        " %64, %65, p, 1, 1" TRANS ";\n}\n"  \
-        : TILEC_WGMMA_OUT64 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
-
-// D[64 x 176] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K values per
-// step: A and B by shared-memory descriptors (attention's 176-key tiles).
-#define TILEC_WGMMA_N176(K, DT, TRANS)  \
-    asm volatile(  \
-        "{\n .reg .pred p;\n setp.ne.b32 p, %90, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n176k" K ".f32." DT "." DT " {" TILEC_WGMMA_D88 "},"  \
-        " %88, %89, p, 1, 1" TRANS ";\n}\n"  \
-        : TILEC_WGMMA_OUT88 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
-
-// D[64 x 256] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K values per
-// step: A and B by shared-memory descriptors; TRANS: the operands' transposes (16-bit types: B
-// MN-major, rows of N contiguous, when TB; fp8 takes none: K-major only).
+        "{\n .reg .pred p;\n setp.ne.b32 p, " P ", 0;\n"  \
+        " wgmma.mma_async.sync.aligned.m64n" W "k" K ".f32." DT "." DT " {" TILEC_WGMMA_D##R "},"  \
+        " " A ", " B ", p, 1, 1" TRANS ";\n}\n"  \
+        : TILEC_WGMMA_OUT##R : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
+#define TILEC_WGMMA_N64(K, DT, TRANS) TILEC_WGMMA_SS_ASM("64", 32, "%32", "%33", "%34", K, DT, TRANS)
+#define TILEC_WGMMA_N128(K, DT, TRANS) TILEC_WGMMA_SS_ASM("128", 64, "%64", "%65", "%66", K, DT, TRANS)
+// (attention's 176-key tiles)
+#define TILEC_WGMMA_N176(K, DT, TRANS) TILEC_WGMMA_SS_ASM("176", 88, "%88", "%89", "%90", K, DT, TRANS)
 #define TILEC_WGMMA_N256(K, DT, TRANS)  \
-    asm volatile(  \
-        "{\n .reg .pred p;\n setp.ne.b32 p, %130, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n256k" K ".f32." DT "." DT " {" TILEC_WGMMA_D128 "},"  \
-        " %128, %129, p, 1, 1" TRANS ";\n}\n"  \
-        : TILEC_WGMMA_OUT128 : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
+    TILEC_WGMMA_SS_ASM("256", 128, "%128", "%129", "%130", K, DT, TRANS)
 
 // The operand types of a wgmma: 16-bit floats (k-steps of 16) and fp8 (k-steps of 32: the same
 // 32 bytes of each row).
@@ -1786,38 +1764,23 @@ TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
 #endif
 }
 
-// D[64 x 64] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A from
-// registers (a[0..3]: this thread's 16-bit pairs, in the accumulator's layout), B by a
-// shared-memory descriptor, MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
+// D[64 x W] (f32, this warpgroup's registers: R of them) = A * B + (scale_d ? D : 0), K = 16:
+// A from registers (a[0..3]: this thread's 16-bit pairs, in the accumulator's layout; with B's
+// descriptor, the operands AB of the asm), B by a shared-memory descriptor, MN-major (rows of N
+// contiguous) when TB (operand T); P: scale_d; DT "f16" or "bf16".
+#define TILEC_WGMMA_RS_ASM(W, R, AB, P, T, DT)  \
+    asm volatile(  \
+        "{\n .reg .pred p;\n setp.ne.b32 p, " P ", 0;\n"  \
+        " wgmma.mma_async.sync.aligned.m64n" W "k16.f32." DT "." DT " {" TILEC_WGMMA_D##R "},"  \
+        AB ", p, 1, 1, " T ";\n}\n"  \
+        : TILEC_WGMMA_OUT##R  \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
 #define TILEC_WGMMA_RS_N64(DT)  \
-    asm volatile(  \
-        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n64k16.f32." DT "." DT " {" TILEC_WGMMA_D32 "},"  \
-        " {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"  \
-        : TILEC_WGMMA_OUT32  \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
-
-// D[64 x 128] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A from
-// registers (a[0..3]: this thread's 16-bit pairs, in the accumulator's layout), B by a
-// shared-memory descriptor, MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
+    TILEC_WGMMA_RS_ASM("64", 32, " {%32, %33, %34, %35}, %36", "%37", "%38", DT)
 #define TILEC_WGMMA_RS_N128(DT)  \
-    asm volatile(  \
-        "{\n .reg .pred p;\n setp.ne.b32 p, %69, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n128k16.f32." DT "." DT " {" TILEC_WGMMA_D64 "},"  \
-        " {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"  \
-        : TILEC_WGMMA_OUT64  \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
-
-// D[64 x 256] (f32, this warpgroup's registers) = A * B + (scale_d ? D : 0), K = 16: A from
-// registers (a[0..3]: this thread's 16-bit pairs, in the accumulator's layout), B by a
-// shared-memory descriptor, MN-major (rows of N contiguous) when TB; DT "f16" or "bf16".
+    TILEC_WGMMA_RS_ASM("128", 64, " {%64, %65, %66, %67}, %68", "%69", "%70", DT)
 #define TILEC_WGMMA_RS_N256(DT)  \
-    asm volatile(  \
-        "{\n .reg .pred p;\n setp.ne.b32 p, %133, 0;\n"  \
-        " wgmma.mma_async.sync.aligned.m64n256k16.f32." DT "." DT " {" TILEC_WGMMA_D128 "},"  \
-        " {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"  \
-        : TILEC_WGMMA_OUT128  \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d), "n"(TB))
+    TILEC_WGMMA_RS_ASM("256", 128, " {%128, %129, %130, %131}, %132", "%133", "%134", DT)
 
 // (16-bit types only: an A operand in registers holds 16-bit pairs)
 #define TILEC_WGMMA_RS(N_)  \
