@@ -13,8 +13,10 @@ and are not tile multiples, f16 and bf16, B row-major and transposed, batched.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import check_text, compile_text
@@ -648,6 +650,28 @@ def test_split_rings_free_k_after_its_product(monkeypatch):
     assert "tilec_empty_v" not in _attention_body(monkeypatch, "")
     assert _attention_body(monkeypatch, "3,1,1,1,1") == _attention_body(monkeypatch, "3,1,1")
     assert _attention_body(monkeypatch, "3,0,0,1,1") == _attention_body(monkeypatch, "3,0,0")
+
+
+@pytest.mark.nvcc
+def test_wgmma_with_a_from_registers_has_no_176_column_form(tmp_path):
+    """tilec_cuda.h's wgmma_rs takes 64, 128 or 256 columns: 176 (a width only the
+    descriptor form has, for attention's 176-key Q K^T) is a compile error, not a 64-column
+    wgmma."""
+    need_nvcc()
+    templates = Path(driver.__file__).parent / "templates"
+    for name in ("cuda/tilec_cuda.h", "common/tilec_gpu.h", "common/tilec_arith.h",
+                 "common/tilec_checked.h"):
+        (tmp_path / Path(name).name).write_text((templates / name).read_text())
+    (tmp_path / "rs.cu").write_text(
+        '#include "tilec_cuda.h"\n'
+        "__global__ void k(float* d, const uint32_t* a) {\n"
+        "    tilec::sm90::wgmma_rs<COLUMNS, 0, tilec::sm90::WG_F16>(d, a, 0, 1);\n}\n")
+    for n, ok in ((128, True), (176, False)):
+        r = subprocess.run([os.environ.get("NVCC", "nvcc"), "-std=c++17", f"-DCOLUMNS={n}", "-gencode",
+                            "arch=compute_90a,code=sm_90a", "-c", "rs.cu", "-o", "rs.o"],
+                           cwd=tmp_path, capture_output=True, text=True)
+        assert (r.returncode == 0) == ok, r.stderr
+        assert ok or "64, 128 or 256 columns" in r.stderr, r.stderr
 
 
 def test_key_tiles_of_176_where_no_mask_cuts_them(monkeypatch):

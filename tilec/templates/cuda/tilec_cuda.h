@@ -1788,8 +1788,9 @@ TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
 
 template <int N, int TB, int DT>
 TILEC_DEV void wgmma_rs(float* d, const uint32_t* a, uint64_t b, int scale_d) {
-    static_assert(N == 64 || N == 128 || N == 176 || N == 256,
-                  "wgmma tiles of 64, 128, 176 or 256 columns");
+    // (no 176-column form: attention's 176-key tiles multiply P V into D columns)
+    static_assert(N == 64 || N == 128 || N == 256,
+                  "wgmma tiles with A from registers: 64, 128 or 256 columns");
     static_assert(DT <= WG_BF16, "wgmma with A in registers: 16-bit types");
 #ifdef TILEC_SM90A
     if constexpr (N == 256) {
