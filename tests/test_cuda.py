@@ -283,12 +283,17 @@ def ptx_entries(ptx: str) -> dict:
     return {body.split("(", 1)[0]: body for body in ptx.split(".entry ")[1:]}
 
 
-def kept_ptx(folder, cu: str, arch: str) -> str:
-    """The PTX that `nvcc --keep` left in `folder` for source `cu` and virtual `arch`
-    (compute_90a, ...): named by the architecture where the compile had several."""
+def kept_file(folder, cu: str, arch: str, ext: str):
+    """The file (`ext`: ptx, cubin) that `nvcc --keep` left in `folder` for source `cu` and
+    virtual `arch` (compute_90a, ...): named by the architecture where the compile had several."""
     stem = cu.removesuffix(".cu")
-    path = folder / f"{stem}.{arch}.ptx"
-    return (path if path.exists() else folder / f"{stem}.ptx").read_text()
+    path = folder / f"{stem}.{arch}.{ext}"
+    return path if path.exists() else folder / f"{stem}.{ext}"
+
+
+def kept_ptx(folder, cu: str, arch: str) -> str:
+    """The PTX that `nvcc --keep` left (kept_file)."""
+    return kept_file(folder, cu, arch, "ptx").read_text()
 
 
 def sass_tool() -> list | None:
@@ -303,25 +308,20 @@ def sass_tool() -> list | None:
         import nvidia
     except ImportError:
         return None
-    for root in nvidia.__path__:
-        for tool in sorted(Path(root).glob("cu*/bin/nvdisasm")):
-            return [str(tool)]
-    return None
+    tools = sorted(t for root in nvidia.__path__ for t in Path(root).glob("cu*/bin/nvdisasm"))
+    return [str(tools[0])] if tools else None
 
 
 def kept_sass(folder, cu: str, arch: str = "compute_90a") -> str:
-    """The SASS of the cubin that `nvcc --keep` left in `folder` for source `cu` and virtual
-    `arch` (named by the architecture where the compile had several, as kept_ptx)."""
+    """The SASS of the cubin that `nvcc --keep` left (kept_file)."""
     tool = sass_tool()
     if tool is None:
         if ON_CI:
             pytest.fail("neither cuobjdump nor nvdisasm is installed on this CI machine: "
                         "the SASS tests need one (pip install '.[test]' brings nvdisasm)")
         pytest.skip("no cuobjdump or nvdisasm to read the SASS")
-    stem = cu.removesuffix(".cu")
-    path = folder / f"{stem}.{arch}.cubin"
-    path = path if path.exists() else folder / f"{stem}.cubin"
-    r = subprocess.run(tool + [str(path)], capture_output=True, text=True)
+    r = subprocess.run(tool + [str(kept_file(folder, cu, arch, "cubin"))], capture_output=True,
+                       text=True)
     assert r.returncode == 0, r.stderr
     return r.stdout
 

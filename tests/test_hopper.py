@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 from conftest import check_text, compile_text
@@ -658,10 +657,10 @@ def test_wgmma_with_a_from_registers_has_no_176_column_form(tmp_path):
     descriptor form has, for attention's 176-key Q K^T) is a compile error, not a 64-column
     wgmma."""
     need_nvcc()
-    templates = Path(driver.__file__).parent / "templates"
-    for name in ("cuda/tilec_cuda.h", "common/tilec_gpu.h", "common/tilec_arith.h",
-                 "common/tilec_checked.h"):
-        (tmp_path / Path(name).name).write_text((templates / name).read_text())
+    # (the device library and the headers it includes, as tilec writes them beside a source)
+    src, _, m = compile_text("kernel k(X: f32[N]) -> Y: f32[N]:\n    Y = X\n", "k.tile", "cuda",
+                             options=HOPPER)
+    driver.write_files(tmp_path, driver.render(src, m, "cuda", HOPPER))
     (tmp_path / "rs.cu").write_text(
         '#include "tilec_cuda.h"\n'
         "__global__ void k(float* d, const uint32_t* a) {\n"

@@ -437,8 +437,7 @@ def drop_unread(lines: list) -> list:
                 continue
             indent, name, init = len(m.group(1)), m.group(2), m.group(3)
             marked = i + 1 < len(lines) and lines[i + 1].strip() == f"(void){name};"
-            if not marked and not (_PURE.fullmatch(init) and not _CALL.search(init.replace(
-                    "(int)", "").replace("(int64_t)", ""))):
+            if not marked and not (_PURE.fullmatch(init) and not _CALL.search(init)):
                 continue
             first = i + 2 if marked else i + 1
             read = False
