@@ -17,12 +17,12 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _q(q: str) -> str:
+def operand(q: str) -> str:
     """Group index `q` as an operand of `/` or `%`: a name as it is, else in parentheses."""
     return q if q.isidentifier() else f"({q})"
 
 
-def _sum(*terms) -> str:
+def added(*terms) -> str:
     """The terms that are not None, added ("0" for none)."""
     return " + ".join(t for t in terms if t is not None) or "0"
 
@@ -76,12 +76,12 @@ class MmaLayout:
     # tiles has no row-tile term, one of one column of them no column-tile term)
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
-        return _sum(f"{warp_m} * {self.wm}", f"{_q(q)} / {self.ni * 2} * 16" if self.mi > 1 else None,
-                    f"{_q(q)} % 2 * 8", "(tilec_lane >> 2)")
+        return added(f"{warp_m} * {self.wm}", f"{operand(q)} / {self.ni * 2} * 16" if self.mi > 1 else None,
+                    f"{operand(q)} % 2 * 8", "(tilec_lane >> 2)")
 
     def col0(self, q: str) -> str:
         warp_n = None if self.warps_n == 1 else f"(tilec_warp % {self.warps_n}) * {self.wn}"
-        return _sum(warp_n, f"{_q(q)} / 2 % {self.ni} * 8" if self.ni > 1 else None,
+        return added(warp_n, f"{operand(q)} / 2 % {self.ni} * 8" if self.ni > 1 else None,
                     "(tilec_lane & 3) * 2")
 
     def valid(self, q: str):
@@ -91,7 +91,7 @@ class MmaLayout:
         return MmaRows(self.rows, self.warps_m, self.warps_n)
 
     def row_slot(self, q: str) -> str:
-        return _sum(f"{_q(q)} / {self.ni * 2} * 2" if self.mi > 1 else None, f"{_q(q)} % 2")
+        return added(f"{operand(q)} / {self.ni * 2} * 2" if self.mi > 1 else None, f"{operand(q)} % 2")
 
     def __str__(self):
         return (f"mma(warps {self.warps_m}x{self.warps_n}, warp tile {self.wm}x{self.wn}, "
@@ -111,8 +111,8 @@ class WgmmaLayout(MmaLayout):
     def row(self, q: str) -> str:
         if not self.pingpong:
             return super().row(q)
-        return _sum(f"{_q(q)} / {self.ni * 2} * 64" if self.mi > 1 else None,
-                    "(tilec_warp % 4) * 16", f"{_q(q)} % 2 * 8", "(tilec_lane >> 2)")
+        return added(f"{operand(q)} / {self.ni * 2} * 64" if self.mi > 1 else None,
+                    "(tilec_warp % 4) * 16", f"{operand(q)} % 2 * 8", "(tilec_lane >> 2)")
 
     def rows_layout(self):
         return None if self.pingpong else super().rows_layout()
@@ -147,8 +147,8 @@ class MmaRows:
 
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
-        return _sum(f"{warp_m} * {self.rows // self.warps_m}",
-                    f"{_q(q)} / 2 * 16" if self.mi > 1 else None, f"{_q(q)} % 2 * 8",
+        return added(f"{warp_m} * {self.rows // self.warps_m}",
+                    f"{operand(q)} / 2 * 16" if self.mi > 1 else None, f"{operand(q)} % 2 * 8",
                     "(tilec_lane >> 2)")
 
     def col0(self, q: str) -> str:
@@ -187,7 +187,7 @@ class VecLayout:
 
     def _g(self, q: str) -> str:
         """The vector of group q (the thread's own, where each thread has one group)."""
-        return "tilec_tid" if self.groups() == 1 else f"(tilec_tid + {_q(q)} * {self.threads})"
+        return "tilec_tid" if self.groups() == 1 else f"(tilec_tid + {operand(q)} * {self.threads})"
 
     def row(self, q: str) -> str:
         if self.rows == 1:

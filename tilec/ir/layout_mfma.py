@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .layout import MmaLayout, MmaRows, _q, _sum
+from .layout import MmaLayout, MmaRows, added, operand
 
 WAVE = 64
 
@@ -70,22 +70,22 @@ class MfmaLayout(MmaLayout):
     # (terms that are 0 for every group of the layout are left out, as MmaLayout's)
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
-        return _sum(f"{warp_m} * {self.wm}",
-                    f"{_q(q)} / {self.ni * self.g} * {self.tile}" if self.mi > 1 else None,
+        return added(f"{warp_m} * {self.wm}",
+                    f"{operand(q)} / {self.ni * self.g} * {self.tile}" if self.mi > 1 else None,
                     f"tilec_lane % {self.tile}")
 
     def col0(self, q: str) -> str:
         warp_n = None if self.warps_n == 1 else f"(tilec_warp % {self.warps_n}) * {self.wn}"
-        tile = f"{_q(q)} / {self.g}" if self.g > 1 else _q(q)  # (the tile's index along the row)
-        return _sum(warp_n, f"{tile} % {self.ni} * {self.tile}" if self.ni > 1 else None,
-                    f"{_q(q)} % {self.g} * {4 * self.h}" if self.g > 1 else None,
+        tile = f"{operand(q)} / {self.g}" if self.g > 1 else operand(q)  # (the tile's index along the row)
+        return added(warp_n, f"{tile} % {self.ni} * {self.tile}" if self.ni > 1 else None,
+                    f"{operand(q)} % {self.g} * {4 * self.h}" if self.g > 1 else None,
                     f"tilec_lane / {self.tile} * 4")
 
     def rows_layout(self) -> MfmaRows:
         return MfmaRows(self.rows, self.warps_m, self.warps_n, self.tile)
 
     def row_slot(self, q: str) -> str:
-        return f"{_q(q)} / {self.ni * self.g}" if self.mi > 1 else "0"
+        return f"{operand(q)} / {self.ni * self.g}" if self.mi > 1 else "0"
 
     def __str__(self):
         return (f"mfma {self.tile}x{self.tile}(waves {self.warps_m}x{self.warps_n}, wave tile "
@@ -108,8 +108,8 @@ class MfmaRows(MmaRows):
 
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
-        return _sum(f"{warp_m} * {self.rows // self.warps_m}",
-                    f"{_q(q)} * {self.tile}" if self.mi > 1 else None, f"tilec_lane % {self.tile}")
+        return added(f"{warp_m} * {self.rows // self.warps_m}",
+                    f"{operand(q)} * {self.tile}" if self.mi > 1 else None, f"tilec_lane % {self.tile}")
 
     def leader(self) -> str:
         lead = f"tilec_lane < {self.tile}"
