@@ -15,6 +15,7 @@ Cases (kernels in bench/cpu.tile):
   softmax   softmax(X, axis=-1), f32 4096x4096          goal: >= 2x numpy, >= 0.7x copy bandwidth
   rmsnorm   X * rsqrt(mean(X*X, -1) + eps) * w          goal: the same
   ewchain   Z = silu(X * s + Y) * X  (4 ops)             goal: the same
+  actchain  Z = mish(X) * tanh(Y) + log(|X| + 1)          goal: >= 2x numpy
   layernorm (X - mean) * rsqrt(var + eps) * gamma + beta  goal: the same
   longrow   softmax over one row of 64M f32 values      goal: matches numpy at the f32 tolerance
   sumall    the sum of 8192 x 8192 f32 values           goal: matches numpy at the f32 tolerance
@@ -170,6 +171,7 @@ def build(out_dir: Path, march: str) -> dict:
         "softmax_rows": [P, P, I64, I64],                # X, Y, R, C
         "rmsnorm_f32": [P, P, F32, P, I64, I64],         # X, w, eps, Y, R, C
         "elementwise_chain": [P, P, F32, P, I64, I64],   # X, Y, s, Z, R, C
+        "activation_chain": [P, P, P, I64, I64],         # X, Y, Z, R, C
         "copy_f32": [P, P, I64, I64],                    # X, Y, R, C
         "w4a16_f32": [P, P, P, P, I64, I64, I64],        # A, Wq, scales, C, M, K, N
         "layernorm_f32": [P, P, P, F32, P, I64, I64],    # X, gamma, beta, eps, Y, R, C
@@ -559,6 +561,14 @@ def main() -> int:
          checked(fns["elementwise_chain"], ptr(X), ptr(Y2), F32(s), ptr(Z), R, Cc), lambda: Z,
          TOL_F32, 2.0, nbytes=3 * X.nbytes, copy_goal=0.7)
 
+    # ---- 4a. a chain of transcendental activations (reads X and Y, writes Z): numpy's own
+    # vectorized tanh, exp, log1p and log against tilec_cpu.h's (softplus as log1p(exp(X)), which
+    # cannot overflow on these inputs and is faster in numpy than logaddexp)
+    def activations_np():
+        return X * np.tanh(np.log1p(np.exp(X))) * np.tanh(Y2) + np.log(np.abs(X) + 1)
+    case("actchain", "Z = mish(X) * tanh(Y) + log(|X| + 1), 4096x4096 f32", activations_np,
+         checked(fns["activation_chain"], ptr(X), ptr(Y2), ptr(Z), R, Cc), lambda: Z,
+         TOL_F32, 2.0, nbytes=3 * X.nbytes)
 
     # ---- 5. LayerNorm (reads X, gamma and beta, writes Y)
     gamma, beta = U(Cc), U(Cc)

@@ -1,9 +1,10 @@
-"""The CPU device library's vectorizable exp and exp2 (tilec_cpu.h exp_f32, exp2_f32) against
-numpy in double: the accuracy their comments claim, the special values, with and without fused
-multiply-adds."""
+"""The CPU device library's vectorizable math (tilec_cpu.h: exp, exp2, log, log2, log1p, tanh,
+erf, erfc and the activations built on them) against numpy in double: the accuracy their comments
+claim, the special values, with and without fused multiply-adds, and that they vectorize."""
 
 from __future__ import annotations
 
+import math
 import shutil
 import subprocess
 from pathlib import Path
@@ -97,14 +98,84 @@ def test_exp_of_an_argument_up_to_44_is_exp_f32_bit_for_bit(tmp_path, march):
     assert got[-1, 1] > 1e19  # the top of the domain was tried
 
 
-ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "exp_nonpos_f32(x[i])", "sigmoid(x[i])",
-               "silu(x[i])", "gelu_tanh(x[i])", "relu(x[i])", "maximum(x[i], 0.5f)"]
+_erf = np.frompyfunc(math.erf, 1, 1)
+_erfc = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+# each function's reference in double and its bound in units in the last place of the float
+# result (below the normal range: in steps of 2^-149); the bounds are those the comments in
+# tilec_cpu.h state, which a check of every float (bench/cpu_math_ulp.cpp) measured
+MATH = {
+    "log_f32": (np.log, 1.0),
+    "log2_f32": (np.log2, 2.0),
+    "log1p_f32": (np.log1p, 1.0),
+    "tanh_f32": (np.tanh, 2.5),
+    "erf_f32": (lambda x: _erf(x).astype(np.float64), 2.5),
+    "erfc_f32": (lambda x: _erfc(x).astype(np.float64), 6.0),
+    "sigmoid": (lambda x: np.exp(-np.logaddexp(0.0, -x)), 2.5),
+    "silu": (lambda x: x * np.exp(-np.logaddexp(0.0, -x)), 3.0),
+    "gelu": (lambda x: 0.5 * x * _erfc(-x / math.sqrt(2.0)).astype(np.float64), 6.0),
+    "softplus": (_softplus, 2.0),
+    "mish": (lambda x: x * np.tanh(_softplus(x)), 5.0),
+}
+
+
+def math_inputs() -> np.ndarray:
+    """inputs() plus every scale of positive and negative floats, subnormals to the largest, and
+    a fine sweep near 0 (the small-argument paths)."""
+    scales = np.logspace(-45, 38.5, 20000).astype(np.float32)
+    near0 = np.linspace(-1.0, 1.0, 20001, dtype=np.float32)
+    return np.concatenate([inputs(), scales, -scales, near0,
+                           np.array([1.0, -1.0, 2.0, 0.5, 1024.0, 20.0, -20.0, 9.5, 10.19, 14.41,
+                                     -14.41, -150.0, -1e38], np.float32)])
+
+
+def ulp_error(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """|got - ref| in units in the last place of the float nearest ref (2^-149 below the normal
+    range)."""
+    mag = np.maximum(np.abs(ref), np.finfo(np.float32).tiny)
+    ulp = np.ldexp(1.0, np.frexp(mag)[1] - 24)
+    return np.abs(got.astype(np.float64) - ref) / ulp
+
+
+@pytest.mark.parametrize("march", ["native", "x86-64-v2"])
+def test_log_tanh_erf_and_activations_accuracy_and_special_values(tmp_path, march):
+    x = math_inputs()
+    got = evaluate(tmp_path, march, list(MATH), x)
+    x64 = x.astype(np.float64)
+    for n, (fn, (reference, bound)) in enumerate(MATH.items()):
+        with np.errstate(all="ignore"):
+            ref = np.asarray(reference(x64), np.float64)
+        g = got[:, n]
+        assert (np.isnan(g) == np.isnan(ref)).all(), (fn, x[np.isnan(g) != np.isnan(ref)][:5])
+        with np.errstate(over="ignore"):
+            ref32 = ref.astype(np.float32)
+        ok = ~np.isnan(ref)
+        assert (g[ok & np.isinf(ref32)] == ref32[ok & np.isinf(ref32)]).all(), fn
+        finite = ok & np.isfinite(ref32)
+        err = ulp_error(g[finite], ref[finite])
+        assert err.max() <= bound, (fn, march, err.max(), x[finite][err.argmax()])
+        # zeros keep their sign: f(-0) = -0 for the odd functions and log1p, and results that
+        # round to 0 have the sign of the value they round from
+        zero = finite & (ref32 == 0)
+        wrong_sign = np.signbit(g[zero]) != np.signbit(ref32[zero])
+        assert not wrong_sign.any(), (fn, x[zero][wrong_sign][:5])
+
+
+ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "exp_nonpos_f32(x[i])", "gelu_tanh(x[i])",
+               "relu(x[i])", "maximum(x[i], 0.5f)"] + [f"{fn}(x[i])" for fn in MATH]
 
 
 @pytest.mark.parametrize("march", ["x86-64-v2", "x86-64-v3", "native"])
 def test_activations_vectorize_on_every_instruction_set(tmp_path, march):
-    """exp and the activations built on it vectorize inside `omp simd` loops with SSE, AVX2 and
-    AVX-512 alike (g++'s own report). sigmoid's float select once became a branch around a
+    """exp, log, tanh, erf and the activations built on them vectorize inside `omp simd` loops
+    with SSE, AVX2 and AVX-512 alike (g++'s own report): mish's float select once became a branch
+    that only AVX-512's masks vectorize, and log's special values a branch around the whole
+    function. sigmoid's float select once became a branch around a
     multiply that g++ vectorizes only with AVX-512's masks: the default AVX2 build of an
     elementwise chain with silu ran scalar, 6x slower than the same code with AVX-512."""
     if shutil.which("g++") is None:

@@ -462,12 +462,27 @@ static inline float exp_reduced(float r, int32_t n) {
     return (p * s1) * s2;
 }
 
+// c ? a : b as masks on the bits. Written as a select (`?:`), g++ may see that one side is not
+// needed on some path and move the arithmetic feeding that side into a branch, which it then
+// will not run for every lane (-ftrapping-math): the loop stays scalar. With masks, both sides
+// are computed for every lane and blended.
+static inline uint32_t select_u32(bool c, uint32_t a, uint32_t b) {
+    const uint32_t m = 0u - (uint32_t)c;
+    return (a & m) | (b & ~m);
+}
+static inline float select_f32(bool c, float a, float b) { return f32_bits(select_u32(c, bits_f32(a), bits_f32(b))); }
+// y, or NaN where x is -inf: x f(x) with f(-inf) = 0 (silu, mish) is -inf * 0 there, as the
+// reference computes it, where the scaled forms below would give -0
+static inline float nan_at_minus_inf(float x, float y) {
+    return f32_bits(select_u32(bits_f32(x) == 0xff800000u, 0x7fc00000u, bits_f32(y)));
+}
+
 // |x| above `lim` (the bits of a float) -> +-lim, on the bits: magnitudes order as integers, a
 // NaN keeps its bits, and no branch gives the compiler a constant x to fold (a float clamp did:
 // its vectorized loop blended precomputed results, 1.5x slower)
 static inline float clamp_magnitude(float x, uint32_t lim) {
     const uint32_t bx = bits_f32(x), ax = bx & 0x7fffffffu;
-    return f32_bits((bx & 0x80000000u) | ((ax > lim && ax <= 0x7f800000u) ? lim : ax));
+    return f32_bits((bx & 0x80000000u) | select_u32(ax > lim && ax <= 0x7f800000u, lim, ax));
 }
 
 // x = n ln 2 + r for |x| <= 104: n = rint(x / ln 2) by the magic add, r by Cody-Waite
@@ -492,14 +507,16 @@ static inline float exp_f32(float x) {
 // exp_f32 of an x <= 44 (or NaN), bit for bit, in fewer instructions: the renderer takes it
 // where it knows the argument is at most 0 (sigmoid's exp(-|x|), softmax's exp(x - max(x))) or
 // a little above (attention's scores against a max it keeps while they exceed it by up to
-// 8 ln 2). n in [-150, 63] lets one scale do: 2^(n + 64) is normal, so p * 2^(n + 64) is exact
-// and the multiply by 2^-64 rounds a subnormal result once, as exp_reduced's second step does.
-// (The clamp stays on the bits: a float select became a branch that only AVX-512 masks
-// vectorize.)
-static inline float exp_nonpos_f32(float x) {
-    const ExpSplit e = exp_split(clamp_magnitude(x, 0x42d00000u));  // n in [-150, 63] for x <= 44
-    return (exp_poly(e.r) * f32_bits((uint32_t)(e.n + 127 + 64) << 23)) * 5.42101086242752217e-20f;  // 2^-64
+// 8 ln 2). |x| is clamped to 130 (e^x rounds to 0 from x = -104 on), so n is in [-188, 63] and
+// one scale does: 2^(n + 64) is normal, p * 2^(n + 64) exact, and the multiply by 2^-64 rounds a
+// subnormal result once, as exp_reduced's second step does. exp_nonpos_scaled stops before that
+// multiply, for callers that multiply further and round once. (The clamp stays on the bits: a
+// float select became a branch that only AVX-512 masks vectorize.)
+static inline float exp_nonpos_scaled(float x) {
+    const ExpSplit e = exp_split(clamp_magnitude(x, 0x43020000u));
+    return exp_poly(e.r) * f32_bits((uint32_t)(e.n + 127 + 64) << 23);
 }
+static inline float exp_nonpos_f32(float x) { return exp_nonpos_scaled(x) * 5.42101086242752217e-20f; }  // 2^-64
 
 // 2^x: x = n + f with n = rint(x), f exact, e^(f ln 2) (one rounding in f ln 2)
 static inline float exp2_f32(float x) {
@@ -509,6 +526,161 @@ static inline float exp2_f32(float x) {
     const float nf = t - magic;
     const int32_t n = (int32_t)(bits_f32(t) - bits_f32(magic));  // n in [-150, 150]
     return exp_reduced((x - nf) * 0.693147180559945309f, n);
+}
+
+// ---------------------------------------------------------------------------
+// log, tanh, erf and erfc of floats, branch-free so that they vectorize inside `#pragma omp simd`
+// loops (libm's are calls: an elementwise loop with one ran scalar, 10-40x slower than exp).
+// Special values come last, as selects on the bits. Each function's accuracy (in ulp of the
+// float nearest the exact result) is what bench/cpu_math_ulp.cpp measured over every float,
+// with and without FMA, rounded up; tests/test_cpu_math.py asserts it on a sweep.
+
+// x = 2^k (1 + f) with 1 + f in [sqrt(2)/2, sqrt(2)); positive subnormals are scaled by 2^23
+// first. Meaningless for x <= 0, inf and NaN, which the callers replace.
+struct LogSplit {
+    float f;  // in [sqrt(2)/2 - 1, sqrt(2) - 1], exact
+    float k;
+};
+static inline LogSplit log_split(float x) {
+    const bool tiny = bits_f32(x) < 0x00800000u;  // +0 and the positive subnormals
+    const uint32_t u = bits_f32(select_f32(tiny, x * 8388608.0f, x));
+    const int32_t k = (int32_t)(u - 0x3f3504f3u) >> 23;  // 0x3f3504f3: sqrt(2)/2
+    const float m = f32_bits(u - ((uint32_t)k << 23));
+    return {m - 1.0f, (float)(k - (int32_t)select_u32(tiny, 23, 0))};
+}
+
+// k ln 2 + log(1 + f) + c, for f from log_split and a small correction c. With s = f / (2 + f),
+// log(1 + f) = 2 atanh(s) = f - f^2/2 + s (f^2/2 + R), R = 2s^2/3 + 2s^4/5 + 2s^6/7 + 2s^8/9
+// (|s| <= 0.172: the series' next term is below 2^-28 of the result); ln 2 is split so that
+// k ln2_hi is exact.
+static inline float log_assemble(LogSplit l, float c) {
+    const float s = l.f / (2.0f + l.f);
+    const float z = s * s;
+    float r = TILEC_FMA_F32(z, 0.222222222f, 0.285714286f);  // 2/9, 2/7
+    r = TILEC_FMA_F32(r, z, 0.4f);                           // 2/5
+    r = TILEC_FMA_F32(r, z, 0.666666667f) * z;               // 2/3
+    const float hfsq = 0.5f * l.f * l.f;
+    const float lo = TILEC_FMA_F32(l.k, -2.12194440e-4f, c);  // k ln2_lo + c
+    return TILEC_FMA_F32(l.k, 0.693359375f, l.f - (hfsq - TILEC_FMA_F32(s, hfsq + r, lo)));
+}
+
+// log's special values, on the bits of the argument u and the finite-path result y: log(+-0) =
+// -inf, log(x < 0) = NaN, log(+inf) = +inf, NaN stays NaN
+static inline float log_special(uint32_t u, float y) {
+    uint32_t r = select_u32((u & 0x7fffffffu) == 0, 0xff800000u, bits_f32(y));
+    r = select_u32(u > 0x80000000u, 0x7fc00000u, r);
+    return f32_bits(select_u32(u >= 0x7f800000u && u < 0x80000000u, u, r));
+}
+
+// natural logarithm: within 1 ulp
+static inline float log_f32(float x) { return log_special(bits_f32(x), log_assemble(log_split(x), 0.0f)); }
+
+// log2(x) = k + log(1 + f) / ln 2: within 2 ulp; exact at powers of two
+static inline float log2_f32(float x) {
+    const LogSplit l = log_split(x);
+    const float y = TILEC_FMA_F32(log_assemble({l.f, 0.0f}, 0.0f), 1.44269504088896341f, l.k);
+    return log_special(bits_f32(x), y);
+}
+
+// log(1 + y): log(u) for u = 1 + y rounded, plus the rounding error of that sum over u (exact to
+// first order); within 1 ulp; log1p(-0) = -0
+static inline float log1p_f32(float y) {
+    const float u = 1.0f + y;
+    const float c = (y - (u - 1.0f)) / u;
+    const uint32_t uy = bits_f32(y);
+    const float r = log_special(bits_f32(u), log_assemble(log_split(u), c));
+    return f32_bits(select_u32((uy & 0x7fffffffu) == 0, uy, bits_f32(r)));
+}
+
+// e^r - 1 for |r| <= ln(2) / 2 (plus a rounding): degree 8 Taylor, relative error below 2^-28
+static inline float expm1_poly(float r) {
+    float p = 2.48015873e-5f;                   // 1/8!
+    p = TILEC_FMA_F32(p, r, 1.98412698e-4f);    // 1/7!
+    p = TILEC_FMA_F32(p, r, 1.38888889e-3f);    // 1/6!
+    p = TILEC_FMA_F32(p, r, 8.33333333e-3f);    // 1/5!
+    p = TILEC_FMA_F32(p, r, 4.16666667e-2f);    // 1/4!
+    p = TILEC_FMA_F32(p, r, 1.66666667e-1f);    // 1/3!
+    p = TILEC_FMA_F32(p, r, 0.5f);
+    return TILEC_FMA_F32(p, r * r, r);
+}
+
+// tanh(x) = sign(x) e / (e + 2), e = e^(2|x|) - 1: no cancellation near 0. |x| is clamped to 9.5
+// (tanh rounds to 1 from 9.01 on): e^(2|x|) = 2^n e^r with n in [0, 28], and
+// e^(2|x|) - 1 = 2^n (expm1(r) + 1 - 2^-n). Within 2.5 ulp; tanh(-0) = -0.
+static inline float tanh_f32(float x) {
+    const uint32_t bx = bits_f32(x);
+    const ExpSplit s = exp_split(2.0f * clamp_magnitude(f32_bits(bx & 0x7fffffffu), 0x41180000u));
+    const float up = f32_bits((uint32_t)(s.n + 127) << 23);    // 2^n
+    const float down = f32_bits((uint32_t)(127 - s.n) << 23);  // 2^-n
+    const float e = (expm1_poly(s.r) + (1.0f - down)) * up;
+    return f32_bits(bits_f32(e / (e + 2.0f)) | (bx & 0x80000000u));
+}
+
+// erf(a) / a for a^2 <= 0.875^2: a polynomial in a^2 (least-squares fit, relative error 9e-9)
+static inline float erf_small(float a) {
+    const float s = a * a;
+    float p = -6.20188890e-4f;
+    p = TILEC_FMA_F32(p, s, 5.03191724e-3f);
+    p = TILEC_FMA_F32(p, s, -2.67912839e-2f);
+    p = TILEC_FMA_F32(p, s, 1.12824507e-1f);
+    p = TILEC_FMA_F32(p, s, -3.76125515e-1f);
+    return a * TILEC_FMA_F32(p, s, 1.12837911f);
+}
+
+// erfc(a) for 0.47 <= a <= 10.19, given -a^2 as hi + lo with hi exact: e^(-a^2) times
+// erfcx(a) = e^(a^2) erfc(a), a degree-9 polynomial in t = 1 / (1 + a/2) (least-squares fit,
+// relative error 2e-9). e^(-a^2) takes lo into its reduced argument, so a^2's rounding (up to
+// 2^-24 a^2, 6e-6 of the result at a = 10) is not in it. (erfc(10.19) < 2^-150 rounds to 0.)
+static inline float erfc_large(float a, float hi, float lo) {
+    const float t = 1.0f / TILEC_FMA_F32(a, 0.5f, 1.0f);
+    float q = -7.49539882e-2f;
+    q = TILEC_FMA_F32(q, t, 3.53436977e-1f);
+    q = TILEC_FMA_F32(q, t, -6.14823103e-1f);
+    q = TILEC_FMA_F32(q, t, 4.10239756e-1f);
+    q = TILEC_FMA_F32(q, t, -1.10557161e-1f);
+    q = TILEC_FMA_F32(q, t, 2.36428410e-1f);
+    q = TILEC_FMA_F32(q, t, 2.34552324e-1f);
+    q = TILEC_FMA_F32(q, t, 2.83687979e-1f);
+    q = TILEC_FMA_F32(q, t, 2.81975985e-1f);
+    q = TILEC_FMA_F32(q, t, 3.87112914e-6f);
+    const ExpSplit e = exp_split(hi);  // hi >= -103.84: n >= -150
+    return exp_reduced(e.r + lo, e.n) * q;
+}
+
+// -(a^2) as hi + lo with hi exact: a split into 12 + 12 significant bits, a^2 = ah^2 + (a - ah)(a + ah)
+struct NegSquare {
+    float hi, lo;
+};
+static inline NegSquare neg_square(float a) {
+    const float ah = f32_bits(bits_f32(a) & 0xfffff000u);
+    return {-(ah * ah), -((a - ah) * (a + ah))};
+}
+
+// erf(a) and erfc(a) of an a >= 0 clamped to 10.19 (or NaN), each from whichever of erf_small and
+// erfc_large suits it (1 - erf cancels less than 1 - erfc below 0.47), with -a^2 = sq.hi + sq.lo
+struct ErfPair {
+    float erf, erfc;
+};
+static inline ErfPair erf_pair(float a, NegSquare sq) {
+    const float small = erf_small(a);
+    const float large = erfc_large(a, sq.hi, sq.lo);
+    return {select_f32(a < 0.875f, small, 1.0f - large), select_f32(a < 0.47f, 1.0f - small, large)};
+}
+
+// |x| clamped to 10.19 (or NaN), as erf_pair takes it
+static inline float erf_arg(float x) { return clamp_magnitude(f32_bits(bits_f32(x) & 0x7fffffffu), 0x41230a3du); }
+
+// erf(x), with erf(-x) = -erf(x): within 2.5 ulp
+static inline float erf_f32(float x) {
+    const float a = erf_arg(x);
+    return f32_bits(bits_f32(erf_pair(a, neg_square(a)).erf) | (bits_f32(x) & 0x80000000u));
+}
+
+// erfc(x), with erfc(-x) = 1 + erf(x) (no cancellation): within 6 ulp
+static inline float erfc_f32(float x) {
+    const float a = erf_arg(x);
+    const ErfPair p = erf_pair(a, neg_square(a));
+    return select_f32(bits_f32(x) >> 31, 1.0f + p.erf, p.erfc);
 }
 
 // Double precision: accuracy matters more than vectorization here.
@@ -822,11 +994,21 @@ template <typename T> static inline T sigmoid(T x) {
 // it (AVX-512): under AVX2 and SSE the loop stayed scalar, 6x slower.
 template <> inline float sigmoid(float x) {
     const float e = exp_nonpos_f32(-std::abs(x));
-    const float s = 1.0f / (1.0f + e);
-    const uint32_t neg = 0u - (bits_f32(x) >> 31);  // all ones where x has its sign bit set
-    return f32_bits((bits_f32(e) & neg) | (bits_f32(1.0f) & ~neg)) * s;
+    return select_f32(bits_f32(x) >> 31, e, 1.0f) * (1.0f / (1.0f + e));
 }
 template <typename T> static inline T silu(T x) { return x * sigmoid(x); }
+// float: x / (1 + e) times e for x < 0, with e = e^x kept scaled by 2^64 until the last multiply:
+// a result below FLT_MIN (x < -87) is rounded once (x times a subnormal sigmoid was off by up to
+// 50 steps of 2^-149)
+// (below x = -130, where the result rounds to -0, from x = -130; silu(-inf) = -inf * 0 is NaN).
+// Within 3 ulp; sigmoid within 2.5.
+template <> inline float silu(float x) {
+    const float xc = clamp_magnitude(x, 0x43020000u);  // 130
+    const float big = exp_nonpos_scaled(-std::abs(xc));
+    const float q = xc / (1.0f + big * 5.42101086242752217e-20f);  // 2^-64
+    const float pos = select_f32(x == xc, q, x);  // x / (1 + e) = x beyond 130 (and NaN stays)
+    return nan_at_minus_inf(x, select_f32(bits_f32(x) >> 31, (q * big) * 5.42101086242752217e-20f, pos));
+}
 // 0.5 x (1 + erf(x / sqrt 2)), written with erfc so that it does not cancel to 0 for x << 0
 template <typename T> static inline T gelu(T x) {
     return T(0.5) * x * std::erfc(-x * T(0.70710678118654752440));
@@ -841,6 +1023,33 @@ template <typename T> static inline T softplus(T x) {
     return (x > T(0) ? x : T(0)) + std::log1p(exp_any(-std::abs(x)));
 }
 template <typename T> static inline T mish(T x) { return x * std::tanh(softplus(x)); }
+// float: the vectorizable functions above. gelu's e^(-x^2/2) takes x^2 split exactly (not the
+// square of a rounded x / sqrt 2), so it keeps its relative accuracy for x << 0: within 6 ulp.
+template <> inline float gelu(float x) {
+    const float xc = clamp_magnitude(x, 0x41668f5cu);  // 14.41: e^(-x^2/2) < 2^-149 beyond
+    const NegSquare sq = neg_square(xc);
+    const ErfPair p = erf_pair(std::abs(xc) * 0.70710678118654752440f, {0.5f * sq.hi, 0.5f * sq.lo});
+    // 0.5 x (1 + erf(x / sqrt 2)) for x >= 0, 0.5 x erfc(|x| / sqrt 2) below
+    return 0.5f * x * select_f32(bits_f32(x) >> 31, p.erfc, 1.0f + p.erf);
+}
+// within 2 ulp
+template <> inline float softplus(float x) {
+    return (x > 0.0f ? x : 0.0f) + log1p_f32(exp_nonpos_f32(-std::abs(x)));
+}
+// tanh(log(1 + e^x)) = n (n + 2) / (n (n + 2) + 2) with n = e^x: one exp and one division (from
+// x = 20 on the ratio rounds to 1). Below x = -20 the ratio is n to within 2e-9, and
+// x tanh(softplus(x)) = x e^x is scaled by 2^n only at the end: one rounding where it is subnormal
+// (down to x = -150; beyond it rounds to -0). mish(-inf) = -inf * tanh(0) is NaN. Within 5 ulp.
+template <> inline float mish(float x) {
+    const float xc = clamp_magnitude(select_f32(x < 20.0f, x, 20.0f), 0x43160000u);  // [-150, 20]
+    const ExpSplit e = exp_split(xc);  // n in [-217, 29]
+    const float p = exp_poly(e.r);
+    const int32_t n1 = e.n >> 1;
+    const float s1 = f32_bits((uint32_t)(n1 + 127) << 23), s2 = f32_bits((uint32_t)(e.n - n1 + 127) << 23);
+    const float n = (p * s1) * s2;
+    const float q = n * (n + 2.0f);
+    return nan_at_minus_inf(x, select_f32(x < -20.0f, ((xc * p) * s1) * s2, x * (q / (q + 2.0f))));
+}
 // NumPy's maximum/minimum: NaN wins
 template <typename T> static inline T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> static inline T minimum(T a, T b) { return (a < b || a != a) ? a : b; }
