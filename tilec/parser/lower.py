@@ -713,8 +713,10 @@ def lower_module(m: ast.Module) -> Module:
     graphs, names, folded = [], {}, {}
     for k in m.kernels:
         if reserved(k.name) or k.name in C_LIBRARY:
-            raise error(f"kernel name '{k.name}' is taken in C/C++: the library exports a C "
-                        "function with the kernel's name", k.loc, "rename the kernel")
+            what = ("a function of the C library or of the CUDA/HIP math libraries"
+                    if k.name in C_LIBRARY else "a keyword or reserved name")
+            raise error(f"kernel name '{k.name}' is taken in C/C++ ({what}): the library exports "
+                        "a C function with the kernel's name", k.loc, "rename the kernel")
         if k.name in names:
             raise error(f"kernel '{k.name}' is defined twice", k.loc)
         if k.name.lower() in folded:

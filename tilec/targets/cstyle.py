@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 from ..ir import tile as T
 from ..ir.types import Dim, is_float, is_int
@@ -45,10 +46,11 @@ FP_INFINITE FP_ZERO FP_NORMAL FP_SUBNORMAL unix linux restrict _Bool""".split())
 _RESERVED = re.compile(r"^(?:_[A-Za-z_]|[Tt][Ii][Ll][Ee][Cc]|omp_|cuda|hip[A-Z_]|M_[A-Z0-9_]|"
                        r"(?:U?INT\d*|U?INTPTR|U?INTMAX|SIZE|PTRDIFF|SIG_ATOMIC|WCHAR|WINT|FLT|"
                        r"DBL|LDBL|S?CHAR|UCHAR|U?SHRT|U?LONG|U?LLONG|UINT)_)")
-# C library functions: a kernel's C function (a global symbol) cannot take these names
-C_LIBRARY = set("""abs exp exp2 expf log log2 logf sqrt sqrtf rsqrt sin cos tan tanh erf erfc pow
-powf fabs fmax fmin floor ceil round trunc fma malloc free calloc realloc memcpy memmove memset
-memcmp strlen printf puts abort exit atexit qsort rand srand time clock""".split())
+# C library and GPU math library functions: a kernel's C function (a global symbol) cannot take
+# these names (the file says where they come from)
+C_LIBRARY = frozenset(
+    line for line in (Path(__file__).parent / "c_library_names.txt").read_text().splitlines()
+    if line and not line.startswith("#"))
 
 
 def reserved(n: str) -> bool:
