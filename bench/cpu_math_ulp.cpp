@@ -1,5 +1,5 @@
-// The error of tilec_cpu.h's float math (exp, exp2, log, log2, log1p, tanh, erf, erfc and the
-// activations sigmoid, silu, gelu_tanh, gelu, softplus, mish)
+// The error of tilec_cpu.h's float math (exp, exp2, log, log2, log1p, sin, cos, tanh, erf, erfc
+// and the activations sigmoid, silu, gelu_tanh, gelu, softplus, mish)
 // over every float (or every STRIDE-th bit pattern) against libm in double: the largest error in
 // units in the last place of the float nearest the exact result where that is a normal float, in
 // steps of 2^-149 where it is subnormal, and any mismatch of NaN or infinity. The bounds the comments in tilec_cpu.h state come from this check; the tests
@@ -30,6 +30,8 @@ const Fn FNS[] = {
     {"log", [](double x) { return std::log(x); }, tilec::log_f32},
     {"log2", [](double x) { return std::log2(x); }, tilec::log2_f32},
     {"log1p", [](double x) { return std::log1p(x); }, tilec::log1p_f32},
+    {"sin", [](double x) { return std::sin(x); }, tilec::sin_f32},
+    {"cos", [](double x) { return std::cos(x); }, tilec::cos_f32},
     {"tanh", [](double x) { return std::tanh(x); }, tilec::tanh_f32},
     {"erf", [](double x) { return std::erf(x); }, tilec::erf_f32},
     {"erfc", [](double x) { return std::erfc(x); }, tilec::erfc_f32},

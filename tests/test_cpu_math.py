@@ -113,6 +113,8 @@ MATH = {
     "log_f32": (np.log, 1.0),
     "log2_f32": (np.log2, 2.0),
     "log1p_f32": (np.log1p, 1.0),
+    "sin_f32": (np.sin, 1.5),
+    "cos_f32": (np.cos, 1.5),
     "tanh_f32": (np.tanh, 2.5),
     "erf_f32": (lambda x: _erf(x).astype(np.float64), 2.5),
     "erfc_f32": (lambda x: _erfc(x).astype(np.float64), 6.0),
@@ -128,8 +130,11 @@ def math_inputs() -> np.ndarray:
     """inputs() plus every scale of positive and negative floats, subnormals to the largest, and
     a fine sweep near 0 (the small-argument paths)."""
     scales = np.logspace(-45, 38.5, 20000).astype(np.float32)
+    # (and the floats nearest a multiple of pi/2 for sin and cos: 1.57079637, 2^23 k pi/2-ish)
+    hard = np.array([1.5707964, 3.1415927, 4.712389, 6.2831855, 1e6, 16367173.0, 8.9e7, 1.4e10,
+                     2.0 ** 60, 2.0 ** 100, 3.4e38], np.float32)
     near0 = np.linspace(-1.0, 1.0, 20001, dtype=np.float32)
-    return np.concatenate([inputs(), scales, -scales, near0,
+    return np.concatenate([inputs(), scales, -scales, near0, hard, -hard,
                            np.array([1.0, -1.0, 2.0, 0.5, 1024.0, 20.0, -20.0, 9.5, 10.19, 14.41,
                                      -14.41, -150.0, -1e38], np.float32)])
 
@@ -164,6 +169,21 @@ def test_log_tanh_erf_and_activations_accuracy_and_special_values(tmp_path, marc
         zero = finite & (ref32 == 0)
         wrong_sign = np.signbit(g[zero]) != np.signbit(ref32[zero])
         assert not wrong_sign.any(), (fn, x[zero][wrong_sign][:5])
+
+
+def test_sin_and_cos_reduce_with_the_table_the_generator_makes():
+    """tilec_cpu.h's table of (2^e 2/pi) mod 4 is what tools/two_over_pi_table.py prints (2/pi
+    from Machin's formula in integers), and that 2/pi agrees with math.pi's 53 bits."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "two_over_pi_table", Path(__file__).resolve().parents[1] / "tools" / "two_over_pi_table.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    assert gen.c_table() in (TEMPLATES / "cpu" / "tilec_cpu.h").read_text()
+    assert abs(gen.two_over_pi(60) / 2 ** 60 - 2 / math.pi) < 1e-16
+    # each row's parts have at most 28 significant bits: a 24-bit integer times one is exact
+    for _, parts in gen.rows():
+        assert all(p < 2 ** 28 for p in parts)
 
 
 ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "exp_nonpos_f32(x[i])", "gelu_tanh(x[i])",

@@ -109,7 +109,7 @@ class CStyleRenderer:
         "exp": "tilec::exp_f32({x})", "exp_nonpos": "tilec::exp_nonpos_f32({x})",
         "exp2": "tilec::exp2_f32({x})", "log": "tilec::log_f32({x})",
         "log2": "tilec::log2_f32({x})", "sqrt": "std::sqrt({x})", "rsqrt": "({one} / std::sqrt({x}))",
-        "sin": "std::sin({x})", "cos": "std::cos({x})", "tanh": "tilec::tanh_f32({x})",
+        "sin": "tilec::sin_f32({x})", "cos": "tilec::cos_f32({x})", "tanh": "tilec::tanh_f32({x})",
         "erf": "tilec::erf_f32({x})", "sigmoid": "tilec::sigmoid({x})", "relu": "tilec::relu({x})",
         "gelu": "tilec::gelu({x})", "gelu_tanh": "tilec::gelu_tanh({x})",
         "silu": "tilec::silu({x})", "softplus": "tilec::softplus({x})", "mish": "tilec::mish({x})",
@@ -117,8 +117,8 @@ class CStyleRenderer:
     }
     # (f64 takes libm's: accuracy matters more than vectorization there)
     UNARY_F64 = {"exp": "std::exp({x})", "exp_nonpos": "std::exp({x})", "exp2": "std::exp2({x})",
-                 "log": "std::log({x})", "log2": "std::log2({x})", "tanh": "std::tanh({x})",
-                 "erf": "std::erf({x})"}
+                 "log": "std::log({x})", "log2": "std::log2({x})", "sin": "std::sin({x})",
+                 "cos": "std::cos({x})", "tanh": "std::tanh({x})", "erf": "std::erf({x})"}
     INDEX_TYPE = "int64_t"  # loop variables and tile indices
     # names the renderer itself introduces (user names starting with tilec_ are renamed)
     INTERNAL = frozenset(("tilec_j0", "tilec_v", "tilec_q", "tilec_g", "tilec_tid", "tilec_lane",

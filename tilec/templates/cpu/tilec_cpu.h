@@ -683,6 +683,186 @@ static inline float erfc_f32(float x) {
     return select_f32(bits_f32(x) >> 31, 1.0f + p.erf, p.erfc);
 }
 
+// sin and cos of floats, for every float, vectorizable: x = m 2^e (m a 24-bit integer) times 2/pi,
+// modulo 4, from a table of (2^e 2/pi) mod 4 in three 28-bit parts (m times one is exact in
+// double; tools/two_over_pi_table.py makes the table). Multiples of 4 drop out of m 2^e 2/pi
+// because m is an integer, so x 2/pi = 4j + q + f with f in [-1/2, 1/2] is exact to 2^-60 for
+// every float, and r = f pi/2 keeps its relative accuracy even for the floats nearest a multiple
+// of pi/2. Exponents below -4 take the e = -4 row scaled by a power of two (no reduction there).
+alignas(64) static const double two_over_pi_mod4[109 * 3] = {
+    0x1.45f3000000000p-5, 0x1.b727220000000p-27, 0x1.529fc24000000p-56,  // e = -4
+    0x1.45f3040000000p-4, 0x1.6e4e440000000p-27, 0x1.529fc26000000p-55,  // e = -3
+    0x1.45f3060000000p-3, 0x1.b939104000000p-28, 0x1.4a7f09c000000p-56,  // e = -2
+    0x1.45f3060000000p-2, 0x1.b939104000000p-27, 0x1.4a7f09c000000p-55,  // e = -1
+    0x1.45f3068000000p-1, 0x1.727220a000000p-27, 0x1.29fc274000000p-56,  // e = 0
+    0x1.45f306c000000p+0, 0x1.c9c8828000000p-28, 0x1.29fc274000000p-55,  // e = 1
+    0x1.45f306c000000p+1, 0x1.c9c882a000000p-27, 0x1.4fe13a8000000p-57,  // e = 2
+    0x1.17cc1b4000000p+0, 0x1.9391054000000p-27, 0x1.4fe13a8000000p-56,  // e = 3
+    0x1.17cc1b6000000p+1, 0x1.27220a8000000p-27, 0x1.4fe13aa000000p-55,  // e = 4
+    0x1.7cc1b70000000p-2, 0x1.3910548000000p-29, 0x1.3f84eac000000p-56,  // e = 5
+    0x1.7cc1b70000000p-1, 0x1.3910548000000p-28, 0x1.3f84eae000000p-55,  // e = 6
+    0x1.7cc1b70000000p+0, 0x1.391054a000000p-27, 0x1.fc27578000000p-57,  // e = 7
+    0x1.7cc1b72000000p+1, 0x1.c882a50000000p-29, 0x1.fc2757c000000p-56,  // e = 8
+    0x1.f306dc8000000p+0, 0x1.c882a50000000p-28, 0x1.fc2757c000000p-55,  // e = 9
+    0x1.f306dc8000000p+1, 0x1.c882a52000000p-27, 0x1.f84eafa000000p-55,  // e = 10
+    0x1.e60db92000000p+1, 0x1.91054a6000000p-27, 0x1.f09d5f4000000p-55,  // e = 11
+    0x1.cc1b726000000p+1, 0x1.220a94e000000p-27, 0x1.e13abe8000000p-55,  // e = 12
+    0x1.9836e4e000000p+1, 0x1.1054a78000000p-29, 0x1.c2757d0000000p-55,  // e = 13
+    0x1.306dc9c000000p+1, 0x1.1054a7c000000p-28, 0x1.84eafa2000000p-55,  // e = 14
+    0x1.836e4e0000000p-1, 0x1.1054a7e000000p-27, 0x1.09d5f46000000p-55,  // e = 15
+    0x1.836e4e4000000p+0, 0x1.054a7f0000000p-30, 0x1.3abe8e0000000p-59,  // e = 16
+    0x1.836e4e4000000p+1, 0x1.054a7f0000000p-29, 0x1.3abe8f0000000p-58,  // e = 17
+    0x1.06dc9c8000000p+1, 0x1.054a7f0000000p-28, 0x1.3abe8f8000000p-57,  // e = 18
+    0x1.b727200000000p-4, 0x1.054a7f0000000p-27, 0x1.3abe8f8000000p-56,  // e = 19
+    0x1.b727220000000p-3, 0x1.529fc00000000p-32, 0x1.3abe8fa000000p-55,  // e = 20
+    0x1.b727220000000p-2, 0x1.529fc20000000p-31, 0x1.d5f47d0000000p-57,  // e = 21
+    0x1.b727220000000p-1, 0x1.529fc20000000p-30, 0x1.d5f47d4000000p-56,  // e = 22
+    0x1.b727220000000p+0, 0x1.529fc20000000p-29, 0x1.d5f47d4000000p-55,  // e = 23
+    0x1.b727220000000p+1, 0x1.529fc24000000p-28, 0x1.abe8fa8000000p-55,  // e = 24
+    0x1.6e4e440000000p+1, 0x1.529fc26000000p-27, 0x1.57d1f52000000p-55,  // e = 25
+    0x1.b939104000000p+0, 0x1.4a7f09c000000p-28, 0x1.5f47d4c000000p-56,  // e = 26
+    0x1.b939104000000p+1, 0x1.4a7f09c000000p-27, 0x1.5f47d4c000000p-55,  // e = 27
+    0x1.727220a000000p+1, 0x1.29fc274000000p-28, 0x1.7d1f534000000p-56,  // e = 28
+    0x1.c9c8828000000p+0, 0x1.29fc274000000p-27, 0x1.7d1f534000000p-55,  // e = 29
+    0x1.c9c882a000000p+1, 0x1.4fe13a8000000p-29, 0x1.f47d4d0000000p-56,  // e = 30
+    0x1.9391054000000p+1, 0x1.4fe13a8000000p-28, 0x1.f47d4d2000000p-55,  // e = 31
+    0x1.27220a8000000p+1, 0x1.4fe13aa000000p-27, 0x1.e8fa9a6000000p-55,  // e = 32
+    0x1.3910548000000p-1, 0x1.3f84eac000000p-28, 0x1.d1f534c000000p-55,  // e = 33
+    0x1.3910548000000p+0, 0x1.3f84eae000000p-27, 0x1.a3ea69a000000p-55,  // e = 34
+    0x1.391054a000000p+1, 0x1.fc27578000000p-29, 0x1.47d4d36000000p-55,  // e = 35
+    0x1.c882a50000000p-1, 0x1.fc2757c000000p-28, 0x1.1f534dc000000p-56,  // e = 36
+    0x1.c882a50000000p+0, 0x1.fc2757c000000p-27, 0x1.1f534dc000000p-55,  // e = 37
+    0x1.c882a52000000p+1, 0x1.f84eafa000000p-27, 0x1.f534dd0000000p-58,  // e = 38
+    0x1.91054a6000000p+1, 0x1.f09d5f4000000p-27, 0x1.f534dd8000000p-57,  // e = 39
+    0x1.220a94e000000p+1, 0x1.e13abe8000000p-27, 0x1.f534ddc000000p-56,  // e = 40
+    0x1.1054a78000000p-1, 0x1.c2757d0000000p-27, 0x1.f534ddc000000p-55,  // e = 41
+    0x1.1054a7c000000p+0, 0x1.84eafa2000000p-27, 0x1.ea69bb8000000p-55,  // e = 42
+    0x1.1054a7e000000p+1, 0x1.09d5f46000000p-27, 0x1.d4d3770000000p-55,  // e = 43
+    0x1.054a7f0000000p-2, 0x1.3abe8e0000000p-31, 0x1.a9a6ee0000000p-55,  // e = 44
+    0x1.054a7f0000000p-1, 0x1.3abe8f0000000p-30, 0x1.534ddc0000000p-55,  // e = 45
+    0x1.054a7f0000000p+0, 0x1.3abe8f8000000p-29, 0x1.4d37700000000p-56,  // e = 46
+    0x1.054a7f0000000p+1, 0x1.3abe8f8000000p-28, 0x1.4d37702000000p-55,  // e = 47
+    0x1.529fc00000000p-4, 0x1.3abe8fa000000p-27, 0x1.34ddc0c000000p-56,  // e = 48
+    0x1.529fc20000000p-3, 0x1.d5f47d0000000p-29, 0x1.34ddc0c000000p-55,  // e = 49
+    0x1.529fc20000000p-2, 0x1.d5f47d4000000p-28, 0x1.a6ee068000000p-57,  // e = 50
+    0x1.529fc20000000p-1, 0x1.d5f47d4000000p-27, 0x1.a6ee06c000000p-56,  // e = 51
+    0x1.529fc24000000p+0, 0x1.abe8fa8000000p-27, 0x1.a6ee06c000000p-55,  // e = 52
+    0x1.529fc26000000p+1, 0x1.57d1f52000000p-27, 0x1.4ddc0da000000p-55,  // e = 53
+    0x1.4a7f09c000000p+0, 0x1.5f47d4c000000p-28, 0x1.377036c000000p-56,  // e = 54
+    0x1.4a7f09c000000p+1, 0x1.5f47d4c000000p-27, 0x1.377036c000000p-55,  // e = 55
+    0x1.29fc274000000p+0, 0x1.7d1f534000000p-28, 0x1.bb81b68000000p-57,  // e = 56
+    0x1.29fc274000000p+1, 0x1.7d1f534000000p-27, 0x1.bb81b6c000000p-56,  // e = 57
+    0x1.4fe13a8000000p-1, 0x1.f47d4d0000000p-28, 0x1.bb81b6c000000p-55,  // e = 58
+    0x1.4fe13a8000000p+0, 0x1.f47d4d2000000p-27, 0x1.77036d8000000p-55,  // e = 59
+    0x1.4fe13aa000000p+1, 0x1.e8fa9a6000000p-27, 0x1.dc0db60000000p-56,  // e = 60
+    0x1.3f84eac000000p+0, 0x1.d1f534c000000p-27, 0x1.dc0db62000000p-55,  // e = 61
+    0x1.3f84eae000000p+1, 0x1.a3ea69a000000p-27, 0x1.b81b6c4000000p-55,  // e = 62
+    0x1.fc27578000000p-1, 0x1.47d4d36000000p-27, 0x1.7036d8a000000p-55,  // e = 63
+    0x1.fc2757c000000p+0, 0x1.1f534dc000000p-28, 0x1.c0db628000000p-56,  // e = 64
+    0x1.fc2757c000000p+1, 0x1.1f534dc000000p-27, 0x1.c0db628000000p-55,  // e = 65
+    0x1.f84eafa000000p+1, 0x1.f534dd0000000p-30, 0x1.81b6c52000000p-55,  // e = 66
+    0x1.f09d5f4000000p+1, 0x1.f534dd8000000p-29, 0x1.036d8a4000000p-55,  // e = 67
+    0x1.e13abe8000000p+1, 0x1.f534ddc000000p-28, 0x1.b6c5280000000p-61,  // e = 68
+    0x1.c2757d0000000p+1, 0x1.f534ddc000000p-27, 0x1.b6c5280000000p-60,  // e = 69
+    0x1.84eafa2000000p+1, 0x1.ea69bb8000000p-27, 0x1.b6c52a0000000p-59,  // e = 70
+    0x1.09d5f46000000p+1, 0x1.d4d3770000000p-27, 0x1.b6c52b0000000p-58,  // e = 71
+    0x1.3abe8e0000000p-3, 0x1.a9a6ee0000000p-27, 0x1.b6c52b0000000p-57,  // e = 72
+    0x1.3abe8f0000000p-2, 0x1.534ddc0000000p-27, 0x1.b6c52b0000000p-56,  // e = 73
+    0x1.3abe8f8000000p-1, 0x1.4d37700000000p-28, 0x1.b6c52b2000000p-55,  // e = 74
+    0x1.3abe8f8000000p+0, 0x1.4d37702000000p-27, 0x1.6d8a566000000p-55,  // e = 75
+    0x1.3abe8fa000000p+1, 0x1.34ddc0c000000p-28, 0x1.b629598000000p-56,  // e = 76
+    0x1.d5f47d0000000p-1, 0x1.34ddc0c000000p-27, 0x1.b629598000000p-55,  // e = 77
+    0x1.d5f47d4000000p+0, 0x1.a6ee068000000p-29, 0x1.6c52b32000000p-55,  // e = 78
+    0x1.d5f47d4000000p+1, 0x1.a6ee06c000000p-28, 0x1.b14acc8000000p-56,  // e = 79
+    0x1.abe8fa8000000p+1, 0x1.a6ee06c000000p-27, 0x1.b14acc8000000p-55,  // e = 80
+    0x1.57d1f52000000p+1, 0x1.4ddc0da000000p-27, 0x1.6295992000000p-55,  // e = 81
+    0x1.5f47d4c000000p+0, 0x1.377036c000000p-28, 0x1.8a5664c000000p-56,  // e = 82
+    0x1.5f47d4c000000p+1, 0x1.377036c000000p-27, 0x1.8a5664e000000p-55,  // e = 83
+    0x1.7d1f534000000p+0, 0x1.bb81b68000000p-29, 0x1.14acc9e000000p-55,  // e = 84
+    0x1.7d1f534000000p+1, 0x1.bb81b6c000000p-28, 0x1.4acc9e0000000p-58,  // e = 85
+    0x1.f47d4d0000000p+0, 0x1.bb81b6c000000p-27, 0x1.4acc9e0000000p-57,  // e = 86
+    0x1.f47d4d2000000p+1, 0x1.77036d8000000p-27, 0x1.4acc9e0000000p-56,  // e = 87
+    0x1.e8fa9a6000000p+1, 0x1.dc0db60000000p-28, 0x1.4acc9e2000000p-55,  // e = 88
+    0x1.d1f534c000000p+1, 0x1.dc0db62000000p-27, 0x1.2b32788000000p-56,  // e = 89
+    0x1.a3ea69a000000p+1, 0x1.b81b6c4000000p-27, 0x1.2b32788000000p-55,  // e = 90
+    0x1.47d4d36000000p+1, 0x1.7036d8a000000p-27, 0x1.5993c40000000p-57,  // e = 91
+    0x1.1f534dc000000p+0, 0x1.c0db628000000p-28, 0x1.5993c40000000p-56,  // e = 92
+    0x1.1f534dc000000p+1, 0x1.c0db628000000p-27, 0x1.5993c42000000p-55,  // e = 93
+    0x1.f534dd0000000p-2, 0x1.81b6c52000000p-27, 0x1.664f10c000000p-56,  // e = 94
+    0x1.f534dd8000000p-1, 0x1.036d8a4000000p-27, 0x1.664f10e000000p-55,  // e = 95
+    0x1.f534ddc000000p+0, 0x1.b6c5280000000p-33, 0x1.993c438000000p-56,  // e = 96
+    0x1.f534ddc000000p+1, 0x1.b6c5280000000p-32, 0x1.993c438000000p-55,  // e = 97
+    0x1.ea69bb8000000p+1, 0x1.b6c52a0000000p-31, 0x1.3278872000000p-55,  // e = 98
+    0x1.d4d3770000000p+1, 0x1.b6c52b0000000p-30, 0x1.93c4390000000p-57,  // e = 99
+    0x1.a9a6ee0000000p+1, 0x1.b6c52b0000000p-29, 0x1.93c4390000000p-56,  // e = 100
+    0x1.534ddc0000000p+1, 0x1.b6c52b0000000p-28, 0x1.93c4390000000p-55,  // e = 101
+    0x1.4d37700000000p+0, 0x1.b6c52b2000000p-27, 0x1.2788720000000p-55,  // e = 102
+    0x1.4d37702000000p+1, 0x1.6d8a566000000p-27, 0x1.3c43900000000p-57,  // e = 103
+    0x1.34ddc0c000000p+0, 0x1.b629598000000p-28, 0x1.3c43904000000p-56,  // e = 104
+};
+
+static inline int32_t imin32(int32_t a, int32_t b) { return a < b ? a : b; }
+static inline int32_t imax32(int32_t a, int32_t b) { return a > b ? a : b; }
+
+// x = (4j + q) pi/2 + r, |r| <= pi/4 (plus a rounding), q in 0..3; meaningless for inf and NaN
+struct TrigSplit {
+    float r;
+    uint32_t q;
+};
+static inline TrigSplit trig_split(float x) {
+    const uint32_t ax = bits_f32(x) & 0x7fffffffu;
+    const int32_t ex = (int32_t)(ax >> 23);  // 0: subnormal, 255: inf or NaN
+    const int32_t m = (int32_t)((ax & 0x7fffffu) | select_u32(ex != 0, 0x800000u, 0u));
+    const int32_t e = (ex + (int32_t)(ex == 0)) - 150;  // |x| = m 2^e, e in [-149, 105]
+    const int32_t row = imin32(imax32(e, -4), 104) + 4;
+    // m 2^(e + 4) for e < -4 (exact): the e = -4 row needs no reduction modulo 4
+    const double ms = (double)m * (double)f32_bits((uint32_t)(imin32(e + 4, 0) / 2 + 127) << 23) *
+                      (double)f32_bits((uint32_t)(imin32(e + 4, 0) - imin32(e + 4, 0) / 2 + 127) << 23);
+    const int64_t at = 3 * (int64_t)row;  // (a 64-bit index: AVX2's gather of doubles takes it)
+    const double p0 = ms * two_over_pi_mod4[at], p1 = ms * two_over_pi_mod4[at + 1], p2 = ms * two_over_pi_mod4[at + 2];
+    // p0 modulo 4 (in [-2, 2], exact; floor would be a libm call under -ftrapping-math)
+    const double y0 = p0 - 4.0 * std::nearbyint(p0 * 0.25);
+    const double k = std::nearbyint(y0 + p1);
+    const double f = ((y0 - k) + p1) + p2;
+    return {(float)(f * 1.5707963267948966), (uint32_t)(int32_t)k & 3u};  // (two's complement: k mod 4)
+}
+
+// sin(r) and cos(r) for |r| <= pi/4: Taylor polynomials of degree 9 and 10 (truncation below
+// 2^-28 of the result)
+static inline float sin_poly(float r) {
+    const float z = r * r;
+    float p = 2.75573192e-6f;                  // 1/9!
+    p = TILEC_FMA_F32(p, z, -1.98412698e-4f);  // -1/7!
+    p = TILEC_FMA_F32(p, z, 8.33333333e-3f);   // 1/5!
+    p = TILEC_FMA_F32(p, z, -1.66666667e-1f);  // -1/3!
+    return TILEC_FMA_F32(p * z, r, r);
+}
+static inline float cos_poly(float r) {
+    const float z = r * r;
+    float p = -2.75573192e-7f;                 // -1/10!
+    p = TILEC_FMA_F32(p, z, 2.48015873e-5f);   // 1/8!
+    p = TILEC_FMA_F32(p, z, -1.38888889e-3f);  // -1/6!
+    p = TILEC_FMA_F32(p, z, 4.16666667e-2f);   // 1/4!
+    p = TILEC_FMA_F32(p, z, -0.5f);
+    return TILEC_FMA_F32(p, z, 1.0f);
+}
+
+// sin(x): sin(r), cos(r), -sin(r), -cos(r) by quadrant, odd in x; NaN for inf and NaN
+static inline float sin_f32(float x) {
+    const TrigSplit t = trig_split(x);
+    const float v = select_f32(t.q & 1u, cos_poly(t.r), sin_poly(t.r));
+    const uint32_t sign = ((t.q & 2u) << 30) ^ (bits_f32(x) & 0x80000000u);
+    return f32_bits(select_u32((bits_f32(x) & 0x7f800000u) == 0x7f800000u, 0x7fc00000u, bits_f32(v) ^ sign));
+}
+
+// cos(x): cos(r), -sin(r), -cos(r), sin(r) by quadrant; NaN for inf and NaN
+static inline float cos_f32(float x) {
+    const TrigSplit t = trig_split(x);
+    const float v = select_f32(t.q & 1u, sin_poly(t.r), cos_poly(t.r));
+    const uint32_t sign = ((t.q + 1u) & 2u) << 30;
+    return f32_bits(select_u32((bits_f32(x) & 0x7f800000u) == 0x7f800000u, 0x7fc00000u, bits_f32(v) ^ sign));
+}
+
 // Double precision: accuracy matters more than vectorization here.
 static inline double exp_f64(double x) { return std::exp(x); }
 
