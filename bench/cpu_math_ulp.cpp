@@ -1,5 +1,5 @@
 // The error of tilec_cpu.h's float math (exp, exp2, log, log2, log1p, sin, cos, tanh, erf, erfc
-// and the activations sigmoid, silu, gelu_tanh, gelu, softplus, mish)
+// and the activations sigmoid, silu, gelu_tanh, gelu, softplus, mish; pow at a few exponents)
 // over every float (or every STRIDE-th bit pattern) against libm in double: the largest error in
 // units in the last place of the float nearest the exact result where that is a normal float, in
 // steps of 2^-149 where it is subnormal, and any mismatch of NaN or infinity. The bounds the comments in tilec_cpu.h state come from this check; the tests
@@ -35,6 +35,11 @@ const Fn FNS[] = {
     {"tanh", [](double x) { return std::tanh(x); }, tilec::tanh_f32},
     {"erf", [](double x) { return std::erf(x); }, tilec::erf_f32},
     {"erfc", [](double x) { return std::erfc(x); }, tilec::erfc_f32},
+    {"pow 1/3", [](double x) { return std::pow(x, 1.0 / 3); }, [](float x) { return tilec::pow_f32(x, 1.0 / 3); }},
+    {"pow -1.5", [](double x) { return std::pow(x, -1.5); }, [](float x) { return tilec::pow_f32(x, -1.5f); }},
+    {"pow 2.2", [](double x) { return std::pow(x, 2.2); }, [](float x) { return tilec::pow_f32(x, 2.2); }},
+    {"pow 7", [](double x) { return std::pow(x, 7.0); }, [](float x) { return tilec::pow_f32(x, 7.0f); }},
+    {"pow -5", [](double x) { return std::pow(x, -5.0); }, [](float x) { return tilec::pow_f32(x, -5.0f); }},
     {"sigmoid", sigmoid_ref, tilec::sigmoid<float>},
     {"silu", [](double x) { return x * sigmoid_ref(x); }, tilec::silu<float>},
     {"gelu_tanh", [](double x) { return x * sigmoid_ref(2 * 0.79788456080286535588 * (x + 0.044715 * x * x * x)); },

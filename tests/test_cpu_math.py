@@ -31,12 +31,13 @@ int main() {
 
 
 def evaluate(tmp: Path, march: str, fns: list, x: np.ndarray) -> np.ndarray:
-    """tilec_cpu.h's functions `fns` (names) of each x, built with -march=`march`: one row per x
-    (skips where g++ or the -march is missing)."""
+    """tilec_cpu.h's functions `fns` (names, or calls of x such as `pow_f32(x, 0.5)`) of each x,
+    built with -march=`march`: one row per x (skips where g++ or the -march is missing)."""
     if shutil.which("g++") is None:
         pytest.skip("g++ not found")
     src = tmp / "fns.cpp"
-    src.write_text(PROGRAM.replace("FNS", ", ".join(f"tilec::{f}(x)" for f in fns)))
+    src.write_text(PROGRAM.replace("FNS", ", ".join(f"tilec::{f}" if "(" in f else f"tilec::{f}(x)"
+                                                    for f in fns)))
     exe = tmp / "fns"
     r = subprocess.run(["g++", "-std=c++17", "-O2", f"-march={march}", "-ffp-contract=off",
                         "-fno-math-errno", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}",
@@ -169,6 +170,81 @@ def test_log_tanh_erf_and_activations_accuracy_and_special_values(tmp_path, marc
         zero = finite & (ref32 == 0)
         wrong_sign = np.signbit(g[zero]) != np.signbit(ref32[zero])
         assert not wrong_sign.any(), (fn, x[zero][wrong_sign][:5])
+
+
+EXPONENTS = [-0.5, 1.5, -1.5, 2.2, 1 / 3, 0.25, 10.5, 7.0, -5.0, 6.0, -6.0, 1e-3, 37.0]
+
+
+@pytest.mark.parametrize("march", ["native", "x86-64-v2"])
+def test_pow_of_a_constant_exponent_is_within_one_ulp_with_c_special_values(tmp_path, march):
+    """pow_f32(x, c) (x ** c for a constant c that is not a small integer, nor 0.5, which is
+    sqrt as in numpy) against numpy's double power: within 1 ulp, and C's special values
+    (negative x: NaN unless c is an integer, then signed by c's parity; zeros and infinities by
+    c's sign and parity; 1 ** c = 1)."""
+    x = np.concatenate([math_inputs(), np.array([1.0, -1.0, 2.0, -2.0, 0.0, -0.0], np.float32)])
+    got = evaluate(tmp_path, march, [f"pow_f32(x, {c!r})" for c in EXPONENTS], x)
+    for n, c in enumerate(EXPONENTS):
+        with np.errstate(all="ignore"):
+            ref = np.power(x.astype(np.float64), c)
+            ref32 = ref.astype(np.float32)
+        g = got[:, n]
+        assert (np.isnan(g) == np.isnan(ref)).all(), (c, x[np.isnan(g) != np.isnan(ref)][:5])
+        ok = ~np.isnan(ref)
+        assert (g[ok & np.isinf(ref32)] == ref32[ok & np.isinf(ref32)]).all(), c
+        finite = ok & np.isfinite(ref32)
+        err = ulp_error(g[finite], ref[finite])
+        assert err.max() <= 1.0, (c, march, err.max(), x[finite][err.argmax()])
+        zero = finite & (ref32 == 0)
+        assert (np.signbit(g[zero]) == np.signbit(ref32[zero])).all(), c
+
+
+SPECIAL_PROGRAM = """
+kernel k(X: f32[N]) -> (A: f32[N], B: f32[N], C: f32[N], D: f32[N], E: f32[N], F: f32[N],
+                        G: f32[N], H: f32[N], I: f32[N], J: f32[N], K: f32[N], L: f32[N],
+                        M: f32[N], P: f32[N], Q: f32[N]):
+    A = X ** 0.5
+    B = X ** 1.5
+    C = X ** -2.5
+    D = log(X)
+    E = log2(X)
+    F = tanh(X)
+    G = sin(X)
+    H = cos(X)
+    I = erf(X)
+    J = gelu(X)
+    K = softplus(X)
+    L = mish(X)
+    M = silu(X)
+    P = sigmoid(X)
+    Q = X ** 7.0
+"""
+
+
+def test_generated_code_gives_the_references_special_values():
+    """A built kernel (the renderer's choice of function included, e.g. x ** 0.5 as sqrt, as
+    numpy has it) gives the reference interpreter's NaNs, infinities and signed zeros."""
+    from conftest import build_text
+
+    from tilec import interp
+    from tilec.runner import call_library
+    x = np.array([-0.0, 0.0, -np.inf, np.inf, np.nan, -1.0, 1.0, 1e-40, -1e-40, 3.4e38, -3.4e38,
+                  -100.0, 100.0, -120.0, 2.0, 0.5], np.float32)
+    m0, out = build_text(SPECIAL_PROGRAM, "special.tile")
+    g = m0.graphs[0]
+    dims = {"N": len(x)}
+    got = call_library(out / "libspecial.so", g, {"X": x}, dims)
+    with np.errstate(all="ignore"):
+        ref = interp.run_graph(g, {"X": x}, dims)
+    for name in ref:
+        r, v = np.asarray(ref[name], np.float32), got[name]
+        assert (np.isnan(v) == np.isnan(r)).all(), (name, x[np.isnan(v) != np.isnan(r)])
+        ok = ~np.isnan(r)
+        inf = ok & np.isinf(r)
+        assert (np.isinf(v[ok]) == inf[ok]).all() and (v[inf] == r[inf]).all(), name
+        zero = ok & (r == 0)
+        assert (np.signbit(v[zero]) == np.signbit(r[zero])).all(), (name, x[zero])
+        fin = ok & np.isfinite(r) & (r != 0)
+        assert np.allclose(v[fin], r[fin], rtol=1e-5, atol=0), (name, x[fin], v[fin], r[fin])
 
 
 def test_sin_and_cos_reduce_with_the_table_the_generator_makes():

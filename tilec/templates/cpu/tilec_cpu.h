@@ -863,6 +863,56 @@ static inline float cos_f32(float x) {
     return f32_bits(select_u32((bits_f32(x) & 0x7f800000u) == 0x7f800000u, 0x7fc00000u, bits_f32(v) ^ sign));
 }
 
+// x^c for a constant c (the renderer multiplies out integers of magnitude <= 4 and writes x^0.5 as
+// sqrt, as numpy does; c is the program's literal as a double, not rounded to float): |x|^c =
+// 2^(c log2|x|) in double, each step to about 2^-45, so the one rounding to float at the end makes
+// it within 1 ulp; C's special values (pow(-8, 1/3) is NaN, pow(-0, -3) is -inf, ...).
+static inline float pow_f32(float x, double c) {
+    // |x| = 2^k m, m in [sqrt(2)/2, sqrt(2)): log_split's decomposition, then log2 in double:
+    // log(m) = 2 atanh(s), s = f / (2 + f), |s| <= 0.172 (degree 17 in s: error below 2^-50)
+    const LogSplit l = log_split(f32_bits(bits_f32(x) & 0x7fffffffu));
+    const double f = (double)l.f, sd = f / (2.0 + f), z = sd * sd;
+    double a = 1.0 / 17;
+    a = a * z + 1.0 / 15;
+    a = a * z + 1.0 / 13;
+    a = a * z + 1.0 / 11;
+    a = a * z + 1.0 / 9;
+    a = a * z + 1.0 / 7;
+    a = a * z + 1.0 / 5;
+    a = a * z + 1.0 / 3;
+    const double log2x = (double)l.k + 2.0 * sd * (a * z + 1.0) * 1.4426950408889634;
+    // 2^y = 2^n 2^r, n = rint(y), |r| <= 1/2: e^(r ln 2) by degree 12 Taylor (error below 2^-50);
+    // y clamped to [-160, 140], where the float result is 0 or inf anyway
+    const double yc = c * log2x, y = yc < -160.0 ? -160.0 : yc > 140.0 ? 140.0 : yc;
+    const double n = std::nearbyint(y), t = (y - n) * 0.6931471805599453;
+    double e = 1.0 / 479001600;  // 1/12!
+    e = e * t + 1.0 / 39916800;
+    e = e * t + 1.0 / 3628800;
+    e = e * t + 1.0 / 362880;
+    e = e * t + 1.0 / 40320;
+    e = e * t + 1.0 / 5040;
+    e = e * t + 1.0 / 720;
+    e = e * t + 1.0 / 120;
+    e = e * t + 1.0 / 24;
+    e = e * t + 1.0 / 6;
+    e = e * t + 0.5;
+    e = (e * t + 1.0) * t + 1.0;
+    const int32_t ni = (int32_t)n, n1 = ni / 2;  // 2^n as two normal floats' product
+    const double mag = e * (double)f32_bits((uint32_t)(n1 + 127) << 23) *
+                       (double)f32_bits((uint32_t)(ni - n1 + 127) << 23);
+    const float r = (float)mag;
+    // special values: c is a constant, so these tests fold
+    const bool c_int = c == std::nearbyint(c), c_odd = c_int && std::fabs(std::fmod(c, 2.0)) == 1.0;
+    const uint32_t bx = bits_f32(x), ax = bx & 0x7fffffffu;
+    const uint32_t sign = c_odd ? bx & 0x80000000u : 0u;  // x^c of x < 0 for an odd integer c
+    uint32_t out = bits_f32(r) | sign;
+    out = select_u32(ax == 0, (c < 0 ? 0x7f800000u : 0u) | sign, out);            // +-0
+    out = select_u32(ax == 0x7f800000u, (c < 0 ? 0u : 0x7f800000u) | sign, out);   // +-inf
+    out = select_u32(bx > 0x80000000u && ax < 0x7f800000u && !c_int, 0x7fc00000u, out);  // x < 0
+    out = select_u32(ax > 0x7f800000u, 0x7fc00000u, out);                          // NaN
+    return f32_bits(select_u32(bx == 0x3f800000u, 0x3f800000u, out));             // 1^c = 1
+}
+
 // Double precision: accuracy matters more than vectorization here.
 static inline double exp_f64(double x) { return std::exp(x); }
 
