@@ -136,6 +136,24 @@ def test_missing_file_is_an_error_not_a_traceback():
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("stem, why", [
+    ("tilec_cpu", "tilec_cpu.h would sit among tilec's own headers"),
+    ("math", "math.h would hide the system's <math.h>"),
+    ("m", "libm would hide the system's -lm"),
+])
+def test_a_file_name_that_would_hide_a_system_header_or_library_is_an_error(tmp_path, stem, why):
+    """The library and its header take the file's name: tilec_cpu.tile overwrote the device
+    header beside it (a g++ error in the generated source), math.tile made a math.h that
+    `-I<output folder>` puts before <math.h>, m.tile a libm that `-L<output folder> -lm` takes
+    for the system's. Nothing is written."""
+    src = tmp_path / f"{stem}.tile"
+    src.write_text("kernel twice(X: f32[N]) -> Y: f32[N]:\n    Y = X * 2.0\n")
+    r = tilec("build", src, "-o", tmp_path / "out")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"{stem}.tile: error: the file name '{stem}.tile' names the library '{stem}': {why}" in r.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
 def test_unknown_arch_is_an_error(tmp_path):
     r = tilec("build", SAMPLES / "softmax.tile", "--target", "cuda", "--arch", "sm_75",
               "-o", tmp_path)

@@ -65,7 +65,7 @@ def test_reference_rounds_to_the_nearest_code_saturating(dtype):
 
 
 PROGRAM = r"""
-#include "c.h"
+#include "k.h"
 #include "LIBRARY"
 #include <cstdio>
 #include <cstring>
@@ -105,7 +105,7 @@ def test_c_and_library_conversions_match_the_reference(tmp_path, target):
             pytest.fail("nvcc is not installed on this CI machine: the CUDA tests need it")
         pytest.skip(f"{cxx} not found")
     # the header's helpers as a generated header holds them (any kernel's)
-    src = driver.Source("c.tile", "kernel k(X: f32[N]) -> Y: f32[N]:\n    Y = X\n")
+    src = driver.Source("k.tile", "kernel k(X: f32[N]) -> Y: f32[N]:\n    Y = X\n")
     m = driver.compile_module(driver.frontend(src), target)
     files = driver.render(src, m, target)
     for name, text in files.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import textwrap
 
+from ..diagnostics import TilecError
 from ..ir import tile as T
 from ..ir.types import DTYPES, Dim
 from .cstyle import ABI_TYPE, NARROW_FLOATS, bytes_expr, cdim, cname
@@ -41,13 +42,42 @@ def c_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=True)
 
 
+# Names a library may not take (lib<name>.so and <name>.h are written side by side): C, POSIX,
+# OpenMP and CUDA headers that a user's `-I<output folder>` would hide, and system libraries that
+# `-L<output folder> -l<name>` would
+_SYSTEM_HEADERS = frozenset("""assert complex ctype errno fenv float inttypes iso646 limits locale
+math setjmp signal stdalign stdarg stdatomic stdbool stddef stdint stdio stdlib stdnoreturn string
+tgmath threads time uchar wchar wctype unistd fcntl pthread dlfcn strings sched semaphore dirent
+omp cuda cuda_runtime cuda_runtime_api cuda_fp16 cuda_bf16 cuda_fp8 cublas cublasLt""".split())
+_SYSTEM_LIBRARIES = frozenset("""c m dl rt pthread gomp omp iomp5 stdc++ gcc gcc_s mvec util crypt
+resolv atomic cudart cuda cublas cublasLt amdhip64 hiprtc""".split())
+
+
+def check_library_name(name: str, what: str):
+    """Refuse a library name that would overwrite tilec's device headers in the output folder or
+    hide a system header or library from the user's build; `what` says where the name came from."""
+    if name.lower().startswith("tilec"):
+        why = f"{name}.h would sit among tilec's own headers (tilec_cpu.h, tilec_cuda.h, ...)"
+    elif name in _SYSTEM_HEADERS:
+        why = f"{name}.h would hide the system's <{name}.h> from code built with -I<output folder>"
+    elif name in _SYSTEM_LIBRARIES:
+        why = f"lib{name} would hide the system's -l{name} from programs linked with -L<output folder>"
+    else:
+        return
+    raise TilecError(f"{what} names the library '{name}': {why}", None,
+                     "rename it (the library and its header take the file's name, or with "
+                     "--per-kernel each kernel's)")
+
+
 def library_name(source_name: str) -> str:
     """The library a .tile file builds: its stem as a C identifier (`my-ops.tile` -> my_ops)."""
     import re
     stem = source_name.rsplit("/", 1)[-1]
     stem = stem[:-5] if stem.endswith(".tile") else stem.rsplit(".", 1)[0]
     name = re.sub(r"[^A-Za-z0-9_]", "_", stem) or "kernels"
-    return name if not name[0].isdigit() else "k" + name
+    name = name if not name[0].isdigit() else "k" + name
+    check_library_name(name, f"the file name '{source_name.rsplit('/', 1)[-1]}'")
+    return name
 
 
 def common_files(env) -> dict:
@@ -60,6 +90,8 @@ def common_files(env) -> dict:
 def libraries(source_name: str, graphs, per_kernel: bool) -> list:
     """(library name, [graphs]) of a build: one library for the file, or one per kernel."""
     if per_kernel:
+        for g in graphs:
+            check_library_name(g.name, f"kernel '{g.name}' (--per-kernel)")
         return [(g.name, [g]) for g in graphs]
     return [(library_name(source_name), list(graphs))]
 
