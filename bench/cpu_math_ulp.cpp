@@ -6,7 +6,8 @@
 // (tests/test_cpu_math.py) assert them on a sweep.
 //   g++ -std=c++17 -O2 -march=native -fopenmp -ffp-contract=off -fno-math-errno
 //       -I tilec/templates/cpu -I tilec/templates/common bench/cpu_math_ulp.cpp -o /tmp/ulp
-//   /tmp/ulp [STRIDE]      (every float: about 15 minutes on 2 cores; -march=x86-64-v2: no FMA)
+//   /tmp/ulp [STRIDE [NAME...]]   (every float, every function: about 30 minutes on 2 cores;
+//                                  -march=x86-64-v2 builds it without FMA)
 #include "tilec_cpu.h"
 
 #include <cmath>
@@ -41,6 +42,7 @@ const Fn FNS[] = {
     {"pow 7", [](double x) { return std::pow(x, 7.0); }, [](float x) { return tilec::pow_f32(x, 7.0f); }},
     {"pow -5", [](double x) { return std::pow(x, -5.0); }, [](float x) { return tilec::pow_f32(x, -5.0f); }},
     {"sigmoid", sigmoid_ref, tilec::sigmoid<float>},
+    // (silu's bound holds where its result is above 1e-36: below, x times a subnormal sigmoid)
     {"silu", [](double x) { return x * sigmoid_ref(x); }, tilec::silu<float>},
     {"gelu_tanh", [](double x) { return x * sigmoid_ref(2 * 0.79788456080286535588 * (x + 0.044715 * x * x * x)); },
      tilec::gelu_tanh<float>},
@@ -69,6 +71,9 @@ int main(int argc, char** argv) {
     std::printf("%-9s %28s %34s %s\n", "", "normal results: max ulp (x)", "subnormal: max steps of 2^-149 (x)",
                 "NaN/inf mismatches");
     for (const Fn& f : FNS) {
+        bool wanted = argc <= 2;
+        for (int a = 2; a < argc; ++a) wanted |= std::strcmp(argv[a], f.name) == 0;
+        if (!wanted) continue;
         Worst normal, sub;
         int64_t mismatches = 0;
         float mismatch_x = 0;
