@@ -845,7 +845,8 @@ static inline float cos_poly(float r) {
     return TILEC_FMA_F32(p, z, 1.0f);
 }
 
-// sin(x): sin(r), cos(r), -sin(r), -cos(r) by quadrant, odd in x; NaN for inf and NaN
+// sin(x): sin(r), cos(r), -sin(r), -cos(r) by quadrant, odd in x; NaN for inf and NaN. sin and
+// cos are within 2 ulp (1.51 measured over every float without FMA, 1.50 with).
 static inline float sin_f32(float x) {
     const TrigSplit t = trig_split(x);
     const float v = select_f32(t.q & 1u, cos_poly(t.r), sin_poly(t.r));
