@@ -270,17 +270,18 @@ def test_sin_and_cos_reduce_with_the_table_the_generator_makes():
 
 
 ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "exp_nonpos_f32(x[i])", "gelu_tanh(x[i])",
-               "relu(x[i])", "maximum(x[i], 0.5f)"] + [f"{fn}(x[i])" for fn in MATH]
+               "relu(x[i])", "maximum(x[i], 0.5f)", "pow_f32(x[i], 1.5)"] + \
+              [f"{fn}(x[i])" for fn in MATH]
 
 
 @pytest.mark.parametrize("march", ["x86-64-v2", "x86-64-v3", "native"])
 def test_activations_vectorize_on_every_instruction_set(tmp_path, march):
-    """exp, log, tanh, erf and the activations built on them vectorize inside `omp simd` loops
-    with SSE, AVX2 and AVX-512 alike (g++'s own report): mish's float select once became a branch
-    that only AVX-512's masks vectorize, and log's special values a branch around the whole
-    function. sigmoid's float select once became a branch around a
-    multiply that g++ vectorizes only with AVX-512's masks: the default AVX2 build of an
-    elementwise chain with silu ran scalar, 6x slower than the same code with AVX-512."""
+    """exp, log, sin, cos, tanh, erf, pow and the activations built on them vectorize inside
+    `omp simd` loops with SSE, AVX2 and AVX-512 alike (g++'s own report). Float selects became
+    branches that only AVX-512's masks vectorize: sigmoid's around a multiply (the default AVX2
+    build of an elementwise chain with silu ran scalar, 6x slower), mish's clamp, log's special
+    values around the whole function; sin's table gather of doubles needed a 64-bit index under
+    AVX2, and a double floor or fmin became a libm call."""
     if shutil.which("g++") is None:
         pytest.skip("g++ not found")
     src = tmp_path / "act.cpp"
