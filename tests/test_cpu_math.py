@@ -254,6 +254,26 @@ def test_generated_code_gives_the_references_special_values():
         assert np.allclose(v[fin], r[fin], rtol=1e-5, atol=2e-43), (name, x[fin], v[fin], r[fin])
 
 
+@pytest.mark.parametrize("cxx", ["g++", "clang++"])
+def test_a_kernel_of_every_math_function_compiles_with_strict_warnings(tmp_path, cxx):
+    """The generated source of SPECIAL_PROGRAM (fifteen functions: powers, log, log2, tanh,
+    sin, cos, erf, gelu, softplus, mish, silu, sigmoid) is warning-free under -Wall -Wextra
+    -Werror with g++ and clang++, as docs/INTEGRATION.md promises of every generated source."""
+    from test_abi import need
+
+    from tilec import driver
+    need(cxx)
+    src = driver.Source("special.tile", SPECIAL_PROGRAM)
+    m = driver.compile_module(driver.frontend(src), "cpu")
+    driver.write_files(tmp_path, driver.render(src, m, "cpu"))
+    sources = sorted(tmp_path.glob("*.cpp"))
+    assert sources
+    for f in sources:
+        r = subprocess.run([cxx, "-std=c++17", "-fopenmp", "-O2", "-Wall", "-Wextra", "-Werror", "-c",
+                            str(f), "-o", str(f.with_suffix(".o"))], capture_output=True, text=True)
+        assert r.returncode == 0, f"{f.name}:\n{r.stderr[-3000:]}"
+
+
 def test_sin_and_cos_reduce_with_the_table_the_generator_makes():
     """tilec_cpu.h's table of (2^e 2/pi) mod 4 is what tools/two_over_pi_table.py prints (2/pi
     from Machin's formula in integers), and that 2/pi agrees with math.pi's 53 bits."""
