@@ -102,6 +102,18 @@ kernel h(X: f32[N], s: f32) -> (Y: f32[N], Z: f32[N]):
     check_text(hoisted, {"N": 5})
 
 
+def test_a_power_of_one_half_is_sqrt_for_every_target():
+    """numpy's x ** 0.5 is sqrt(x): (-0) ** 0.5 is -0 and (-inf) ** 0.5 NaN, where C's pow gives
+    +0 and +inf. Canonicalization makes it a sqrt before any target sees it (other exponents
+    stay powers)."""
+    text = "kernel k(X: f32[N]) -> Y: f32[N]:\n    Y = X ** 0.5 + X ** 1.5\n"
+    canon = driver.compile_module(driver.frontend(driver.Source("k.tile", text)), "cpu",
+                                  stop_after="canonicalize")
+    ops = canon.graphs[0].ops
+    assert [o.attr("fn") for o in ops if o.kind == "unary"] == ["sqrt"]
+    assert [o.attr("exponent") for o in ops if o.kind == "binary" and o.attr("fn") == "pow"] == [1.5]
+
+
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_program(name):
     text = PROGRAMS[name]

@@ -1,4 +1,5 @@
-"""Rewrites softmax / mean / logsumexp into max, exp, sum and div; drops no-op casts; CSE + DCE.
+"""Rewrites softmax / mean / logsumexp into max, exp, sum and div and x ** 0.5 into sqrt; drops
+no-op casts; CSE + DCE.
 
 After this pass the fusion pass sees only: input const dim index cast unary binary compare where
 transpose dequant matmul reduce.
@@ -40,6 +41,10 @@ def canonicalize_graph(g):
 
         if op.kind == "cast" and ed.ops[a[0]].type == t:
             ed.map[op.id] = a[0]
+        elif op.kind == "binary" and op.attr("fn") == "pow" and op.attr("exponent") == 0.5:
+            # numpy's x ** 0.5 is sqrt(x) (sqrt(-0) = -0, sqrt(-inf) = NaN, where C's pow gives
+            # +0 and +inf): every target then computes what the reference does
+            ed.map[op.id] = E("unary", [a[0]], t, fn="sqrt")
         elif op.kind == "softmax":
             axes = op.attr("axes")
             x, wt = widen(a[0], t, E)

@@ -199,8 +199,6 @@ class CStyleRenderer:
                     return "1" if is_int(e.dtype) else float_lit(1.0, e.dtype)
                 t = self.ctype(e.dtype)
                 return f"tilec::ipow<{n}>(({t})({x}))"
-            if n == 0.5:  # numpy's x ** 0.5 is sqrt(x): sqrt(-0) = -0, sqrt(-inf) = NaN
-                return f"std::sqrt({x})"
             if e.dtype == "f64":
                 return f"std::pow({x}, {float_lit(float(n), e.dtype)})"
             return f"tilec::pow_f32({x}, {float_lit(float(n), 'f64')})"  # (vectorizes)

@@ -189,8 +189,6 @@ class CudaRenderer(CStyleRenderer):
                 if form is not None and form[1] == m:
                     c = form[0] % m
                     return name if c == 0 else f"tilec::wrap_add<{m}>({name}, {c})"
-        if e.fn == "pow" and is_float(e.dtype) and e.exponent == 0.5:
-            return f"tilec::sqrt({self.expr(e.a)})"  # numpy's x ** 0.5: sqrt(-0) = -0, sqrt(-inf) = NaN
         if e.fn == "pow" and is_float(e.dtype) and not (float(e.exponent).is_integer() and
                                                         abs(e.exponent) <= 4):
             return f"tilec::pow({self.expr(e.a)}, {_lit(e.exponent, e.dtype)})"
