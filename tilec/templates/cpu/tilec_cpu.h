@@ -451,15 +451,15 @@ static inline float exp_poly(float r) {
     return TILEC_FMA_F32(p, r, 1.0f);
 }
 
-// 2^(n + r / ln 2) for |r| <= ln(2) / 2 and n in [-150, 150]: e^r scaled in two steps so that
-// each factor stays a normal float
-static inline float exp_reduced(float r, int32_t n) {
-    const float p = exp_poly(r);
-    const int32_t n1 = n >> 1;               // arithmetic shift: floor(n/2)
-    const int32_t n2 = n - n1;               // both in [-75, 75]: normal exponents
-    const float s1 = f32_bits((uint32_t)(n1 + 127) << 23);
-    const float s2 = f32_bits((uint32_t)(n2 + 127) << 23);
-    return (p * s1) * s2;
+// 2^n for n in [-126, 127] (a normal float), from its bits
+static inline float pow2_f32(int32_t n) { return f32_bits((uint32_t)(n + 127) << 23); }
+
+// times * 2^(n + r / ln 2) for |r| <= ln(2) / 2 and n in [-252, 254]: times e^r scaled in two
+// steps (n1 = floor(n/2) and n - n1, both normal exponents), so that a subnormal result is
+// rounded once, by the last multiply
+static inline float exp_reduced(float r, int32_t n, float times = 1.0f) {
+    const int32_t n1 = n >> 1;  // arithmetic shift: floor(n/2)
+    return ((times * exp_poly(r)) * pow2_f32(n1)) * pow2_f32(n - n1);
 }
 
 // c ? a : b as masks on the bits. Written as a select (`?:`), g++ may see that one side is not
@@ -471,11 +471,6 @@ static inline uint32_t select_u32(bool c, uint32_t a, uint32_t b) {
     return (a & m) | (b & ~m);
 }
 static inline float select_f32(bool c, float a, float b) { return f32_bits(select_u32(c, bits_f32(a), bits_f32(b))); }
-// y, or NaN where x is -inf: x f(x) with f(-inf) = 0 (mish) is -inf * 0 there, as the reference
-// computes it, where the scaled form below would give -0
-static inline float nan_at_minus_inf(float x, float y) {
-    return f32_bits(select_u32(bits_f32(x) == 0xff800000u, 0x7fc00000u, bits_f32(y)));
-}
 
 // |x| above `lim` (the bits of a float) -> +-lim, on the bits: magnitudes order as integers, a
 // NaN keeps its bits, and no branch gives the compiler a constant x to fold (a float clamp did:
@@ -513,7 +508,7 @@ static inline float exp_f32(float x) {
 // vectorize.)
 static inline float exp_nonpos_f32(float x) {
     const ExpSplit e = exp_split(clamp_magnitude(x, 0x42d00000u));  // n in [-150, 63] for x <= 44
-    return (exp_poly(e.r) * f32_bits((uint32_t)(e.n + 127 + 64) << 23)) * 5.42101086242752217e-20f;  // 2^-64
+    return (exp_poly(e.r) * pow2_f32(e.n + 64)) * 5.42101086242752217e-20f;  // 2^-64
 }
 
 // 2^x: x = n + f with n = rint(x), f exact, e^(f ln 2) (one rounding in f ln 2)
@@ -608,9 +603,7 @@ static inline float expm1_poly(float r) {
 static inline float tanh_f32(float x) {
     const uint32_t bx = bits_f32(x);
     const ExpSplit s = exp_split(2.0f * clamp_magnitude(f32_bits(bx & 0x7fffffffu), 0x41180000u));
-    const float up = f32_bits((uint32_t)(s.n + 127) << 23);    // 2^n
-    const float down = f32_bits((uint32_t)(127 - s.n) << 23);  // 2^-n
-    const float e = (expm1_poly(s.r) + (1.0f - down)) * up;
+    const float e = (expm1_poly(s.r) + (1.0f - pow2_f32(-s.n))) * pow2_f32(s.n);
     return f32_bits(bits_f32(e / (e + 2.0f)) | (bx & 0x80000000u));
 }
 
@@ -799,8 +792,11 @@ alignas(64) static const double two_over_pi_mod4[109 * 3] = {
     0x1.34ddc0c000000p+0, 0x1.b629598000000p-28, 0x1.3c43904000000p-56,  // e = 104
 };
 
+// (32-bit: tilec::imin's 64-bit lanes would halve the vectors of the loops around)
 static inline int32_t imin32(int32_t a, int32_t b) { return a < b ? a : b; }
 static inline int32_t imax32(int32_t a, int32_t b) { return a > b ? a : b; }
+// 2^n for n in [-252, 254] as a double, the exact product of two normal floats' powers of two
+static inline double pow2_f64(int32_t n) { return (double)pow2_f32(n >> 1) * (double)pow2_f32(n - (n >> 1)); }
 
 // x = (4j + q) pi/2 + r, |r| <= pi/4 (plus a rounding), q in 0..3; meaningless for inf and NaN
 struct TrigSplit {
@@ -814,8 +810,7 @@ static inline TrigSplit trig_split(float x) {
     const int32_t e = (ex + (int32_t)(ex == 0)) - 150;  // |x| = m 2^e, e in [-149, 105]
     const int32_t row = imin32(imax32(e, -4), 104) + 4;
     // m 2^(e + 4) for e < -4 (exact): the e = -4 row needs no reduction modulo 4
-    const double ms = (double)m * (double)f32_bits((uint32_t)(imin32(e + 4, 0) / 2 + 127) << 23) *
-                      (double)f32_bits((uint32_t)(imin32(e + 4, 0) - imin32(e + 4, 0) / 2 + 127) << 23);
+    const double ms = (double)m * pow2_f64(imin32(e + 4, 0));
     const int64_t at = 3 * (int64_t)row;  // (a 64-bit index: AVX2's gather of doubles takes it)
     const double p0 = ms * two_over_pi_mod4[at], p1 = ms * two_over_pi_mod4[at + 1], p2 = ms * two_over_pi_mod4[at + 2];
     // p0 modulo 4 (in [-2, 2], exact; floor would be a libm call under -ftrapping-math)
@@ -845,21 +840,24 @@ static inline float cos_poly(float r) {
     return TILEC_FMA_F32(p, z, 1.0f);
 }
 
-// sin(x): sin(r), cos(r), -sin(r), -cos(r) by quadrant, odd in x; NaN for inf and NaN. sin and
-// cos are within 2 ulp (1.51 measured over every float without FMA, 1.50 with).
-static inline float sin_f32(float x) {
-    const TrigSplit t = trig_split(x);
-    const float v = select_f32(t.q & 1u, cos_poly(t.r), sin_poly(t.r));
-    const uint32_t sign = ((t.q & 2u) << 30) ^ (bits_f32(x) & 0x80000000u);
+// v with its sign flipped where `sign` has the sign bit, or NaN where x is inf or NaN (sin and cos
+// of those)
+static inline float trig_result(float x, float v, uint32_t sign) {
     return f32_bits(select_u32((bits_f32(x) & 0x7f800000u) == 0x7f800000u, 0x7fc00000u, bits_f32(v) ^ sign));
 }
 
-// cos(x): cos(r), -sin(r), -cos(r), sin(r) by quadrant; NaN for inf and NaN
+// sin(x): sin(r), cos(r), -sin(r), -cos(r) by quadrant, odd in x. sin and cos are within 2 ulp
+// (1.51 measured over every float without FMA, 1.50 with).
+static inline float sin_f32(float x) {
+    const TrigSplit t = trig_split(x);
+    const float v = select_f32(t.q & 1u, cos_poly(t.r), sin_poly(t.r));
+    return trig_result(x, v, ((t.q & 2u) << 30) ^ (bits_f32(x) & 0x80000000u));
+}
+
+// cos(x): cos(r), -sin(r), -cos(r), sin(r) by quadrant
 static inline float cos_f32(float x) {
     const TrigSplit t = trig_split(x);
-    const float v = select_f32(t.q & 1u, sin_poly(t.r), cos_poly(t.r));
-    const uint32_t sign = ((t.q + 1u) & 2u) << 30;
-    return f32_bits(select_u32((bits_f32(x) & 0x7f800000u) == 0x7f800000u, 0x7fc00000u, bits_f32(v) ^ sign));
+    return trig_result(x, select_f32(t.q & 1u, sin_poly(t.r), cos_poly(t.r)), ((t.q + 1u) & 2u) << 30);
 }
 
 // x^c for a constant c (the renderer multiplies out integers of magnitude <= 4 and writes x^0.5 as
@@ -896,10 +894,7 @@ static inline float pow_f32(float x, double c) {
     e = e * t + 1.0 / 6;
     e = e * t + 0.5;
     e = (e * t + 1.0) * t + 1.0;
-    const int32_t ni = (int32_t)n, n1 = ni / 2;  // 2^n as two normal floats' product
-    const double mag = e * (double)f32_bits((uint32_t)(n1 + 127) << 23) *
-                       (double)f32_bits((uint32_t)(ni - n1 + 127) << 23);
-    const float r = (float)mag;
+    const float r = (float)(e * pow2_f64((int32_t)n));
     // special values: c is a constant, so these tests fold
     const bool c_int = c == std::nearbyint(c), c_odd = c_int && std::fabs(std::fmod(c, 2.0)) == 1.0;
     const uint32_t bx = bits_f32(x), ax = bx & 0x7fffffffu;
@@ -1263,12 +1258,10 @@ template <> inline float softplus(float x) {
 template <> inline float mish(float x) {
     const float xc = clamp_magnitude(select_f32(x < 20.0f, x, 20.0f), 0x43160000u);  // [-150, 20]
     const ExpSplit e = exp_split(xc);  // n in [-217, 29]
-    const float p = exp_poly(e.r);
-    const int32_t n1 = e.n >> 1;
-    const float s1 = f32_bits((uint32_t)(n1 + 127) << 23), s2 = f32_bits((uint32_t)(e.n - n1 + 127) << 23);
-    const float n = (p * s1) * s2;
+    const float n = exp_reduced(e.r, e.n);
     const float q = n * (n + 2.0f);
-    return nan_at_minus_inf(x, select_f32(x < -20.0f, ((xc * p) * s1) * s2, x * (q / (q + 2.0f))));
+    const float y = select_f32(x < -20.0f, exp_reduced(e.r, e.n, xc), x * (q / (q + 2.0f)));
+    return f32_bits(select_u32(bits_f32(x) == 0xff800000u, 0x7fc00000u, bits_f32(y)));  // -inf * 0
 }
 // NumPy's maximum/minimum: NaN wins
 template <typename T> static inline T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
