@@ -284,9 +284,6 @@ def test_sin_and_cos_reduce_with_the_table_the_generator_makes():
     spec.loader.exec_module(gen)
     assert gen.c_table() in (TEMPLATES / "cpu" / "tilec_cpu.h").read_text()
     assert abs(gen.two_over_pi(60) / 2 ** 60 - 2 / math.pi) < 1e-16
-    # each row's parts have at most 28 significant bits: a 24-bit integer times one is exact
-    for _, parts in gen.rows():
-        assert all(p < 2 ** 28 for p in parts)
 
 
 ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "exp_nonpos_f32(x[i])", "gelu_tanh(x[i])",
