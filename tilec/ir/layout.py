@@ -77,12 +77,12 @@ class MmaLayout:
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
         return added(f"{warp_m} * {self.wm}", f"{operand(q)} / {self.ni * 2} * 16" if self.mi > 1 else None,
-                    f"{operand(q)} % 2 * 8", "(tilec_lane >> 2)")
+                     f"{operand(q)} % 2 * 8", "(tilec_lane >> 2)")
 
     def col0(self, q: str) -> str:
         warp_n = None if self.warps_n == 1 else f"(tilec_warp % {self.warps_n}) * {self.wn}"
         return added(warp_n, f"{operand(q)} / 2 % {self.ni} * 8" if self.ni > 1 else None,
-                    "(tilec_lane & 3) * 2")
+                     "(tilec_lane & 3) * 2")
 
     def valid(self, q: str):
         return None
@@ -112,7 +112,7 @@ class WgmmaLayout(MmaLayout):
         if not self.pingpong:
             return super().row(q)
         return added(f"{operand(q)} / {self.ni * 2} * 64" if self.mi > 1 else None,
-                    "(tilec_warp % 4) * 16", f"{operand(q)} % 2 * 8", "(tilec_lane >> 2)")
+                     "(tilec_warp % 4) * 16", f"{operand(q)} % 2 * 8", "(tilec_lane >> 2)")
 
     def rows_layout(self):
         return None if self.pingpong else super().rows_layout()
@@ -148,8 +148,8 @@ class MmaRows:
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
         return added(f"{warp_m} * {self.rows // self.warps_m}",
-                    f"{operand(q)} / 2 * 16" if self.mi > 1 else None, f"{operand(q)} % 2 * 8",
-                    "(tilec_lane >> 2)")
+                     f"{operand(q)} / 2 * 16" if self.mi > 1 else None, f"{operand(q)} % 2 * 8",
+                     "(tilec_lane >> 2)")
 
     def col0(self, q: str) -> str:
         return "0"

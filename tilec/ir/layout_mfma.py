@@ -71,15 +71,15 @@ class MfmaLayout(MmaLayout):
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
         return added(f"{warp_m} * {self.wm}",
-                    f"{operand(q)} / {self.ni * self.g} * {self.tile}" if self.mi > 1 else None,
-                    f"tilec_lane % {self.tile}")
+                     f"{operand(q)} / {self.ni * self.g} * {self.tile}" if self.mi > 1 else None,
+                     f"tilec_lane % {self.tile}")
 
     def col0(self, q: str) -> str:
         warp_n = None if self.warps_n == 1 else f"(tilec_warp % {self.warps_n}) * {self.wn}"
         tile = f"{operand(q)} / {self.g}" if self.g > 1 else operand(q)  # (the tile's index along the row)
         return added(warp_n, f"{tile} % {self.ni} * {self.tile}" if self.ni > 1 else None,
-                    f"{operand(q)} % {self.g} * {4 * self.h}" if self.g > 1 else None,
-                    f"tilec_lane / {self.tile} * 4")
+                     f"{operand(q)} % {self.g} * {4 * self.h}" if self.g > 1 else None,
+                     f"tilec_lane / {self.tile} * 4")
 
     def rows_layout(self) -> MfmaRows:
         return MfmaRows(self.rows, self.warps_m, self.warps_n, self.tile)
@@ -109,7 +109,7 @@ class MfmaRows(MmaRows):
     def row(self, q: str) -> str:
         warp_m = "tilec_warp" if self.warps_n == 1 else f"(tilec_warp / {self.warps_n})"
         return added(f"{warp_m} * {self.rows // self.warps_m}",
-                    f"{operand(q)} * {self.tile}" if self.mi > 1 else None, f"tilec_lane % {self.tile}")
+                     f"{operand(q)} * {self.tile}" if self.mi > 1 else None, f"tilec_lane % {self.tile}")
 
     def leader(self) -> str:
         lead = f"tilec_lane < {self.tile}"
