@@ -154,6 +154,18 @@ def test_a_file_name_that_would_hide_a_system_header_or_library_is_an_error(tmp_
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_a_kernel_name_that_would_hide_a_system_header_under_per_kernel_is_an_error(tmp_path):
+    """--per-kernel names each library and header after its kernel: a kernel `stdio` would write
+    stdio.h beside the sources."""
+    src = tmp_path / "ops.tile"
+    src.write_text("kernel stdio(X: f32[N]) -> Y: f32[N]:\n    Y = X * 2.0\n")
+    r = tilec("build", src, "--per-kernel", "-o", tmp_path / "out")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "ops.tile: error: kernel 'stdio' (--per-kernel) names the library 'stdio': stdio.h " \
+           "would hide the system's <stdio.h>" in r.stderr
+    assert tilec("build", src, "-o", tmp_path / "whole").returncode == 0  # one library: ops
+
+
 def test_unknown_arch_is_an_error(tmp_path):
     r = tilec("build", SAMPLES / "softmax.tile", "--target", "cuda", "--arch", "sm_75",
               "-o", tmp_path)
