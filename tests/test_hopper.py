@@ -206,6 +206,9 @@ def test_fp8_gemms_compile_to_fp8_wgmma(monkeypatch, promote):
         assert "C7519" not in r.stderr and "warpgroup.arrive" not in r.stderr, r.stderr
         report = ptxas_lines(r.stderr)
         assert report and not any(spills for _, spills in report.values()), r.stderr
+        # (the launch gives each thread the kernel's count: setmaxnreg's counts add up to it)
+        assert all(regs == 168 for (name, _), (regs, _) in report.items() if "_tma" in name), \
+            report
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e5m2\.e5m2", ptx)
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.bulk.tensor.3d" in ptx
@@ -535,6 +538,23 @@ def test_attention_products_overlap(monkeypatch):
         body.index("if (tilec_warp / 4 == 0) tilec::sm90::turn_wait(0);")
     # without turns (the default, 3,1,0): the same order, no named barriers
     assert _attention_body(monkeypatch, "3,1,0") == default
+
+
+def test_setmaxnreg_counts_fit_the_launch_allocation():
+    """setmaxnreg moves registers within what the block was launched with (the kernel's count a
+    thread: 65536 over the threads, a multiple of 8; the compile tests check that ptxas reports
+    168 at 384 threads): the producer's and the consumers' counts add up to at most that, or
+    the consumers' setmaxnreg.inc waits forever (32 + 240 + 240 at 384 threads hung a kernel
+    on an H100). FlashAttention-3's producer of 24 leaves its consumers 240."""
+    from tilec.targets.cuda import PRODUCER_REGS, consumer_regs
+    for consumers in (2, 3):  # (384 and 512 threads: 168 and 128 registers at launch)
+        threads = 128 * (consumers + 1)
+        launch = 65536 // threads // 8 * 8
+        for producer in (PRODUCER_REGS, 24):
+            c = consumer_regs(consumers, producer)
+            assert c % 8 == 0 and launch <= c <= 240 and producer <= launch
+            assert 128 * producer + 128 * consumers * c <= launch * threads
+    assert consumer_regs(2) == 232 and consumer_regs(2, 24) == 240 and consumer_regs(3) == 152
 
 
 def test_attention_serial_order_knob(monkeypatch):
@@ -883,6 +903,9 @@ def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
         ptx += kept_ptx(folder, f, "compute_90a")
         report = ptxas_lines(r.stderr)
         assert report and not any(spills for _, spills in report.values()), r.stderr
+        # (the launch gives each thread the kernel's count: setmaxnreg's counts add up to it)
+        assert all(regs == 168 for (name, _), (regs, _) in report.items() if "_tma" in name), \
+            report
         # no wgmma serialized or fenced by ptxas (C7510-C7519: accumulators touched while a
         # product runs, too few registers for the pipeline)
         assert not re.search(r"\(C751\d\)", r.stderr), r.stderr

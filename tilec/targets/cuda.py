@@ -2253,12 +2253,19 @@ def smem_lines(k: T.TileKernel, smem: int) -> list:
 
 
 # setmaxnreg: the producer warpgroup keeps 40 registers a thread; the consumer warpgroups share
-# the rest of the SM's 64K (a multiple of 8, at most 240)
+# the rest of the registers the block was launched with (a multiple of 8, at most 240)
 PRODUCER_REGS = 40
 
 
-def consumer_regs(consumers: int) -> int:
-    return min(240, (65536 - 128 * PRODUCER_REGS) // (128 * consumers) // 8 * 8)
+def consumer_regs(consumers: int, producer: int = PRODUCER_REGS) -> int:
+    """Registers a consumer thread asks for. setmaxnreg moves registers within the block's own
+    allocation: the launch gives every thread the kernel's count (65536 over the threads, a
+    multiple of 8: 168 at 384 threads), and a consumer's setmaxnreg.inc waits until the producer
+    has freed enough, forever if the counts add up to more (2 x 128 x 240 + 128 x 32 = 65536
+    is over the 64512 of 384 threads: that kernel hung on an H100)."""
+    threads = 128 * (consumers + 1)
+    block = 65536 // threads // 8 * 8 * threads
+    return min(240, (block - 128 * producer) // (128 * consumers) // 8 * 8)
 
 
 def tensor_maps(k: T.TileKernel, used: dict) -> list:
