@@ -224,6 +224,11 @@ def test_warp_specialized_source_structure():
     cu = _kernel_source(GEMMS)
     k = cu[cu.index("hop_bias_relu_k0_tma("):]
     k = k[:k.index("\n}\n")]
+    # the warp index from lane 0: warp-uniform to ptxas (a warpgroup's descriptors in uniform
+    # registers); kernels that are not warp-specialized compute it in each lane
+    assert "const int tilec_warp = __shfl_sync(0xffffffffu, tilec_tid >> 5, 0);" in k
+    mma = cu[cu.index("hop_bias_relu_k0("):]
+    assert "const int tilec_warp = tilec_tid >> 5;" in mma[:mma.index("\n}\n")]
     # roles: registers move to the consumers; the producer's one thread waits for free stages
     assert k.index("setmaxnreg_dec<40>") < k.index("setmaxnreg_inc<232>")
     assert re.search(r"mbar_wait\(&tilec_empty\[tilec_s\], \(\(tilec_it / 4\) & 1\) \^ 1\)", k)

@@ -2190,7 +2190,7 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
     ids = (["tilec_tid"] if ids or "tilec_tid" in reads else []) + ids
     return dict(name=k.name, comment=k.comment, params=params, kparams=kparams, bounds=bounds,
                 grid=grid, maps=maps, launch=launch_lines(k, off, args), smem_decl=smem_lines(k, off),
-                block=block, guard=guard, ids=ids,
+                block=block, guard=guard, ids=ids, warp_uniform=bool(k.warp_specialize),
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
                 shared=shared, frags=frags, plans=plans, body=lines,
