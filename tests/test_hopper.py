@@ -545,21 +545,69 @@ def test_attention_products_overlap(monkeypatch):
     assert _attention_body(monkeypatch, "3,1,0") == default
 
 
+def test_attention_p_in_two_buffers(monkeypatch):
+    """TILEC_WGMMA_ATTENTION's seventh field, 2 (not yet the default: not yet run on a GPU):
+    where S, O and two buffers of P fit in a consumer thread's registers (cuda.py's
+    DOUBLE_P_REGISTERS: D = 128 with 128-key tiles) and no mask reads the query rows, P has two
+    buffers taken in turn: the key loop runs in pairs of iterations, then an odd one; each
+    iteration converts its P into the buffer that its P V in flight does not read, before the
+    wait for that P V, and the last P V reads the buffer the last iteration wrote. The producer
+    keeps 24 registers and the consumers take 240, which is all the block was launched with.
+    176-key tiles (S 88 and P 44 registers), causal masks and the warpgroups' turns keep one
+    buffer, as the default does; a field other than 1 or 2 is a user error."""
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,1,0,128,2")
+    ks = {k.name: k for k in _kernels(ATTENTION) if "_tma" in k.name}
+    body = _attention_body(monkeypatch, "3,1,0,1,0,128,2")
+    assert "uint32_t P[32];" in body and "uint32_t P2[32];" in body
+    assert body.index("setmaxnreg_dec<24>") < body.index("setmaxnreg_inc<240>")
+    pairs = body[body.index("for (; tilec_k_i + 1 < (int)host1; tilec_k_i += 2) {"):]
+    odd = pairs.index("const bool tilec_odd = tilec_k_i < (int)host1;")
+    second = pairs.index("const int64_t k = tilec_k_i + 1;")
+    last = pairs.index("// O1 of the last key tile")
+    for start, end, p_in, p_out in ((0, second, "P", "P2"), (second, odd, "P2", "P"),
+                                    (odd, last, "P", "P2")):
+        part = pairs[start:end]
+        order = [f"wgmma_tile_rs<128, 128, true, tilec::sm90::WG_F16>(O1, {p_in}, V_s",
+                 "quad_allreduce<tilec::OpSum>(rowsum)", f"tilec::set16({p_out}, ",
+                 "wgmma_wait<0>();  // the previous tile's O1", f"fence_regs<32>({p_in});",
+                 "O1[tilec_q * 2 + tilec_v] = O1[tilec_q * 2 + tilec_v] * alpha"]
+        at = [part.index(x) for x in order]
+        assert at == sorted(at), (p_in, order)
+        assert f"tilec::set16({p_in}, " not in part
+    tail = pairs[last:]
+    assert tail.index("if (tilec_odd) {") < tail.index("(O1, P2, V_s") < \
+        tail.index("} else {") < tail.index("(O1, P, V_s")
+    for knob in ("", "3,1,1,1,0,128,2", "2,1,0,1,1,176,2"):
+        monkeypatch.delenv("TILEC_WGMMA_ATTENTION", raising=False)
+        one = _attention_body(monkeypatch, knob)
+        assert "P2" not in one and "setmaxnreg_inc<232>" in one, knob
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,1,0,128,2")
+    src, _, m = compile_text(ATTENTION, "hop.tile", "cuda", options=HOPPER)
+    causal = driver.render(src, m, "cuda", HOPPER)["hop_causal_bf16.cu"]
+    assert "P2" not in causal
+    assert ks  # (the knob builds)
+    monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,1,0,128,3")
+    with pytest.raises(TilecError, match=r"p buffers 1 or 2"):
+        _kernels(ATTENTION)
+
+
 def test_setmaxnreg_counts_fit_the_launch_allocation():
     """setmaxnreg moves registers within what the block was launched with (the kernel's count a
     thread: 65536 over the threads, a multiple of 8; the compile tests check that ptxas reports
     168 at 384 threads): the producer's and the consumers' counts add up to at most that, or
     the consumers' setmaxnreg.inc waits forever (32 + 240 + 240 at 384 threads hung a kernel
-    on an H100). FlashAttention-3's producer of 24 leaves its consumers 240."""
-    from tilec.targets.cuda import PRODUCER_REGS, consumer_regs
+    on an H100). Attention's two P buffers take FlashAttention-3's producer of 24, which leaves
+    its consumers 240."""
+    from tilec.targets.cuda import PRODUCER_REGS, PRODUCER_REGS_DOUBLE_P, consumer_regs
     for consumers in (2, 3):  # (384 and 512 threads: 168 and 128 registers at launch)
         threads = 128 * (consumers + 1)
         launch = 65536 // threads // 8 * 8
-        for producer in (PRODUCER_REGS, 24):
+        for producer in (PRODUCER_REGS, PRODUCER_REGS_DOUBLE_P):
             c = consumer_regs(consumers, producer)
             assert c % 8 == 0 and launch <= c <= 240 and producer <= launch
             assert 128 * producer + 128 * consumers * c <= launch * threads
-    assert consumer_regs(2) == 232 and consumer_regs(2, 24) == 240 and consumer_regs(3) == 152
+    assert consumer_regs(2) == 232 and consumer_regs(2, PRODUCER_REGS_DOUBLE_P) == 240
+    assert consumer_regs(3) == 152
 
 
 def test_attention_serial_order_knob(monkeypatch):
@@ -608,7 +656,7 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     pos = 0
     for x in order:  # (in this order: each found after the one before)
         pos = producer.index(x, pos) + 1
-    order = ["mbar_wait(tilec_once, tilec_t & 1)", "// key tile 0", "for (int tilec_k_i = 1;",
+    order = ["mbar_wait(tilec_once, tilec_t & 1)", "// key tile 0", "int tilec_k_i = 1;",
              "mbar_arrive(tilec_once_free)", "// O1 of the last key tile", "store_vec<",
              "++tilec_t;"]
     at = [consumer.index(x) for x in order]
@@ -626,7 +674,7 @@ def test_persistent_attention_loads_the_next_q_during_the_tile(monkeypatch):
     assert all(k.persistent for k in _kernels(ATTENTION) if "_tma" in k.name)
     monkeypatch.setenv("TILEC_WGMMA_ATTENTION", "3,1,0,2")
     with pytest.raises(TilecError, match=r"TILEC_WGMMA_ATTENTION=3,1,0,2: expected stages,"
-                                         r"overlap,pingpong\[,persistent\[,split\[,keys\]\]\]"):
+                                         r"overlap,pingpong\[,persistent\[,split\[,keys\[,p\]\]\]\]"):
         _kernels(ATTENTION)
 
 
@@ -655,10 +703,10 @@ def test_split_rings_free_k_after_its_product(monkeypatch):
     at = [producer.index(x) for x in order]
     assert at == sorted(at), order
     assert producer.count("tma_load_3d(V_s") == 4  # (two copies of two 64-column panels)
-    first = consumer[consumer.index("// key tile 0"):consumer.index("for (int tilec_k_i = 1;")]
+    first = consumer[consumer.index("// key tile 0"):consumer.index("int tilec_k_i = 1;")]
     assert first.index("wgmma_wait<0>();") < first.index("mbar_arrive(&tilec_empty[tilec_s])") < \
         first.index("quad_allreduce<tilec::OpMax>")
-    loop = consumer[consumer.index("for (int tilec_k_i = 1;"):consumer.index("// O1 of the last")]
+    loop = consumer[consumer.index("int tilec_k_i = 1;"):consumer.index("// O1 of the last")]
     order = ["mbar_wait(&tilec_full[tilec_s]", "wgmma_tile<128",
              "mbar_wait(&tilec_full_v[tilec_prev], ((tilec_it - 1) / 3) & 1);",
              "wgmma_tile_rs<128", "wgmma_wait<1>();", "mbar_arrive(&tilec_empty[tilec_s])",
@@ -891,7 +939,8 @@ def test_attention_tma_cannot_read_keeps_mma_sync(text):
 
 @pytest.mark.nvcc
 @pytest.mark.gpu  # (no GPU needed: also run with `-m gpu` on the device)
-@pytest.mark.parametrize("knob", ["", "3,1,0,1", "3,1,0,0,1", "3,1,0,1,1", "2,1,0,1,1,176"])
+@pytest.mark.parametrize("knob", ["", "3,1,0,1", "3,1,0,0,1", "3,1,0,1,1", "2,1,0,1,1,176",
+                                  "3,1,0,1,0,128,2"])
 def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
     """Warning-free, no spills, no wgmma serialized, also with the persistent grid, with K
     and V on rings of their own and with 176-key tiles; the PTX
@@ -927,7 +976,7 @@ def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
 @pytest.mark.gpu
 @pytest.mark.parametrize("knob", ["", "2,0,0", "3,1,0", "3,0,1", "3,1,1", "3,1,0,1", "2,0,0,1",
                                   "3,1,1,1", "3,1,0,0,1", "2,1,0,0,1", "3,1,0,1,1",
-                                  "2,1,0,1,1,176"])
+                                  "2,1,0,1,1,176", "3,1,0,1,0,128,2"])
 def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
     """The Hopper attention alone (the other variants removed: a condition that fails is an
     error, not a fallback): head dims at and below both capacities, ragged L and S, causal with
@@ -942,7 +991,8 @@ def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
         monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
     _tma_variants_only(monkeypatch)
     for dims in (dict(B=2, H=3, L=200, S=130, D=64), dict(B=1, H=2, L=130, S=300, D=128),
-                 dict(B=1, H=1, L=64, S=64, D=40), dict(B=2, H=1, L=257, S=1, D=96)) + \
+                 dict(B=1, H=1, L=64, S=64, D=40), dict(B=2, H=1, L=257, S=1, D=96),
+                 dict(B=1, H=2, L=100, S=700, D=128)) + \
             ((dict(B=40, H=1, L=1000, S=200, D=128), dict(B=36, H=1, L=1800, S=300, D=64))
              if knob.split(",")[3:4] == ["1"] else ()):
         check_text(ATTENTION, dims, name="hop_only.tile", target="cuda", options=HOPPER)

@@ -171,28 +171,30 @@ def fp8_pairs(default: bool) -> bool:
 
 
 def wgmma_attention(default: tuple) -> tuple:
-    """`TILEC_WGMMA_ATTENTION` ("stages,overlap,pingpong[,persistent[,split[,keys]]]", each flag
-    1 or 0, e.g. "3,1,1"): the warp-specialized attention's K/V stages, whether each warpgroup
-    overlaps its softmax with its products (FlashAttention-3's order), whether the two consumer
-    warpgroups take turns issuing products (named barriers), whether a persistent grid walks the
-    query tiles (the producer loads a tile's Q while the consumers finish the tile before it),
-    whether K and V have rings of their own (a key tile's K is freed once its Q K^T is
-    complete, its V once its P V is), and the keys per tile (128 or 176: 176 leaves room for 2
-    stages only), each the target's choice when left out, in place of the target's
+    """`TILEC_WGMMA_ATTENTION` ("stages,overlap,pingpong[,persistent[,split[,keys[,p]]]]", each
+    flag 1 or 0, e.g. "3,1,1"): the warp-specialized attention's K/V stages, whether each
+    warpgroup overlaps its softmax with its products (FlashAttention-3's order), whether the two
+    consumer warpgroups take turns issuing products (named barriers), whether a persistent grid
+    walks the query tiles (the producer loads a tile's Q while the consumers finish the tile
+    before it), whether K and V have rings of their own (a key tile's K is freed once its Q K^T
+    is complete, its V once its P V is), the keys per tile (128 or 176: 176 leaves room for 2
+    stages only) and the buffers of P (1 or 2: 2 converts P into the buffer that the P V in
+    flight does not read, before that P V's wait, where the registers allow: cuda.py
+    overlapped_loop), each the target's choice when left out, in place of the target's
     `wgmma_attention`, for measuring on a device; "off": none."""
-    expect = ("stages,overlap,pingpong[,persistent[,split[,keys]]] (stages 2 or 3, the flags 0 "
-              "or 1, keys 128 or 176 with 2 stages at most)")
-    knob = _knob("TILEC_WGMMA_ATTENTION", expect, (3, 4, 5, 6))
+    expect = ("stages,overlap,pingpong[,persistent[,split[,keys[,p]]]] (stages 2 or 3, the flags "
+              "0 or 1, keys 128 or 176 with 2 stages at most, p buffers 1 or 2)")
+    knob = _knob("TILEC_WGMMA_ATTENTION", expect, (3, 4, 5, 6, 7))
     if knob is None or not default:
         return default
     if knob == ():
         return ()
-    flags, keys = knob[1:5], knob[5:] or default[1:2]
+    flags, keys, p = knob[1:5], knob[5:6] or default[1:2], knob[6:7] or default[7:8]
     if knob[0] not in (2, 3) or any(f not in (0, 1) for f in flags) or \
-            keys[0] not in (128, 176) or (keys[0] == 176 and knob[0] > 2):
+            keys[0] not in (128, 176) or (keys[0] == 176 and knob[0] > 2) or p[0] not in (1, 2):
         raise error(f"TILEC_WGMMA_ATTENTION={','.join(map(str, knob))}: expected {expect}")
     return (default[0], keys[0], knob[0]) + tuple(bool(f) for f in flags) + \
-        default[3 + len(flags):]
+        default[3 + len(flags):7] + (p[0],)
 
 
 def gemv_mma(target) -> bool:

@@ -35,9 +35,11 @@ from ..passes.rewrite import (
     defined_names,
     loads_in,
     map_exprs,
+    map_stmts,
     mod_of_var,
     multiple_of,
     names_read,
+    taken_names,
     unit_stride,
     used_names,
     uses_var,
@@ -56,6 +58,10 @@ STORE = {"f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double",
 # (shared tiles hold them packed, as bytes), keeps its sign
 REG = dict(STORE, i4="int8_t")
 SIXTEEN = ("f16", "bf16")
+# attention's P in two buffers (overlapped_loop; TILEC_WGMMA_ATTENTION's seventh field) when S,
+# O and both P buffers take at most this many of a consumer thread's 240 registers: D = 128
+# with 128-key tiles is 64 + 64 + 2 x 32; 176-key tiles (88 + 64 + 2 x 44) would spill
+DOUBLE_P_REGISTERS = 192
 
 
 def kind(dtype: str) -> str:
@@ -180,6 +186,7 @@ class CudaRenderer(CStyleRenderer):
         self.ws_gemm = None
         self.once_ring = False  # (warp_specialized: the tiles copied once are a ring per tile)
         self.kv_split = False  # (warp_specialized: attention's K and V on rings of their own)
+        self.double_p = False  # (warp_specialized: attention's P in two buffers)
         self.consumer_only = False
 
     def binary(self, e: T.Binary) -> str:
@@ -586,12 +593,17 @@ class CudaRenderer(CStyleRenderer):
         # with the products overlapped and without turns, the consumers free a stage's K once
         # its Q K^T is complete, before its P V; the producer issues a key tile's K, then the
         # previous one's V, the order the consumers take them
-        cfg = self.target.resources.wgmma_attention or (0,) * 7
+        cfg = self.target.resources.wgmma_attention or (0,) * 8
         parts = self.two_products(loop) if self.ws_gemm is None else None
         v_copies = [c for c in copies if parts is not None and c.dst.buf == parts[4].b]
         self.kv_split = bool(cfg[6] and cfg[3] and parts is not None and k.cluster == 1 and
                              not (cfg[4] and k.warp_specialize == 2) and len(v_copies) == 1 and
                              len(copies) > 1)
+        # attention's P in two buffers (resources.wgmma_attention's last field: overlapped_loop)
+        self.double_p = bool(cfg[7] == 2 and cfg[3] and parts is not None and
+                             not (cfg[4] and k.warp_specialize == 2) and
+                             self.loop_count(loop.extents[0]) is not None and
+                             self.conversions(loop, parts) is not None)
         # the producer's Lets: those its copies' offsets and the loop's trip count read
         read = {x.name for c in pre_copies + copies for o in c.src.offsets for x in T.walk_exprs(o)
                 if isinstance(x, T.Var)} | {x.name for x in T.walk_exprs(loop.extents[0])
@@ -666,7 +678,8 @@ class CudaRenderer(CStyleRenderer):
                           "tilec_grid[2];", depth)
         # producer
         self.emit(f"if (tilec_warp >= {consumers * 4}) {{  // the producer warpgroup", depth)
-        self.emit(f"tilec::sm90::setmaxnreg_dec<{PRODUCER_REGS}>();", depth + 1)
+        producer_regs = PRODUCER_REGS_DOUBLE_P if self.double_p else PRODUCER_REGS
+        self.emit(f"tilec::sm90::setmaxnreg_dec<{producer_regs}>();", depth + 1)
         self.emit(f"if (tilec_tid == {consumers * 128}) {{  // its first thread issues every copy",
                   depth + 1)
         for c in dict.fromkeys(c.src.buf for c in pre_copies + copies):
@@ -743,7 +756,8 @@ class CudaRenderer(CStyleRenderer):
         self.emit("}", depth + 1)
         # consumers
         self.emit("} else {  // the consumer warpgroups", depth)
-        self.emit(f"tilec::sm90::setmaxnreg_inc<{consumer_regs(consumers)}>();", depth + 1)
+        self.emit(f"tilec::sm90::setmaxnreg_inc<{consumer_regs(consumers, producer_regs)}>();",
+                  depth + 1)
         self.consumer_only = True
         d = depth + 1
         if k.pingpong:
@@ -1010,11 +1024,19 @@ class CudaRenderer(CStyleRenderer):
         accumulators are still being written when the loop repeats (C7514/C7515; that form
         measured 0.61x cuDNN). The first iteration (no g2 yet) is peeled off, the last g2
         follows the loop. With `turns`, each issue of products is the warpgroup's turn
-        (ping-pong)."""
+        (ping-pong).
+
+        With `double_p` (resources.wgmma_attention's last field, where `conversions` allows),
+        P has two buffers that the iterations take in turn (the loop in pairs of iterations,
+        then an odd one): an iteration converts its P into the buffer its g2 does not read,
+        before the wait for g2, so that nothing after the softmax but O's rescaling waits for
+        g2. (ptxas still placed that wait at the start of the softmax in the SASS of every form
+        tried; a hand-made form of this measured 1-2% faster on an H100.)"""
         first, g1, reads, rest, g2 = parts
         S, n = loop.stages, self.expr(loop.extents[0])
         c1, c2 = self.allocs[g1.c], self.allocs[g2.c]
         j = cname(loop.vars[0])
+        split = self.conversions(loop, parts) if self.double_p and not turns else None
 
         def turn(what: str, depth: int):
             if turns:
@@ -1039,6 +1061,45 @@ class CudaRenderer(CStyleRenderer):
             self.stmts(tuple(first), depth)
             issue(g1, "tilec_s", depth)
 
+        def last_g2(a: str, depth: int):  # (g2 of the last key tile, reading P from `a`)
+            turn("wait", depth)
+            wait_v(depth)
+            issue(replace(g2, a=a), "tilec_prev", depth)
+            turn("pass", depth)
+            self.emit("tilec::sm90::wgmma_wait<0>();", depth)
+            self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", depth)
+            self.emit(self.release("tilec_prev", v), depth)
+
+        def iteration(b: int, p_in: str, p_out: str | None):
+            """One iteration of the loop after the first: g2 reads P from `p_in`; the
+            conversions write `p_out` before the wait for g2 (None: one buffer, written after)."""
+            turn("wait", b)
+            issue_g1(b)
+            self.emit(f"// {g2.c} of the previous key tile, while this tile's {g1.c} runs", b)
+            wait_v(b)
+            issue(replace(g2, a=p_in), "tilec_prev", b)
+            turn("pass", b)
+            self.emit(f"tilec::sm90::wgmma_wait<1>();  // this tile's {g1.c}", b)
+            self.emit(f"tilec::sm90::fence_regs<{c1.layout.slots()}>({cname(g1.c)});", b)
+            if self.kv_split:
+                self.emit(self.release("tilec_s") + "  // (its K)", b)
+            self.stmts(tuple(reads), b)
+            after = rest
+            if p_out is not None:
+                self.emit(f"// {g2.a} of this tile into {cname(p_out)}, which the product in flight "
+                          "does not read", b)
+                self.stmts(tuple(rename_stores(st, g2.a, p_out) for st in split[0]), b)
+                after = split[1]
+            self.emit(f"tilec::sm90::wgmma_wait<0>();  // the previous tile's {g2.c}: its stage "
+                      "is free", b)
+            self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", b)
+            self.emit(f"tilec::sm90::fence_regs<{(self.allocs[g2.a].layout.slots() + 1) // 2}>"
+                      f"({cname(p_in)});", b)
+            self.emit(self.release("tilec_prev", v), b)
+            self.stmts(tuple(after), b)
+            self.emit("tilec_prev = tilec_s;", b)
+            self.emit("++tilec_it;", b)
+
         self.emit(f"// the products overlapped: key tile k's softmax runs while {g2.c} of tile "
                   f"k - 1 does", d)
         self.emit("uint32_t tilec_prev = 0;  // the stage of the previous key tile", d)
@@ -1058,39 +1119,79 @@ class CudaRenderer(CStyleRenderer):
         self.emit("tilec_prev = tilec_s;", b)
         self.emit("++tilec_it;", b)
         self.emit("}", d)
-        self.loop_head(loop.vars[0], loop.extents[0], d, start=T.Const(1, "i64"))
-        b = d + 1
-        turn("wait", b)
-        issue_g1(b)
-        self.emit(f"// {g2.c} of the previous key tile, while this tile's {g1.c} runs", b)
-        wait_v(b)
-        issue(g2, "tilec_prev", b)
-        turn("pass", b)
-        self.emit(f"tilec::sm90::wgmma_wait<1>();  // this tile's {g1.c}", b)
-        self.emit(f"tilec::sm90::fence_regs<{c1.layout.slots()}>({cname(g1.c)});", b)
-        if self.kv_split:
-            self.emit(self.release("tilec_s") + "  // (its K)", b)
-        self.stmts(tuple(reads), b)
-        self.emit(f"tilec::sm90::wgmma_wait<0>();  // the previous tile's {g2.c}: its stage is "
-                  "free", b)
-        self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", b)
-        self.emit(f"tilec::sm90::fence_regs<{(self.allocs[g2.a].layout.slots() + 1) // 2}>"
-                  f"({cname(g2.a)});", b)
-        self.emit(self.release("tilec_prev", v), b)
-        self.stmts(tuple(rest), b)
-        self.emit("tilec_prev = tilec_s;", b)
-        self.emit("++tilec_it;", b)
+        if split is None:
+            self.loop_head(loop.vars[0], loop.extents[0], d, start=T.Const(1, "i64"))
+            iteration(d + 1, g2.a, None)
+            self.emit("}", d)
+            self.free_once(d)
+            self.emit(f"if ({n} > 0) {{  // {g2.c} of the last key tile", d)
+            last_g2(g2.a, d + 1)
+            self.emit("}", d)
+            return
+        taken, p2, n2 = taken_names(self.k) | set(self.allocs), f"{g2.a}2", 2
+        while p2 in taken:  # (a name of the kernel's own: the second buffer takes another)
+            n2 += 1
+            p2 = f"{g2.a}{n2}"
+        self.allocs[p2] = replace(self.allocs[g2.a], name=p2)
+        c = f"tilec_{j}_i"
+        count = self.loop_count(loop.extents[0])
+        self.emit(f"// two buffers of {g2.a} taken in turn: {g2.a} (key tile 0, then every "
+                  f"second tile) and {cname(p2)}", d)
+        self.emit(f"int {c} = 1;", d)
+        self.emit(f"for (; {c} + 1 < {count}; {c} += 2) {{", d)
+        for half, (p_in, p_out) in enumerate(((g2.a, p2), (p2, g2.a))):
+            self.emit("{", d + 1)
+            self.emit(f"const int64_t {j} = {c}{' + 1' if half else ''};", d + 2)
+            if loop.vars[0] not in names_read(self.loop_body):
+                self.emit(f"(void){j};", d + 2)
+            iteration(d + 2, p_in, p_out)
+            self.emit("}", d + 1)
+        self.emit("}", d)
+        self.emit(f"const bool tilec_odd = {c} < {count};  // (a key tile left: it writes "
+                  f"{cname(p2)})", d)
+        self.emit("if (tilec_odd) {", d)
+        self.emit(f"const int64_t {j} = {c};", d + 1)
+        if loop.vars[0] not in names_read(self.loop_body):
+            self.emit(f"(void){j};", d + 1)
+        iteration(d + 1, g2.a, p2)
         self.emit("}", d)
         self.free_once(d)
         self.emit(f"if ({n} > 0) {{  // {g2.c} of the last key tile", d)
-        turn("wait", d + 1)
-        wait_v(d + 1)
-        issue(g2, "tilec_prev", d + 1)
-        turn("pass", d + 1)
-        self.emit("tilec::sm90::wgmma_wait<0>();", d + 1)
-        self.emit(f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});", d + 1)
-        self.emit(self.release("tilec_prev", v), d + 1)
+        self.emit("if (tilec_odd) {", d + 1)
+        last_g2(p2, d + 2)
+        self.emit("} else {", d + 1)
+        last_g2(g2.a, d + 2)
+        self.emit("}", d + 1)
         self.emit("}", d)
+
+    def conversions(self, loop: T.For, parts):
+        """(the statements of overlapped_loop's `rest` that only write g2's A operand, reading
+        none of g2's register operands, the others) when those may move ahead of the others and
+        two buffers of the A operand fit beside g1's and g2's accumulators (DOUBLE_P_REGISTERS)
+        in a loop without masks by query rows (row_masked); else None."""
+        _, g1, _, rest, g2 = parts
+        a, c1, c2 = g2.a, self.allocs[g1.c], self.allocs[g2.c]
+        words = (self.allocs[a].layout.slots() + 1) // 2
+        if c1.layout.slots() + c2.layout.slots() + 2 * words > DOUBLE_P_REGISTERS or \
+                any(row_masked(st) for st in loop.body):
+            return None
+        held = {a, g2.c}
+        convert, others = [], []
+        for st in rest:
+            nested = list(T.walk_stmts([st]))
+            only_stores = all(isinstance(x, (T.For, T.If, T.Store, T.Let)) for x in nested)
+            stores = {x.buf for x in nested if isinstance(x, T.Store)}
+            if only_stores and stores == {a} and not any(ld.buf in held for ld in loads_in(st)):
+                # (it moves ahead of the statements before it: none of them may write what it
+                # reads or read or write the buffer it writes)
+                read = {ld.buf for ld in loads_in(st)}
+                for o in others:
+                    if written_in(o) & (read | {a}) or any(ld.buf == a for ld in loads_in(o)):
+                        return None
+                convert.append(st)
+            else:
+                others.append(st)
+        return (convert, others) if convert else None
 
     def wgmma_gemm(self, g: T.Gemm, d: int, turns: bool = False):
         """One gemm of a warp-specialized loop on wgmma, completed: this consumer warpgroup's
@@ -1335,18 +1436,10 @@ class CudaRenderer(CStyleRenderer):
         two registers through the loop, and in an attention kernel at 255 registers those two
         decided whether ptxas spilled. (A start is at most the bound where the loop runs: it is
         a non-negative value below the extent, e.g. a split point clamped to it.)"""
-        bound = self.launcher_bound(extent)
-        if bound is None:
+        n = self.loop_count(extent)
+        if n is None:
             super().loop_head(var, extent, depth, start)
             return
-        if bound:
-            self.int32_bounds.add(bound)
-        if isinstance(extent, T.Const):
-            n = str(extent.value)
-        elif isinstance(extent, T.Var):
-            n = f"(int){self.expr(extent)}"
-        else:  # (a negative trip count runs no iteration)
-            n = f"(int)tilec::imax((int64_t)0, {self.expr(extent)})"
         c = f"tilec_{cname(var)}_i"
         first = "0" if start is None else str(start.value) if isinstance(start, T.Const) else \
             f"(int){self.expr(start)}"
@@ -1354,6 +1447,20 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"const int64_t {cname(var)} = {c};", depth + 1)
         if var not in names_read(self.loop_body):  # (e.g. a K loop of one row: nvcc would warn)
             self.emit(f"(void){cname(var)};", depth + 1)
+
+    def loop_count(self, extent) -> str | None:
+        """The trip count `extent` as a 32-bit int expression when the launcher bounds it (see
+        loop_head; the bound's check is then part of the launcher), else None."""
+        bound = self.launcher_bound(extent)
+        if bound is None:
+            return None
+        if bound:
+            self.int32_bounds.add(bound)
+        if isinstance(extent, T.Const):
+            return str(extent.value)
+        if isinstance(extent, T.Var):
+            return f"(int){self.expr(extent)}"
+        return f"(int)tilec::imax((int64_t)0, {self.expr(extent)})"  # (negative: no iteration)
 
     def launcher_bound(self, e) -> str | None:
         """The launcher value (a dimension or a host-computed Let) that bounds the integer
@@ -2105,6 +2212,46 @@ def _parallel_loops(body, outer=()):
             yield from _parallel_loops(st.body, outer + tuple(st.vars))
 
 
+def written_in(st) -> set:
+    """The buffers statement `st` (and what it nests) writes."""
+    out = set()
+    for x in T.walk_stmts([st]):
+        if isinstance(x, (T.Store, T.Fill, T.Allreduce)):
+            out.add(x.buf)
+        elif isinstance(x, T.Reduce):
+            out.add(x.dst)
+        elif isinstance(x, T.Gemm):
+            out.add(x.c)
+        elif isinstance(x, T.GemmLoad):
+            out.add(x.gemm.c)
+        elif isinstance(x, T.Copy):
+            out.add(x.dst.buf)
+    return out
+
+
+def row_masked(st) -> bool:
+    """Does a parallel loop in `st` compute with its first (row) variable other than as an
+    index, e.g. a causal mask comparing key and query positions? (Such kernels keep the rows'
+    positions in registers: with two buffers of P, causal attention at D = 128 spilled.)"""
+    def bare(e, var) -> bool:  # (var in e outside the indices of loads)
+        if isinstance(e, T.Var):
+            return e.name == var
+        parts = () if isinstance(e, T.Load) else \
+            (getattr(e, f, None) for f in ("a", "b", "c", "x", "cond"))
+        return any(bare(p, var) for p in parts if p is not None and not isinstance(p, str))
+    return any(isinstance(x, T.For) and x.kind == "parallel" and len(x.vars) == 2 and
+               any(isinstance(y, T.Store) and bare(y.value, x.vars[0])
+                   for y in T.walk_stmts(list(x.body)))
+               for x in T.walk_stmts([st]))
+
+
+def rename_stores(st, buf: str, to: str):
+    """Statement `st` with its stores into `buf` storing into `to` instead."""
+    def fn(x):
+        return [replace(x, buf=to)] if isinstance(x, T.Store) and x.buf == buf else None
+    return map_stmts((st,), fn)[0]
+
+
 # statements through which the threads of a block exchange values
 _COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.GemmLoad, T.GemvMma, T.Copy, T.Commit,
                T.Wait)
@@ -2252,9 +2399,11 @@ def smem_lines(k: T.TileKernel, smem: int) -> list:
             "unsigned char* const tilec_smem = tilec_smem_1024;"]
 
 
-# setmaxnreg: the producer warpgroup keeps 40 registers a thread; the consumer warpgroups share
-# the rest of the registers the block was launched with (a multiple of 8, at most 240)
+# setmaxnreg: the producer warpgroup keeps 40 registers a thread (24 with attention's two P
+# buffers, FlashAttention-3's split); the consumer warpgroups share the rest of the registers the
+# block was launched with (a multiple of 8, at most 240)
 PRODUCER_REGS = 40
+PRODUCER_REGS_DOUBLE_P = 24
 
 
 def consumer_regs(consumers: int, producer: int = PRODUCER_REGS) -> int:
@@ -2395,7 +2544,7 @@ def _for_arch(target, options: dict):
         # (D128 0.95-0.97x cuDNN against 0.93x one block per tile, causal 0.97-0.99x against
         # 0.93x; D64-D96 0.94-0.95x against 0.89-0.90x). K and V share a ring (rings of their
         # own measured alike with the persistent grid, 0.91-0.92x without it)
-        attention = split_k.wgmma_attention((128, 128, 3, True, False, True, False) if wgmma
+        attention = split_k.wgmma_attention((128, 128, 3, True, False, True, False, 1) if wgmma
                                             else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
         # 128 values of K are summed into a partial that is then added to the accumulators in
