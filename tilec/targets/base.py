@@ -59,14 +59,15 @@ class Resources:
     # promoted K tiles in pairs (two partials): the second tile's wgmmas run while the first's
     # partial is added to the accumulators
     fp8_pairs: bool = False
-    # (BM, BN, stages, overlap, pingpong, persistent, split): attention's warp-specialized
-    # kernel on the same machinery (one consumer warpgroup per 64 query rows, BN keys per stage
-    # of K and V tiles; overlap: each warpgroup's softmax runs beside its products,
+    # (BM, BN, stages, overlap, pingpong, persistent, split, P buffers): attention's
+    # warp-specialized kernel on the same machinery (one consumer warpgroup per 64 query rows,
+    # BN keys per stage of K and V tiles; overlap: each warpgroup's softmax runs beside its products,
     # FlashAttention-3's order; pingpong: the two consumer warpgroups take turns issuing
     # products; persistent: a grid of one block per SM walks the query tiles, causal ones in
     # pairs of even work, the producer loading a tile's Q while the consumers finish the one
     # before; split: with overlap and without turns, K and V on rings of their own, a stage's K
-    # freed once its Q K^T is complete, before its P V); () = never
+    # freed once its Q K^T is complete, before its P V; P buffers 2: the next P is converted
+    # into the buffer the P V in flight does not read, where the registers allow); () = never
     wgmma_attention: tuple = ()
     # (blocks, least K tiles per split, blocks per SM): a decode variant also comes split over K
     # (passes/split_k.py) when its grid has fewer tiles than `blocks`; () = never
