@@ -43,6 +43,7 @@ from ..passes.rewrite import (
     unit_stride,
     used_names,
     uses_var,
+    written_by,
 )
 from .abi import launcher_context, render_libraries
 from .base import Resources, Target, Toolchain
@@ -186,7 +187,9 @@ class CudaRenderer(CStyleRenderer):
         self.ws_gemm = None
         self.once_ring = False  # (warp_specialized: the tiles copied once are a ring per tile)
         self.kv_split = False  # (warp_specialized: attention's K and V on rings of their own)
-        self.double_p = False  # (warp_specialized: attention's P in two buffers)
+        # (warp_specialized: attention's P in two buffers, conversions' split of the statements
+        # after the softmax; None: one buffer)
+        self.p_split = None
         self.consumer_only = False
 
     def binary(self, e: T.Binary) -> str:
@@ -600,10 +603,10 @@ class CudaRenderer(CStyleRenderer):
                              not (cfg[4] and k.warp_specialize == 2) and len(v_copies) == 1 and
                              len(copies) > 1)
         # attention's P in two buffers (resources.wgmma_attention's last field: overlapped_loop)
-        self.double_p = bool(cfg[7] == 2 and cfg[3] and parts is not None and
-                             not (cfg[4] and k.warp_specialize == 2) and
-                             self.loop_count(loop.extents[0]) is not None and
-                             self.conversions(loop, parts) is not None)
+        self.p_split = self.conversions(loop, parts) if (
+            cfg[7] == 2 and cfg[3] and parts is not None and
+            not (cfg[4] and k.warp_specialize == 2) and
+            self.launcher_bound(loop.extents[0]) is not None) else None
         # the producer's Lets: those its copies' offsets and the loop's trip count read
         read = {x.name for c in pre_copies + copies for o in c.src.offsets for x in T.walk_exprs(o)
                 if isinstance(x, T.Var)} | {x.name for x in T.walk_exprs(loop.extents[0])
@@ -678,7 +681,7 @@ class CudaRenderer(CStyleRenderer):
                           "tilec_grid[2];", depth)
         # producer
         self.emit(f"if (tilec_warp >= {consumers * 4}) {{  // the producer warpgroup", depth)
-        producer_regs = PRODUCER_REGS_DOUBLE_P if self.double_p else PRODUCER_REGS
+        producer_regs = PRODUCER_REGS if self.p_split is None else PRODUCER_REGS_DOUBLE_P
         self.emit(f"tilec::sm90::setmaxnreg_dec<{producer_regs}>();", depth + 1)
         self.emit(f"if (tilec_tid == {consumers * 128}) {{  // its first thread issues every copy",
                   depth + 1)
@@ -1026,7 +1029,7 @@ class CudaRenderer(CStyleRenderer):
         follows the loop. With `turns`, each issue of products is the warpgroup's turn
         (ping-pong).
 
-        With `double_p` (resources.wgmma_attention's last field, where `conversions` allows),
+        With `p_split` (resources.wgmma_attention's last field, where `conversions` allows),
         P has two buffers that the iterations take in turn (the loop in pairs of iterations,
         then an odd one): an iteration converts its P into the buffer its g2 does not read,
         before the wait for g2, so that nothing after the softmax but O's rescaling waits for
@@ -1036,7 +1039,7 @@ class CudaRenderer(CStyleRenderer):
         S, n = loop.stages, self.expr(loop.extents[0])
         c1, c2 = self.allocs[g1.c], self.allocs[g2.c]
         j = cname(loop.vars[0])
-        split = self.conversions(loop, parts) if self.double_p and not turns else None
+        split = self.p_split  # (never with turns: warp_specialized)
 
         def turn(what: str, depth: int):
             if turns:
@@ -1100,6 +1103,15 @@ class CudaRenderer(CStyleRenderer):
             self.emit("tilec_prev = tilec_s;", b)
             self.emit("++tilec_it;", b)
 
+        def numbered(depth: int, index: str, p_in: str, p_out: str, head: str = ""):
+            """`head` { the iteration of key tile `index`, its loop variable declared }"""
+            self.emit(head + "{", depth)
+            self.emit(f"const int64_t {j} = {index};", depth + 1)
+            if loop.vars[0] not in names_read(self.loop_body):
+                self.emit(f"(void){j};", depth + 1)
+            iteration(depth + 1, p_in, p_out)
+            self.emit("}", depth)
+
         self.emit(f"// the products overlapped: key tile k's softmax runs while {g2.c} of tile "
                   f"k - 1 does", d)
         self.emit("uint32_t tilec_prev = 0;  // the stage of the previous key tile", d)
@@ -1128,7 +1140,7 @@ class CudaRenderer(CStyleRenderer):
             last_g2(g2.a, d + 1)
             self.emit("}", d)
             return
-        taken, p2, n2 = taken_names(self.k) | set(self.allocs), f"{g2.a}2", 2
+        taken, p2, n2 = taken_names(self.k), f"{g2.a}2", 2
         while p2 in taken:  # (a name of the kernel's own: the second buffer takes another)
             n2 += 1
             p2 = f"{g2.a}{n2}"
@@ -1140,21 +1152,11 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"int {c} = 1;", d)
         self.emit(f"for (; {c} + 1 < {count}; {c} += 2) {{", d)
         for half, (p_in, p_out) in enumerate(((g2.a, p2), (p2, g2.a))):
-            self.emit("{", d + 1)
-            self.emit(f"const int64_t {j} = {c}{' + 1' if half else ''};", d + 2)
-            if loop.vars[0] not in names_read(self.loop_body):
-                self.emit(f"(void){j};", d + 2)
-            iteration(d + 2, p_in, p_out)
-            self.emit("}", d + 1)
+            numbered(d + 1, f"{c}{' + 1' if half else ''}", p_in, p_out)
         self.emit("}", d)
         self.emit(f"const bool tilec_odd = {c} < {count};  // (a key tile left: it writes "
                   f"{cname(p2)})", d)
-        self.emit("if (tilec_odd) {", d)
-        self.emit(f"const int64_t {j} = {c};", d + 1)
-        if loop.vars[0] not in names_read(self.loop_body):
-            self.emit(f"(void){j};", d + 1)
-        iteration(d + 1, g2.a, p2)
-        self.emit("}", d)
+        numbered(d, c, g2.a, p2, head="if (tilec_odd) ")
         self.free_once(d)
         self.emit(f"if ({n} > 0) {{  // {g2.c} of the last key tile", d)
         self.emit("if (tilec_odd) {", d + 1)
@@ -1186,7 +1188,8 @@ class CudaRenderer(CStyleRenderer):
                 # reads or read or write the buffer it writes)
                 read = {ld.buf for ld in loads_in(st)}
                 for o in others:
-                    if written_in(o) & (read | {a}) or any(ld.buf == a for ld in loads_in(o)):
+                    written = {b for x in T.walk_stmts([o]) for b in written_by(x)}
+                    if written & (read | {a}) or any(ld.buf == a for ld in loads_in(o)):
                         return None
                 convert.append(st)
             else:
@@ -2210,23 +2213,6 @@ def _parallel_loops(body, outer=()):
             yield st, outer
         elif isinstance(st, T.For):
             yield from _parallel_loops(st.body, outer + tuple(st.vars))
-
-
-def written_in(st) -> set:
-    """The buffers statement `st` (and what it nests) writes."""
-    out = set()
-    for x in T.walk_stmts([st]):
-        if isinstance(x, (T.Store, T.Fill, T.Allreduce)):
-            out.add(x.buf)
-        elif isinstance(x, T.Reduce):
-            out.add(x.dst)
-        elif isinstance(x, T.Gemm):
-            out.add(x.c)
-        elif isinstance(x, T.GemmLoad):
-            out.add(x.gemm.c)
-        elif isinstance(x, T.Copy):
-            out.add(x.dst.buf)
-    return out
 
 
 def row_masked(st) -> bool:
