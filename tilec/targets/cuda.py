@@ -2317,13 +2317,26 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
               "#endif"]) if k.warp_specialize else ([], [])
     lines = drop_unread(em.lines)
     plans = list(em.copy_plans.values())
-    # the thread's lane and warp, declared where the kernel reads them
+    # the thread's index, lane and warp, declared where the kernel reads them
     reads = names_in(lines + block + plans)
-    ids = [n for n in ("tilec_lane", "tilec_warp") if n in reads]
-    ids = (["tilec_tid"] if ids or "tilec_tid" in reads else []) + ids
+    warp = target.resources.warp
+    ids = []
+    if "tilec_lane" in reads:
+        ids.append(f"const int tilec_lane = tilec_tid & {warp - 1};")
+    if "tilec_warp" in reads and k.warp_specialize:
+        ids += ["// (broadcast from lane 0: the compiler then knows every lane holds the same "
+                "warp index, and",
+                "// keeps what derives from it, such as a warpgroup's wgmma descriptors, in "
+                "uniform registers)",
+                f"const int tilec_warp = __shfl_sync(0xffffffffu, tilec_tid >> "
+                f"{warp.bit_length() - 1}, 0);"]
+    elif "tilec_warp" in reads:
+        ids.append(f"const int tilec_warp = tilec_tid >> {warp.bit_length() - 1};")
+    if ids or "tilec_tid" in reads:
+        ids.insert(0, "const int tilec_tid = (int)threadIdx.x;")
     return dict(name=k.name, comment=k.comment, params=params, kparams=kparams, bounds=bounds,
                 grid=grid, maps=maps, launch=launch_lines(k, off, args), smem_decl=smem_lines(k, off),
-                block=block, guard=guard, ids=ids, warp_uniform=bool(k.warp_specialize),
+                block=block, guard=guard, ids=ids,
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
                 shared=shared, frags=frags, plans=plans, body=lines,
@@ -2471,10 +2484,8 @@ def _gencode(arch: str) -> str:
 
 def device_context(target, gpu: str, stream_type: str) -> dict:
     """What kernel.cu.j2 says of the device (CUDA's or HIP's): the kernels' kind, the device
-    library, the stream type, and a thread's lane and warp from the target's warp size."""
-    warp = target.resources.warp
-    return dict(gpu=gpu, device_library=target.device_library, stream_type=stream_type,
-                lane_mask=warp - 1, warp_shift=warp.bit_length() - 1)
+    library and the stream type."""
+    return dict(gpu=gpu, device_library=target.device_library, stream_type=stream_type)
 
 
 def render(target, src, m, env, banner, options) -> dict:
