@@ -20,6 +20,12 @@ run)
     OUT=${OUT:-/tmp/ab-out}; mkdir -p "$OUT"
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
     export PYTHONUNBUFFERED=1 TILEC_CACHE_DIR=/tmp/tilec-cache
+    # the SM clock, power and throttle reasons every 200 ms (a tree that runs hotter may lose
+    # clock, not instructions: line the log's times up with each tree's start below)
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv,noheader -lms 200 > "$OUT/clocks.csv" 2>&1 &
+    clock_log=$!
+    trap 'kill $clock_log 2>/dev/null' EXIT
     root=$PWD
     trees=${TREES:-$(ls -d .ab/*/ 2>/dev/null | sed 's:/$::') .}
     for round in $(seq "${ROUNDS:-2}"); do
@@ -29,7 +35,30 @@ run)
                 --build-dir "/tmp/ab_build_${tree//[^A-Za-z0-9]/_}") 2>&1 | tee -a "$OUT/ab.log" \
                 | grep -E "^\| [a-z]|FAIL|MISMATCH|rror"
         done
-    done ;;
+    done
+    kill $clock_log 2>/dev/null; sleep 0.3
+    # each tree's run: the mean SM clock and power while it ran (from clocks.csv)
+    python3 - "$OUT/ab.log" "$OUT/clocks.csv" <<'PY'
+import re, sys
+from datetime import datetime
+marks = [(m[1], m[2], m[3]) for m in re.finditer(r"^== (\S+), round (\d+), (\S+) UTC", open(sys.argv[1]).read(), re.M)]
+samples = []
+for line in open(sys.argv[2]):
+    f = [x.strip() for x in line.split(",")]
+    try:
+        t = datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").time()
+        samples.append((t.hour * 3600 + t.minute * 60 + t.second, float(f[1].split()[0]), float(f[2].split()[0])))
+    except (ValueError, IndexError):
+        continue
+secs = [sum(int(x) * w for x, w in zip(t.split(":"), (3600, 60, 1))) for _, _, t in marks]
+for i, (tree, rnd, t) in enumerate(marks):
+    end = secs[i + 1] if i + 1 < len(secs) else float("inf")
+    got = [(c, p) for s, c, p in samples if secs[i] <= s < end]
+    if got:
+        print(f"{tree} round {rnd}: mean SM clock {sum(c for c, _ in got) / len(got):.0f} MHz, "
+              f"power {sum(p for _, p in got) / len(got):.0f} W ({len(got)} samples)")
+PY
+    ;;
 *)
     echo "usage: bash bench/ab.sh prepare REV [REV ...] | run [bench/gpu.py args]" >&2; exit 2 ;;
 esac
