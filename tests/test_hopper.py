@@ -934,6 +934,23 @@ def test_attention_tma_cannot_read_keeps_mma_sync(text):
     assert ks and not any(k.warp_specialize for k in ks)
 
 
+def _softmax_runs_beside_p_v(sass: str):
+    """In the SASS of every overlapped key loop, the wait for all but one product group (Q K^T
+    complete, P V of the tile before in flight) is followed by the softmax's exponentials, one
+    per score a thread holds, before the wait for P V: ptxas, left to schedule that wait within
+    the softmax's basic block, issued it before the exponentials, and they never overlapped
+    P V (overlapped_loop)."""
+    loops = 0
+    for fn in re.split(r"\n\s*(?:\.text\.|Function : )", sass):
+        if "_tma" not in fn.split("\n", 1)[0]:
+            continue
+        for part in fn.split("WARPGROUP.DEPBAR.LE gsb0, 0x1")[1:]:
+            loops += 1
+            before = part.split("WARPGROUP.DEPBAR.LE gsb0, 0x0")[0]
+            assert before.count("MUFU.EX2") >= 64, before[:2000]
+    assert loops, "no overlapped key loop in the SASS"
+
+
 @pytest.mark.nvcc
 @pytest.mark.gpu  # (no GPU needed: also run with `-m gpu` on the device)
 @pytest.mark.parametrize("knob", ["", "3,1,0,1", "3,1,0,0,1", "3,1,0,1,1", "2,1,0,1,1,176",
@@ -965,6 +982,7 @@ def test_warp_specialized_attention_compiles_for_sm90a(monkeypatch, knob):
         # Q K^T with both operands from shared memory (descriptors), P V with P from registers
         assert re.search(r"HGMMA\.64x(128|176)x16\.F32(\.BF16)? R\d+, gdesc\[", sass), f
         assert re.search(r"HGMMA\.64x128x16\.F32(\.BF16)? R\d+, R\d+, gdesc\[", sass), f
+        _softmax_runs_beside_p_v(sass)
     for dt in ("f16", "bf16"):  # (also with the knobs: the same products)
         assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.{dt}\.{dt}\s*"
                          r"\{[^}]*\},\s*\{%r\d+, %r\d+, %r\d+, %r\d+\}", ptx), dt
