@@ -229,6 +229,13 @@ def test_warp_specialized_source_structure():
     assert "const int tilec_warp = __shfl_sync(0xffffffffu, tilec_tid >> 5, 0);" in k
     mma = cu[cu.index("hop_bias_relu_k0("):]
     assert "const int tilec_warp = tilec_tid >> 5;" in mma[:mma.index("\n}\n")]
+    # nor do fp8 ones, whose descriptors are rebuilt per k-step (slower in uniform registers)
+    src, _, m = compile_text(GEMMS_FP8, "hop.tile", "cuda", options=HOPPER)
+    fp8 = "".join(v for f, v in driver.render(src, m, "cuda", HOPPER).items() if f.endswith(".cu"))
+    for name in ("hop_fp8_k0_tma(", "hop_e5m2_batched_k0_tma("):
+        k8 = fp8[fp8.index(name):]
+        k8 = k8[:k8.index("\n}\n")]
+        assert "const int tilec_warp = tilec_tid >> 5;" in k8 and "__shfl_sync" not in k8
     # roles: registers move to the consumers; the producer's one thread waits for free stages
     assert k.index("setmaxnreg_dec<40>") < k.index("setmaxnreg_inc<232>")
     assert re.search(r"mbar_wait\(&tilec_empty\[tilec_s\], \(\(tilec_it / 4\) & 1\) \^ 1\)", k)

@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
     const int tilec_tid = (int)threadIdx.x;
     const int tilec_lane = tilec_tid & 31;
     // (broadcast from lane 0: the compiler then knows every lane holds the same warp index, and
-    // keeps what derives from it, such as a warpgroup's wgmma descriptors, in uniform registers)
+    // keeps what derives from it, such as a warpgroup's 16-bit wgmma descriptors, in uniform registers)
     const int tilec_warp = __shfl_sync(0xffffffffu, tilec_tid >> 5, 0);
     const int64_t tilec_grid[3] = { tilec_g0, tilec_g1, tilec_g2 };
     uint16_t* __restrict__ A_s = reinterpret_cast<uint16_t*>(tilec_smem + 0);  // f16[4, 128, 64], shared, TMA 128-byte swizzle
