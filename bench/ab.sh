@@ -14,6 +14,7 @@ prepare)
         dir=.ab/${rev//[^A-Za-z0-9._-]/_}
         rm -rf "$dir" && mkdir -p "$dir" && git archive "$rev" | tar -x -C "$dir" || exit 1
         cp bench/gpu.py "$dir/bench/gpu.py"
+        git rev-parse --short "$rev" > "$dir/.ab_commit"  # (what bench/gpu.py's header names)
         echo "$dir: $(git rev-parse --short "$rev")"
     done ;;
 run)
@@ -31,7 +32,10 @@ run)
     for round in $(seq "${ROUNDS:-2}"); do
         for tree in $trees; do
             echo "== $tree, round $round, $(date -u +%T) UTC" | tee -a "$OUT/ab.log"
-            (cd "$root/$tree" && PYTHONPATH=/tmp/site:$root/$tree python3 bench/gpu.py "$@" \
+            # (an exported tree has no .git of its own: git would name the enclosing checkout)
+            commit=$(cat "$root/$tree/.ab_commit" 2>/dev/null)
+            (cd "$root/$tree" && TILEC_COMMIT=${commit:-${TILEC_COMMIT:-}} \
+                PYTHONPATH=/tmp/site:$root/$tree python3 bench/gpu.py "$@" \
                 --build-dir "/tmp/ab_build_${tree//[^A-Za-z0-9]/_}") 2>&1 | tee -a "$OUT/ab.log" \
                 | grep -E "^\| [a-z]|FAIL|MISMATCH|rror"
         done
