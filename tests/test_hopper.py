@@ -949,7 +949,8 @@ def _softmax_runs_beside_p_v(sass: str):
     P V (overlapped_loop)."""
     loops = 0
     for fn in re.split(r"\n\s*(?:\.text\.|Function : )", sass):
-        if "_tma" not in fn.split("\n", 1)[0]:
+        # (attention's kernels: P V takes P from registers; a GEMM's mainloop waits alike)
+        if "_tma" not in fn.split("\n", 1)[0] or not re.search(r"HGMMA\S* R\d+, R\d+, gdesc", fn):
             continue
         for part in fn.split("WARPGROUP.DEPBAR.LE gsb0, 0x1")[1:]:
             loops += 1
