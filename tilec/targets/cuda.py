@@ -65,6 +65,11 @@ SIXTEEN = ("f16", "bf16")
 DOUBLE_P_REGISTERS = 192
 
 
+def pair_words(a) -> int:
+    """The 32-bit registers of a 16-bit register buffer `a` (two values per register)."""
+    return (a.layout.slots() + 1) // 2
+
+
 def kind(dtype: str) -> str:
     """The tilec_cuda.h storage kind (memory <-> register conversion) of a dtype."""
     return {"f16": "tilec::F16", "bf16": "tilec::BF16", "fp8e4m3": "tilec::FP8E4M3",
@@ -1100,15 +1105,14 @@ class CudaRenderer(CStyleRenderer):
             wait = (f"tilec::sm90::wgmma_wait<0>();  // the previous tile's {g2.c}: its stage "
                     "is free",
                     f"tilec::sm90::fence_regs<{c2.layout.slots()}>({cname(g2.c)});",
-                    f"tilec::sm90::fence_regs<{(self.allocs[g2.a].layout.slots() + 1) // 2}>"
-                    f"({cname(p_in)});",
+                    f"tilec::sm90::fence_regs<{pair_words(self.allocs[g2.a])}>({cname(p_in)});",
                     self.release("tilec_prev", v))
             head = after[0] if after else None
-            if isinstance(head, T.For) and head.kind == "parallel" and \
-                    self.unit_scale_vote(head) is not None:
-                # the wait in both arms of O's rescaling: in a basic block of its own after the
-                # softmax's, where ptxas's scheduler keeps it (within one block it issued the
-                # wait before the softmax's exponentials, which then never overlapped g2)
+            if isinstance(head, T.For) and head.kind == "parallel":
+                # in both arms of O's rescaling vote (parallel): in a basic block of its own
+                # after the softmax's, where ptxas's scheduler keeps it (within one block it
+                # issued the wait before the softmax's exponentials, which then never overlapped
+                # g2)
                 self.parallel(head, b, first=wait)
                 after = after[1:]
             else:
@@ -1188,7 +1192,7 @@ class CudaRenderer(CStyleRenderer):
         in a loop without masks by query rows (row_masked); else None."""
         _, g1, _, rest, g2 = parts
         a, c1, c2 = g2.a, self.allocs[g1.c], self.allocs[g2.c]
-        words = (self.allocs[a].layout.slots() + 1) // 2
+        words = pair_words(self.allocs[a])
         if c1.layout.slots() + c2.layout.slots() + 2 * words > DOUBLE_P_REGISTERS or \
                 any(row_masked(st) for st in loop.body):
             return None
@@ -2302,7 +2306,7 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
         if a.scope == "shared":
             continue
         elif a.dtype in SIXTEEN:  # two 16-bit values per register
-            frags.append(dict(name=cname(a.name), ctype="uint32_t", slots=(a.layout.slots() + 1) // 2,
+            frags.append(dict(name=cname(a.name), ctype="uint32_t", slots=pair_words(a),
                               what=f"{a.dtype}[{', '.join(T.fmt(x) for x in a.shape)}], {a.layout}, "
                                    "16-bit pairs"))
         else:
@@ -2348,11 +2352,12 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
     ids = []
     if "tilec_lane" in reads:
         ids.append(f"const int tilec_lane = tilec_tid & {warp - 1};")
-    # fp8 operands' descriptors are rebuilt per k-step: in uniform registers the fp8 GEMM
-    # measured 0.78-0.83x torch._scaled_mm at 8192^3 against 0.96x (an H100, one call)
-    fp8 = any(em.allocs[g.b].dtype.startswith("fp8") for g in T.walk_stmts(k.body)
-              if isinstance(g, T.Gemm) and g.b in em.allocs)
-    if "tilec_warp" in reads and k.warp_specialize and not fp8:
+    # only where the wgmma operands are 16-bit: fp8 operands' descriptors are rebuilt per k-step,
+    # and in uniform registers the fp8 GEMM measured 0.78-0.83x torch._scaled_mm at 8192^3
+    # against 0.96x (an H100, one call)
+    sixteen = all(em.allocs[g.b].dtype in SIXTEEN for g in T.walk_stmts(k.body)
+                  if isinstance(g, T.Gemm) and g.b in em.allocs)
+    if "tilec_warp" in reads and k.warp_specialize and sixteen:
         ids += ["// (broadcast from lane 0: the compiler then knows every lane holds the same "
                 "warp index, and",
                 "// keeps what derives from it, such as a warpgroup's 16-bit wgmma descriptors, "
