@@ -541,6 +541,12 @@ def test_attention_products_overlap(monkeypatch):
     assert at == sorted(at), order
     w0 = loop.index("wgmma_wait<0>();  // the previous tile's O1")
     assert "fence_regs<32>(P)" in loop[w0:w0 + 200]
+    # the wait in both arms of O's rescaling vote, each arm its own basic block after the
+    # softmax (_softmax_runs_beside_p_v reads what ptxas makes of it)
+    vote = loop.index("if (tilec::warp_any(alpha[0] != 1.0f || alpha[1] != 1.0f)) {")
+    arms = loop[vote:loop.index("tilec::set16(P", vote)].split("} else {")
+    assert len(arms) == 2 and all(a.count("wgmma_wait<0>();") == 1 for a in arms), arms
+    assert "O1[tilec_q * 2" in arms[0] and "O1[tilec_q * 2" not in arms[1]
     assert "if (k == 0)" not in loop  # (no conditional wait)
     last = body.index("// O1 of the last key tile")
     assert body.index("V_s + tilec_prev * 16384", last) > last
@@ -553,7 +559,8 @@ def test_attention_products_overlap(monkeypatch):
 
 
 def test_attention_p_in_two_buffers(monkeypatch):
-    """TILEC_WGMMA_ATTENTION's seventh field, 2 (not yet the default: not yet run on a GPU):
+    """TILEC_WGMMA_ATTENTION's seventh field, 2 (not the default: measured no faster, see
+    docs/PERFORMANCE.md):
     where S, O and two buffers of P fit in a consumer thread's registers (cuda.py's
     DOUBLE_P_REGISTERS: D = 128 with 128-key tiles) and no mask reads the query rows, P has two
     buffers taken in turn: the key loop runs in pairs of iterations, then an odd one; each
