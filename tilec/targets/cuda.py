@@ -2574,8 +2574,11 @@ def _for_arch(target, options: dict):
         # persistent grid walks the query tiles, loading a tile's Q during the tile before it
         # (D128 0.95-0.97x cuDNN against 0.93x one block per tile, causal 0.97-0.99x against
         # 0.93x; D64-D96 0.94-0.95x against 0.89-0.90x). K and V share a ring (rings of their
-        # own measured alike with the persistent grid, 0.91-0.92x without it)
-        attention = split_k.wgmma_attention((128, 128, 3, True, False, True, False, 1) if wgmma
+        # own measured alike with the persistent grid, 0.91-0.92x without it). P in two
+        # buffers where the registers allow (D <= 128, no mask reading the query rows:
+        # overlapped_loop): D128 1.696-1.711 ms against 1.740-1.754 ms with one, interleaved on
+        # an H100 (1.03x cuDNN against 1.00-1.01x); D64 alike
+        attention = split_k.wgmma_attention((128, 128, 3, True, False, True, False, 2) if wgmma
                                             else ())
         # fp8: the tensor cores accumulate fp8 products in less than f32 precision, so each
         # 128 values of K are summed into a partial that is then added to the accumulators in
