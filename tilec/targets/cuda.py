@@ -65,12 +65,6 @@ SIXTEEN = ("f16", "bf16")
 DOUBLE_P_REGISTERS = 192
 
 
-# row_chains: the chains into a row max or min, and which one a column of a vector group (a
-# pair) takes: its column in the pair, and every other pair (groups q and q + 2 share a row)
-CHAINS = 4
-CHAIN = "tilec_q / 2 % 2 * 2 + tilec_v"
-
-
 def pair_words(a) -> int:
     """The 32-bit registers of a 16-bit register buffer `a` (two values per register)."""
     return (a.layout.slots() + 1) // 2
@@ -155,9 +149,6 @@ class LoopContext:
         # id(Store) -> (staging buffer, its panel columns): stores of the epilogue's whole tile
         # written to shared memory, for TMA stores (CudaRenderer.staged_stores)
         self.staged: dict = {}
-        # row value -> the register array of its partial maxima / minima, one chain per column
-        # of a vector group (CudaRenderer.row_chains)
-        self.chains: dict = {}
 
 
 class CudaRenderer(CStyleRenderer):
@@ -278,8 +269,6 @@ class CudaRenderer(CStyleRenderer):
                     f"{self.expr(c)}, {_const(a.shape[-1])})")
         if a.scope == "shared":
             return self.from_storage(self.smem_ref(a, e.idx), a.dtype)
-        if self.ctx is not None and e.buf in self.ctx.chains:
-            return f"{self.ctx.chains[e.buf]}[{CHAIN}][{self.reg_index(a, e.idx)}]"
         return self.from_storage(self.reg_read(a, self.reg_index(a, e.idx)), a.dtype)
 
     @staticmethod
@@ -388,9 +377,6 @@ class CudaRenderer(CStyleRenderer):
             a = self.allocs[s.buf]
             if a.scope == "shared":
                 self.emit(f"{self.smem_ref(a, s.idx)} = {self.store_expr(s.buf, s.value)};", depth)
-            elif ctx is not None and s.buf in ctx.chains:
-                self.emit(f"{ctx.chains[s.buf]}[{CHAIN}][{self.reg_index(a, s.idx)}] = "
-                          f"{self.store_expr(s.buf, s.value)};", depth)
             else:
                 self.emit(self.reg_write(a, self.reg_index(a, s.idx), self.store_expr(s.buf, s.value)),
                           depth)
@@ -1786,7 +1772,6 @@ class CudaRenderer(CStyleRenderer):
         s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other = loop
         streaming = L.groups() is None
         d = depth
-        chains = {}
         if staged:
             panels = self.staging_panels(loop, staged, d)
             d += 1
@@ -1804,7 +1789,6 @@ class CudaRenderer(CStyleRenderer):
             # one that only moves memory beside a GEMM's accumulators stays a loop (registers)
             gemm = any(isinstance(x, T.Gemm) for x in T.walk_stmts(self.k.body))
             rolled = gemm and not self.touches_fragments(s.body)
-            chains = self.row_chains(loop, d)
             self.emit("#pragma unroll 1" if rolled else "#pragma unroll", d)
             self.emit(f"for (int tilec_q = 0; tilec_q < {L.groups()}; ++tilec_q) {{", d)
             row, col0, valid = L.row("tilec_q"), L.col0("tilec_q"), L.valid("tilec_q")
@@ -1826,7 +1810,6 @@ class CudaRenderer(CStyleRenderer):
         outer = self.ctx
         self.ctx = LoopContext(L, tuple(T.Var(v) for v in s.vars), ivar, jvar, streaming)
         self.ctx.staged = staged or {}
-        self.ctx.chains = {buf: name for buf, (name, _) in chains.items()}
         if jvar is None:
             self.emit("const int tilec_v = 0;", d)
             self.emit("(void)tilec_v;", d)
@@ -1842,55 +1825,6 @@ class CudaRenderer(CStyleRenderer):
             self.emit("}", depth + 1)
             self.staging_stores(loop, staged, depth + 1)
         self.emit("}", depth)
-        for buf, (name, fn) in chains.items():  # (the chains into the row values)
-            dst = cname(buf)
-            self.emit("#pragma unroll", depth)
-            self.emit(f"for (int tilec_e = 0; tilec_e < {self.allocs[buf].layout.slots()}; "
-                      "++tilec_e) {", depth)
-            for c in range(CHAINS):
-                self.emit(f"{dst}[tilec_e] = tilec::{fn}({dst}[tilec_e], {name}[{c}][tilec_e]);",
-                          depth + 1)
-            self.emit("}", depth)
-
-    def row_chains(self, loop, d: int) -> dict:
-        """Row maxima and minima (`m[i] = maximum(m[i], x)`, f32) that a loop over a matrix
-        fragment's vector groups (pairs of columns) accumulates: four chains per row value (the
-        column of a pair, and every other pair), declared here (filled with the identity) and
-        folded into the row values after the loop (exact, in any order), so that a thread's
-        dependent chain into each row value is a quarter as long (attention's row max at 64 x
-        128 per warpgroup: 8 steps and the fold instead of 32).
-        Returns {row value: (its chains' register array, the function)}; {} for other loops."""
-        _, L, ivar, _, body, orelse, *_ = loop
-        if not isinstance(L, MmaLayout) or L.rows_layout() is None or L.vec != 2 or orelse:
-            return {}
-        found = {}
-        for st in body:
-            a = self.allocs.get(getattr(st, "buf", None)) if isinstance(st, T.Store) else None
-            if a is None or a.scope != "fragment" or a.layout != L.rows_layout() or \
-                    a.dtype != "f32" or st.idx != (T.Var(ivar),) or \
-                    not isinstance(st.value, T.Binary) or st.value.fn not in ("maximum", "minimum"):
-                continue
-            own = T.Load(st.buf, st.idx, a.dtype)
-            other = st.value.b if st.value.a == own else st.value.a if st.value.b == own else None
-            if other is not None and own not in T.walk_exprs(other):
-                found.setdefault(st.buf, []).append((st, st.value.fn))
-        for buf in list(found):  # (one store each, its value read by no other statement)
-            if len(found[buf]) != 1 or any(
-                    ld.buf == buf for st in body if st is not found[buf][0][0]
-                    for ld in loads_in(st)):
-                del found[buf]
-        chains = {}
-        for buf, [(_, fn)] in found.items():
-            name = self.fresh(f"tilec_{cname(buf)}_chain")
-            slots = self.allocs[buf].layout.slots()
-            ident = "-INFINITY" if fn == "maximum" else "INFINITY"
-            self.emit(f"float {name}[{CHAINS}][{slots}];  // (chains into {cname(buf)}: "
-                      "row_chains)", d)
-            self.emit("#pragma unroll", d)
-            self.emit(f"for (int tilec_e = 0; tilec_e < {CHAINS * slots}; ++tilec_e) "
-                      f"{name}[tilec_e / {slots}][tilec_e % {slots}] = {ident};", d)
-            chains[buf] = (name, fn)
-        return chains
 
     # ---- Hopper: the epilogue's whole tiles through shared memory by TMA stores -----------
     # (each consumer warpgroup's stores form bulk groups of its first thread; named barrier
