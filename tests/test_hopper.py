@@ -562,7 +562,7 @@ def test_attention_p_in_two_buffers(monkeypatch):
     """TILEC_WGMMA_ATTENTION's seventh field, 2 (the default: measured faster at D = 128, see
     docs/PERFORMANCE.md):
     where S, O and two buffers of P fit in a consumer thread's registers (cuda.py's
-    DOUBLE_P_REGISTERS: D = 128 with 128-key tiles) and no mask reads the query rows, P has two
+    DOUBLE_P_REGISTERS: D up to 128 with 128-key tiles) and no mask reads the query rows, P has two
     buffers taken in turn: the key loop runs in pairs of iterations, then an odd one; each
     iteration converts its P into the buffer that its P V in flight does not read, before the
     wait for that P V, and the last P V reads the buffer the last iteration wrote. The producer
