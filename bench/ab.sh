@@ -23,10 +23,8 @@ run)
     export PYTHONUNBUFFERED=1 TILEC_CACHE_DIR=/tmp/tilec-cache
     # the SM clock, power and throttle reasons every 200 ms (a tree that runs hotter may lose
     # clock, not instructions: line the log's times up with each tree's start below)
-    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
-        --format=csv,noheader -lms 200 > "$OUT/clocks.csv" 2>&1 &
-    clock_log=$!
-    trap 'kill $clock_log 2>/dev/null' EXIT
+    source bench/clock_log.sh
+    start_clock_log "$OUT/clocks.csv"
     root=$PWD
     trees=${TREES:-$(ls -d .ab/*/ 2>/dev/null | sed 's:/$::') .}
     for round in $(seq "${ROUNDS:-2}"); do
@@ -40,7 +38,7 @@ run)
                 | grep -E "^\| [a-z]|FAIL|MISMATCH|rror"
         done
     done
-    kill $clock_log 2>/dev/null; sleep 0.3
+    stop_clock_log
     # each tree's run: the mean SM clock and power while it ran (from clocks.csv)
     python3 - "$OUT/ab.log" "$OUT/clocks.csv" <<'PY'
 import re, sys

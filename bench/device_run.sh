@@ -18,10 +18,8 @@ nvcc --version | tail -2 | tee -a "$OUT/gpu.txt"
 git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
 # the SM clock, power and throttle reasons every 200 ms while this script runs (bench/gpu.py prints
 # the UTC time of each section, to line the two up)
-nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
-    --format=csv,noheader -lms 200 > "$OUT/clocks.csv" 2>&1 &
-clock_log=$!
-trap 'kill $clock_log 2>/dev/null' EXIT
+source bench/clock_log.sh
+start_clock_log "$OUT/clocks.csv"
 status=0
 if [[ $what == all || $what == *tests* ]]; then
     # (TILEC_TESTS narrows the run, e.g. to one file, when device time is short)
