@@ -2353,8 +2353,8 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
     if "tilec_lane" in reads:
         ids.append(f"const int tilec_lane = tilec_tid & {warp - 1};")
     # only where the wgmma operands are 16-bit: fp8 operands' descriptors are rebuilt per k-step,
-    # and in uniform registers the fp8 GEMM measured 0.78-0.83x torch._scaled_mm at 8192^3
-    # against 0.96x (an H100, one call)
+    # and in uniform registers the fp8 GEMM measured 0.78-0.85x torch._scaled_mm at 8192^3
+    # against 0.96x without the broadcast (H100, two A/B calls: docs/PERFORMANCE.md)
     sixteen = all(em.allocs[g.b].dtype in SIXTEEN for g in T.walk_stmts(k.body)
                   if isinstance(g, T.Gemm) and g.b in em.allocs)
     if "tilec_warp" in reads and k.warp_specialize and sixteen:
