@@ -8,7 +8,7 @@ mma.sync kernel.
 
 With a GPU (`pytest -m gpu`, an H100/H200): the variant alone (the others removed, so a launch
 condition that fails is an error, not a silent fallback) matches the reference at sizes that are
-and are not tile multiples, f16 and bf16, B row-major and transposed, batched.
+and are not tile multiples, f16 and bf16, B row-major and transposed, batched with A transposed.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ kernel hop_bias_relu(A: f16[M, K], B: f16[K, N], bias: f16[N]) -> C: f16[M, N]:
 kernel hop_bf16_bt(A: bf16[M, K], W: bf16[N, K]) -> C: f32[M, N]:
     C = A @ W.T
 
-kernel hop_batched(A: f16[Z, M, K], B: f16[Z, K, N]) -> C: f16[Z, M, N]:
-    C = A @ B * 0.5
+kernel hop_batched(A: f16[Z, K, M], B: f16[Z, K, N]) -> C: f16[Z, M, N]:
+    C = A.T @ B * 0.5
 """
 
 
@@ -111,8 +111,9 @@ def test_a_mixed_build_holds_hopper_kernels_for_h100s_alone():
 
 
 @pytest.mark.parametrize("text", [
-    # A transposed; an operand computed on chip (f32 inputs converted); a 4-D operand
-    "kernel t(A: f16[K, M], B: f16[K, N]) -> C: f16[M, N]:\n    C = A.T @ B\n",
+    # fp8 A transposed (fp8 wgmma reads K-major operands alone); an operand computed on chip
+    # (f32 inputs converted); a 4-D operand
+    "kernel t(A: fp8e4m3[K, M], B: fp8e4m3[N, K]) -> C: f16[M, N]:\n    C = f16(A.T @ B.T)\n",
     "kernel t(A: f32[M, K], B: f16[K, N]) -> C: f32[M, N]:\n    C = f16(A) @ B\n",
     "kernel t(A: f16[Y, Z, M, K], B: f16[Y, Z, K, N]) -> C: f16[Y, Z, M, N]:\n    C = A @ B\n"])
 def test_operands_tma_cannot_read_keep_mma_sync(text):
@@ -215,9 +216,10 @@ def test_fp8_gemms_compile_to_fp8_wgmma(monkeypatch, promote):
 
 
 def _kernel_source(text: str) -> str:
+    """The CUDA sources of every kernel of `text` (built for sm_90a), one after the other."""
     src, _, m = compile_text(text, "hop.tile", "cuda", options=HOPPER)
     files = driver.render(src, m, "cuda", HOPPER)
-    return next(v for k, v in files.items() if k.endswith(".cu"))
+    return "".join(v for k, v in files.items() if k.endswith(".cu"))
 
 
 def test_warp_specialized_source_structure():
@@ -244,6 +246,13 @@ def test_warp_specialized_source_structure():
     assert len(re.findall(r"tma_load_2d\(B_s", k)) == 4
     assert "mbar_arrive_expect_tx(&tilec_full[tilec_s], 49152)" in k
     assert "wgmma_tile<256, 64, true, tilec::sm90::WG_F16>" in k
+    # A transposed (hop_batched): read MN-major too, its tile K rows of 2 panels of 64 M columns,
+    # a consumer warpgroup's panel 64 x 64 values after the other's
+    kb = cu[cu.index("hop_batched_k0_tma("):]
+    kb = kb[:kb.index("\n}\n")]
+    assert len(re.findall(r"tma_load_3d\(A_s", kb)) == 2
+    assert "wgmma_tile<256, 64, true, tilec::sm90::WG_F16, 128, true>(acc, A_s + tilec_s * 8192 " \
+        "+ (tilec_warp / 4) * 4096, B_s + tilec_s * 16384)" in kb
     # the persistent loop over tiles in both roles, and no block-wide barrier after the split
     assert k.count("tilec_b += gridDim.x") == 2
     assert "__syncthreads" not in k[k.index("if (tilec_warp >= 8)"):]
@@ -382,6 +391,10 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
     n = 128 if knob and "cluster2" not in knob else 256
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16", ptx)
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.bf16\.bf16", ptx)
+    # the immediates that transpose A and B: K-major A times B row-major (hop_bias_relu) and
+    # transposed (hop_bf16_bt), A transposed times B row-major (hop_batched)
+    assert {m for m in re.findall(r"wgmma\.mma_async[^;]*, p, 1, 1, ([01], [01]);", ptx)} == \
+        {"0, 1", "0, 0", "1, 1"}
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.bulk.tensor.3d" in ptx
     assert f"setmaxnreg.inc.sync.aligned.u32 {152 if knob == '192x128,5' else 232}" in ptx
 

@@ -479,13 +479,14 @@ class GroupLowering:
 
     def wgmma_kernel(self, grid, bvars, threads, body, swizzle) -> TileKernel:
         """The warp-specialized GEMM kernel (resources.wgmma): both operands tile copies of 16-bit
-        tensors in memory (A not transposed), or of fp8 ones (B transposed too), of at most 3
-        dims, whose row strides TMA can take (16-byte multiples: the variant's run-time
-        condition, with every extent below 2^31 for TMA's 32-bit coordinates); else NotWgmma."""
+        tensors in memory (either of them transposed), or of fp8 ones (K-major: A not
+        transposed, B transposed), of at most 3 dims, whose row strides TMA can take (16-byte
+        multiples: the variant's run-time condition, with every extent below 2^31 for TMA's
+        32-bit coordinates); else NotWgmma."""
         loop = next(s for s in body if isinstance(s, For) and s.kind == "pipelined")
         *copies, gemm = loop.body
         if len(copies) != 2 or not all(isinstance(c, Copy) for c in copies) or \
-                not isinstance(gemm, Gemm) or gemm.transpose_a:
+                not isinstance(gemm, Gemm):
             raise NotWgmma()
         a_dt = next(s.dtype for s in body if isinstance(s, Alloc) and s.name == gemm.a)
         *_, consumers, pingpong, cluster = wgmma_config(self.target, a_dt in FP8)
@@ -498,7 +499,8 @@ class GroupLowering:
         params = {p.name: p for p in k.params}
         srcs = [c.src.buf for c in copies]
         if any(len(params[n].shape) > 3 or params[n].dtype not in SIXTEEN + FP8 for n in srcs) or \
-                (params[srcs[0]].dtype in FP8 and not gemm.transpose_b):  # (fp8: K-major only)
+                (params[srcs[0]].dtype in FP8 and (gemm.transpose_a or not gemm.transpose_b)):
+            # (fp8: K-major operands only)
             raise NotWgmma()
         when = tma_conditions(params, srcs, None)
         if when is False:

@@ -828,15 +828,18 @@ class CudaRenderer(CStyleRenderer):
         a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
         self.emit("uint32_t tilec_prev = 0;  // the stage of the previous K tile", d)
         self.loop_head(loop.vars[0], loop.extents[0], d)
-        bk = _const(a.shape[-1])
+        bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
         b_mn = not g.transpose_b
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
         self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
         self.emit("tilec::sm90::wgmma_fence();", d + 1)
         tparams = f"{c.layout.cols}, {bk}, {str(b_mn).lower()}, {wgmma_type(a.dtype)}"
+        if g.transpose_a:  # (A MN-major: the tile's rows are K, its columns M)
+            tparams += ", 128, true"
         if k.pingpong:  # the warpgroup's own tile: one wgmma row of 64 per half
             halves = c.layout.rows // 64
-            self.emit(f"// this warpgroup's tile: {g.a} ({halves} x 64 rows) times {g.b} "
+            self.emit(f"// this warpgroup's tile: {g.a}{'.T' if g.transpose_a else ''} "
+                      f"({halves} x 64 rows) times {g.b} "
                       f"({'rows of N' if b_mn else 'rows of K'}), {halves * bk // 16} wgmmas", d + 1)
             for h in range(halves):
                 self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}" +
@@ -845,8 +848,9 @@ class CudaRenderer(CStyleRenderer):
                           (f" + {h * 64 * bk}" if h else "") +
                           f", {cname(g.b)} + tilec_s * {b.layout.size()});", d + 1)
         else:
-            self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} "
-                      f"({'rows of N' if b_mn else 'rows of K'}), {bk // 16} wgmmas", d + 1)
+            self.emit(f"// this warpgroup's 64 rows of {g.a}{'.T' if g.transpose_a else ''} "
+                      f"times {g.b} ({'rows of N' if b_mn else 'rows of K'}), {bk // 16} wgmmas",
+                      d + 1)
             self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}, "
                       f"{self.ws_operands(g, 'tilec_s')});", d + 1)
         self.emit("tilec::sm90::wgmma_commit();", d + 1)
@@ -866,8 +870,10 @@ class CudaRenderer(CStyleRenderer):
         """The A and B arguments of wgmma_tile for this consumer warpgroup's 64 rows of a
         cooperative warp-specialized GEMM's K tile at `stage`."""
         a, b = self.allocs[g.a], self.allocs[g.b]
+        # (64 rows of K values; A transposed: a panel of 64 M columns of BK rows, as many)
+        bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
         return (f"{cname(g.a)} + {stage} * {a.layout.size()} + (tilec_warp / 4) * "
-                f"{64 * _const(a.shape[-1])}, {cname(g.b)} + {stage} * {b.layout.size()}")
+                f"{64 * bk}, {cname(g.b)} + {stage} * {b.layout.size()}")
 
     def promoted_k_loop(self, loop: T.For, d: int):
         """gemm_k_loop with promoted products (Gemm.promote: fp8): the wgmmas of each group of

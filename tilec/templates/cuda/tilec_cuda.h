@@ -1712,13 +1712,14 @@ TILEC_DEV void fence_regs(uint32_t* a) {
 // D[64 x W] (f32, this warpgroup's registers: R of them, the lists TILEC_WGMMA_D<R> and
 // TILEC_WGMMA_OUT<R>) = A * B + (scale_d ? D : 0), K values per step: A and B by shared-memory
 // descriptors (operands A and B of the asm, then P: scale_d); TRANS: the operands' transposes
-// (16-bit types: B MN-major, rows of N contiguous, when TB; fp8 takes none: K-major only).
+// (16-bit types: A MN-major, rows of M contiguous, when TA; B MN-major, rows of N contiguous,
+// when TB; fp8 takes none: K-major only).
 #define TILEC_WGMMA_SS_ASM(W, R, A, B, P, K, DT, TRANS)  \
     asm volatile(  \
         "{\n .reg .pred p;\n setp.ne.b32 p, " P ", 0;\n"  \
         " wgmma.mma_async.sync.aligned.m64n" W "k" K ".f32." DT "." DT " {" TILEC_WGMMA_D##R "},"  \
         " " A ", " B ", p, 1, 1" TRANS ";\n}\n"  \
-        : TILEC_WGMMA_OUT##R : "l"(a), "l"(b), "r"(scale_d), "n"(TB))
+        : TILEC_WGMMA_OUT##R : "l"(a), "l"(b), "r"(scale_d), "n"(TB), "n"(TA))
 #define TILEC_WGMMA_N64(K, DT, TRANS) TILEC_WGMMA_SS_ASM("64", 32, "%32", "%33", "%34", K, DT, TRANS)
 #define TILEC_WGMMA_N128(K, DT, TRANS) TILEC_WGMMA_SS_ASM("128", 64, "%64", "%65", "%66", K, DT, TRANS)
 // (attention's 176-key tiles)
@@ -1732,22 +1733,22 @@ enum WgmmaType { WG_F16, WG_BF16, WG_E4M3, WG_E5M2 };
 
 // The wgmma of one k-step for a tile of N columns (64, 128, 176 or 256) and the operand type DT:
 // sm_90a code (elsewhere a stub that traps: the launcher runs it on H100/H200 devices alone).
-// (%35, %67, %131: the TB operand of each width's list)
+// (%35, %67, %91, %131: the TB operand of each width's list; TA the next)
 #define TILEC_WGMMA_SS(N_)  \
     if constexpr (DT == WG_F16) TILEC_WGMMA_N##N_("16", "f16", TILEC_WGMMA_TB##N_);  \
     else if constexpr (DT == WG_BF16) TILEC_WGMMA_N##N_("16", "bf16", TILEC_WGMMA_TB##N_);  \
     else if constexpr (DT == WG_E4M3) TILEC_WGMMA_N##N_("32", "e4m3", "");  \
     else TILEC_WGMMA_N##N_("32", "e5m2", "");
-#define TILEC_WGMMA_TB64 ", 0, %35"
-#define TILEC_WGMMA_TB128 ", 0, %67"
-#define TILEC_WGMMA_TB176 ", 0, %91"
-#define TILEC_WGMMA_TB256 ", 0, %131"
+#define TILEC_WGMMA_TB64 ", %36, %35"
+#define TILEC_WGMMA_TB128 ", %68, %67"
+#define TILEC_WGMMA_TB176 ", %92, %91"
+#define TILEC_WGMMA_TB256 ", %132, %131"
 
-template <int N, int TB, int DT>
+template <int N, int TA, int TB, int DT>
 TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
     static_assert(N == 64 || N == 128 || N == 176 || N == 256,
                   "wgmma tiles of 64, 128, 176 or 256 columns");
-    static_assert(DT <= WG_BF16 || TB == 0, "fp8 wgmma operands are K-major");
+    static_assert(DT <= WG_BF16 || (TA == 0 && TB == 0), "fp8 wgmma operands are K-major");
 #ifdef TILEC_SM90A
     if constexpr (N == 256) {
         TILEC_WGMMA_SS(256)
@@ -1841,36 +1842,42 @@ TILEC_DEV uint64_t desc_add(uint64_t d, uint32_t bytes) {
     return ((d >> 32) << 32) | (uint32_t)((uint32_t)d + (bytes >> 4));
 }
 
-// The offset (in elements) of k-step kk of a B tile in TMA's 128-byte swizzle from its start,
-// and the descriptor's leading byte offset: B_MN (16-bit only), BK rows of K (N in panels of 64
-// columns, BK * 128 bytes apart); else BN rows of N (K in panels, BN * 128 bytes apart).
+// The offset (in elements) of k-step kk of a B tile in TMA's 128-byte swizzle from its start:
+// B_MN (16-bit only), BK rows of K (N in panels of 64 columns, BK * 128 bytes apart); else BN
+// rows of N (K in panels, BN * 128 bytes apart).
 template <int BN, int BK, bool B_MN, typename E>
 constexpr TILEC_DEV int b_offset(int kk) {
     return B_MN ? kk * 16 * 64 : (kk / 4) * BN * panel_cols<E>() + (kk % 4) * kstep<E>();
 }
-template <int BK, bool B_MN> constexpr TILEC_DEV uint32_t b_lead() { return B_MN ? BK * 128 : 16; }
+// The descriptor's leading byte offset of an operand tile (A or B): MN-major, the distance of
+// its panels of 64 columns (BK rows of 128 bytes); K-major, 16 (unused by the 128-byte swizzle).
+template <int BK, bool MN> constexpr TILEC_DEV uint32_t operand_lead() { return MN ? BK * 128 : 16; }
 
-// One consumer warpgroup's share of a tile product: its 64 rows of the A tile (K-major: rows of
-// BK values, in panels of A_ROWS rows each) times the B tile (b_offset), BK / KS wgmmas into acc
-// (64 x BN, f32), which the first adds to (scale_d 1) or overwrites (0); DT the operands'
-// WgmmaType, E their storage.
-template <int BN, int BK, bool B_MN, int DT, int A_ROWS = 128, typename E>
+// One consumer warpgroup's share of a tile product: its 64 rows of the A tile times the B tile
+// (b_offset), BK / KS wgmmas into acc (64 x BN, f32), which the first adds to (scale_d 1) or
+// overwrites (0); DT the operands' WgmmaType, E their storage. A K-major: rows of BK values, in
+// panels of A_ROWS rows each; A_MN (16-bit only: A read transposed, A.T @ B): the warpgroup's
+// panel of 64 M columns, BK rows of K (its k-steps 16 rows apart, as B_MN's).
+template <int BN, int BK, bool B_MN, int DT, int A_ROWS = 128, bool A_MN = false, typename E>
 TILEC_DEV void wgmma_tile(float* acc, const E* a, const E* b, int scale_d = 1) {
     constexpr int P = panel_cols<E>(), KS = kstep<E>();
     static_assert(sizeof(E) == (DT <= WG_BF16 ? 2 : 1), "the operand type's storage");
     static_assert(BK % KS == 0 && (BK <= P || BK % P == 0), "K in whole panels");
-    const uint64_t da = desc_sw128(a, 16), db = desc_sw128(b, b_lead<BK, B_MN>());
+    const uint64_t da = desc_sw128(a, operand_lead<BK, A_MN>()), db = desc_sw128(b, operand_lead<BK, B_MN>());
 #pragma unroll
     for (int kk = 0; kk < BK / KS; ++kk) {
-        const int a_off = (kk / 4) * A_ROWS * P + (kk % 4) * KS, b_off = b_offset<BN, BK, B_MN, E>(kk);
+        const int a_off = A_MN ? kk * 16 * 64 : (kk / 4) * A_ROWS * P + (kk % 4) * KS;
+        const int b_off = b_offset<BN, BK, B_MN, E>(kk);
         if constexpr (sizeof(E) == 1)  // fp8: each k-step's descriptors rebuilt from its address
             // (with constant offsets the fp8 GEMM measured 0.88-0.90x torch._scaled_mm at 8192^3
             // against 0.93-0.96x, the 16-bit kernels alike or faster: docs/PERFORMANCE.md)
-            wgmma<BN, B_MN ? 1 : 0, DT>(acc, desc_sw128(a + a_off, 16),
-                                        desc_sw128(b + b_off, b_lead<BK, B_MN>()), kk == 0 ? scale_d : 1);
+            wgmma<BN, 0, B_MN ? 1 : 0, DT>(acc, desc_sw128(a + a_off, 16),
+                                           desc_sw128(b + b_off, operand_lead<BK, B_MN>()),
+                                           kk == 0 ? scale_d : 1);
         else
-            wgmma<BN, B_MN ? 1 : 0, DT>(acc, desc_add(da, a_off * sizeof(E)),
-                                        desc_add(db, b_off * sizeof(E)), kk == 0 ? scale_d : 1);
+            wgmma<BN, A_MN ? 1 : 0, B_MN ? 1 : 0, DT>(acc, desc_add(da, a_off * sizeof(E)),
+                                                      desc_add(db, b_off * sizeof(E)),
+                                                      kk == 0 ? scale_d : 1);
     }
 }
 
@@ -1888,7 +1895,7 @@ TILEC_DEV void promote(float* acc, float* part) {
 template <int BN, int BK, bool B_MN, int DT>
 TILEC_DEV void wgmma_tile_rs(float* acc, const uint32_t* a, const uint16_t* b) {
     static_assert(BK % 16 == 0 && (B_MN || BK <= 64 || BK % 64 == 0), "K in whole panels");
-    const uint64_t db = desc_sw128(b, b_lead<BK, B_MN>());
+    const uint64_t db = desc_sw128(b, operand_lead<BK, B_MN>());
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk)
         wgmma_rs<BN, B_MN ? 1 : 0, DT>(
