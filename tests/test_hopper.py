@@ -822,6 +822,54 @@ def test_hopper_attention_tiles_compute_what_the_reference_does(monkeypatch, kno
                 (g.name, dims)
 
 
+# head dims fixed in the program, of part of a 64-column panel: the tiles take whole panels
+ATTENTION_FIXED_D = """
+kernel hop_att80(Q: f16[B, H, L, 80], K: f16[B, H, S, 80], V: f16[B, H, S, 80]) -> O: f16[B, H, L, 80]:
+    O = f16(softmax((Q @ K.T) * 0.1, axis=-1)) @ V
+
+kernel hop_causal_32_96(Q: bf16[B, L, 32], K: bf16[B, L, 32], V: bf16[B, L, 96]) -> O: bf16[B, L, 96]:
+    S = (Q @ K.T) * 0.2
+    S = where(index(S, -1) > index(S, -2), -inf, S)
+    O = bf16(softmax(S, axis=-1)) @ V
+"""
+FIXED_D_DIMS = (dict(B=1, H=2, L=130, S=300), dict(B=2, H=1, L=64, S=1), dict(B=1, H=1, L=257, S=129))
+
+
+def test_fixed_head_dims_of_part_of_a_panel_take_whole_panels():
+    """A head dim fixed at 80, 32 or 96 gets the warp-specialized attention, its tiles 128 or 64
+    columns wide (TMA reads zeros past the tensor's columns; only the real ones are stored):
+    the tiled Tile IR, run by the Tile IR interpreter, matches the reference. (On the GPU:
+    test_fixed_head_dims_on_gpu.)"""
+    from tilec import interp
+    from tilec.interp_tile import run_program
+    m0 = driver.frontend(driver.Source("hop.tile", ATTENTION_FIXED_D))
+    mod = driver.stage_module(m0, "tiled", "cuda", options=HOPPER)
+    widths = {"hop_att80": ("f16", 128, 128), "hop_causal_32_96": ("bf16", 64, 128)}
+    for g, prog in zip(mod.graphs, mod.programs):
+        (k,) = [k for k in prog.kernels if k.name.endswith("_tma")]
+        text = T.print_kernel(k)
+        dt, wk, wv = widths[g.name]
+        for tile in (f"Q_s = shared({dt}, [128, {wk}])", f"K_s = shared({dt}, [128, {wk}])",
+                     f"V_s = shared({dt}, [128, {wv}])", f"O1 = fragment(f32, [128, {wv}])"):
+            assert tile in text, tile
+        for dims in FIXED_D_DIMS:
+            if "causal" in g.name:
+                dims = dict(B=dims["B"] * dims["H"], L=dims["S"])
+            inputs = interp.random_inputs(g, dims, 1, False)
+            ref = interp.run_graph(g, inputs, dims)
+            got = run_program([k], inputs, dims, ["O"])
+            assert interp.rel_error(got["O"], ref["O"]) <= interp.tolerance(g.outputs[0].type.dtype), \
+                (g.name, dims)
+
+
+@pytest.mark.gpu
+def test_fixed_head_dims_on_gpu(monkeypatch):
+    need_gpu()
+    _tma_variants_only(monkeypatch)
+    for dims in FIXED_D_DIMS:
+        check_text(ATTENTION_FIXED_D, dims, name="hop_fixed_d.tile", target="cuda", options=HOPPER)
+
+
 ATTENTION_2D_PLAIN = """
 kernel hop_att2d(Q: f16[L, 128], K: f16[S, 128], V: f16[S, 128]) -> O: f16[L, 128]:
     O = f16(softmax(Q @ K.T, axis=-1)) @ V

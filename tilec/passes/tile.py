@@ -844,13 +844,20 @@ class GroupLowering:
         if p_dt != f32:
             loop.append(For((i, j), (BM, BN), "parallel", (Store(Pt, (vi, vj), T.Cast(L2(Sc), p_dt)),)))
         loop += load_v + [Gemm(Pt if p_dt != f32 else Sc, Vs, O, False, tv)]
-        body = [Alloc(Qs, "shared", self.ops[q_id].type.dtype, (DK, BM) if tq else (BM, DK)),
-                Alloc(Ks, "shared", self.ops[k_id].type.dtype, (BN, DK) if tk else (DK, BN)),
-                Alloc(Vs, "shared", self.ops[v_id].type.dtype, (DV, BN) if tv else (BN, DV)),
+        # the on-chip width of a head dim: Hopper's kernel fills its tiles in panels of 64
+        # columns, so a fixed head dim of part of a panel takes a whole one (TMA reads zeros past
+        # the tensor's columns: Q K^T's sums are the same, P V's extra columns are not stored),
+        # as a run-time one gets capacities 64 and 128 (passes/specialize.py)
+        WK, WV = (iconst(64 if d.args[0] <= 64 else 128)
+                  if hopper and d.op == "const" and d.args[0] % 64 and d.args[0] <= 128
+                  else dim_to_expr(d) for d in (Dk, Dv))
+        body = [Alloc(Qs, "shared", self.ops[q_id].type.dtype, (WK, BM) if tq else (BM, WK)),
+                Alloc(Ks, "shared", self.ops[k_id].type.dtype, (BN, WK) if tk else (WK, BN)),
+                Alloc(Vs, "shared", self.ops[v_id].type.dtype, (WV, BN) if tv else (BN, WV)),
                 Alloc(Sc, "fragment", f32, (BM, BN))]
         if p_dt != f32:
             body.append(Alloc(Pt, "fragment", p_dt, (BM, BN)))
-        body += [Alloc(O, "fragment", f32, (BM, DV))]
+        body += [Alloc(O, "fragment", f32, (BM, WV))]
         body += [Alloc(n, "fragment", f32, (BM,)) for n in (mx, mc, l, al, rs, ms)]
         n_tiles = dim_to_expr(S.cdiv(bn))
         bound = causal_bound(score, n_tiles, k, vi.name, vj.name, row0, bm, bn)
@@ -868,7 +875,7 @@ class GroupLowering:
             bvars.append(bz)
         if hopper:
             kernel = self.wgmma_attention(grid, bvars, body, (load_q, load_k, load_v),
-                                          (tq, tk, tv), p_dt, (Dk, Dv))
+                                          (tq, tk, tv), p_dt, (WK, WV))
         else:
             kernel = self.kernel(grid, bvars, self.sched.threads or res.attn_threads, body,
                                  "attention with online softmax (the L x S scores never leave "
@@ -890,9 +897,10 @@ class GroupLowering:
         if transposed != (False, True, False) or any(
                 len(ld) != 1 or not isinstance(ld[0], Copy) for ld in loads):
             raise NotWgmma()
-        # head dims in whole 64-column panels of TMA, at most 128 (the accumulators' registers);
-        # a run-time one gets capacities 64 and 128 (passes/specialize.py)
-        if any(d.op == "const" and d.args[0] not in (64, 128) for d in heads):
+        # head dims' on-chip widths (`heads`) in whole 64-column panels of TMA, at most 128 (the
+        # accumulators' registers); a run-time one gets capacities 64 and 128
+        # (passes/specialize.py)
+        if any(isinstance(w, T.Const) and w.value not in (64, 128) for w in heads):
             raise NotWgmma()
         srcs = [ld[0].src.buf for ld in loads]
         persistent = self.target.resources.wgmma_attention[5]
