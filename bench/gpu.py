@@ -674,6 +674,24 @@ def case_gemm(bench: Bench) -> None:
     gemm_one(bench, "gemm_bf16", BF16, 4096, 4096, 4096, None)
 
 
+def case_gemm_at(bench: Bench) -> None:
+    """C = A.T @ B with A stored [K, M] (no goal: informational), against cuBLAS on the same
+    transposed view (torch.mm of A.t(), which cuBLAS reads as a transposed operand)."""
+    for s in [4096] if bench.args.quick else [4096, 8192]:
+        M = K = N = s
+        bench.section("gemm_at", f"f16 C = A.T @ B, A[K, M], M=K=N={s}")
+        A, B = randn(K, M, scale=0.5), randn(K, N, scale=0.5)
+        ref = (A.float().t() @ B.float()).to(F16)
+        n = n_copies((M * K + K * N + M * N) * 2, bench.l2, bench.args.copies)
+        sets = [(a, b, torch.empty(M, N, dtype=F16, device="cuda")) for a, b in copies_of(n, A, B)]
+        tc = bench.tilec_entry("gemm_at_f16",
+                               lambda k: [k.bind([a, b], [c], (K, M, N)) for a, b, c in sets],
+                               [ref], TOL[F16])
+        cublas = bench.peer("cuBLAS (torch.mm of A.t())", lambda: rotate(
+            [functools.partial(torch.mm, a.t(), b, out=c) for a, b, c in sets]))
+        bench.compare(f"f16 {s}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, cublas], {}, ref)
+
+
 def mm_tf32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, tf32: bool) -> None:
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.mm(a, b, out=c)
@@ -982,7 +1000,7 @@ def case_attention(bench: Bench) -> None:
             attention_one(bench, *shape[:3], D, False, goal=False)
 
 
-CASES = {"gemm": case_gemm, "fp8": case_fp8, "tf32": case_tf32, "epilogue": case_epilogue,
+CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32, "epilogue": case_epilogue,
          "linear": case_linear,
          "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16,
