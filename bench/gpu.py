@@ -81,6 +81,7 @@ MiB = 1 << 20
 ABI = {
     "gemm_f16": ("TT", 1, "M K N"),
     "gemm_bf16": ("TT", 1, "M K N"),
+    "gemm_at_f16": ("TT", 1, "K M N"),
     "gemm_tf32": ("TT", 1, "M K N"),
     "gemm_fp8": ("TTf", 1, "M K N"),
     "gemm_bias_relu": ("TTT", 1, "M K N"),
