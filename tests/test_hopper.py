@@ -111,6 +111,52 @@ def test_a_mixed_build_holds_hopper_kernels_for_h100s_alone():
     assert "arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90" in files["Makefile"]
 
 
+# programs of the kinds users write, none a sample: A transposed with a broadcast or batched
+# operand, both operands transposed, two outputs of one product; attention with Dv != Dk, head
+# dims fixed at part of a panel, causal with heads
+HOPPER_MIX = """
+kernel mix_at_bcast(A: bf16[K, M], B: bf16[Z, K, N]) -> C: bf16[Z, M, N]:
+    C = A.T @ B
+
+kernel mix_at_bt(A: f16[K, M], B: f16[N, K], b: f32[M, 1]) -> C: f32[M, N]:
+    C = f32(A.T @ B.T) + b
+
+kernel mix_at_two_outputs(A: f16[K, M], B: f16[K, N]) -> (C: f16[M, N], s: f32[M]):
+    Z = A.T @ B
+    C = tanh(Z)
+    s = sum(f32(Z), axis=1)
+
+kernel mix_att_dk64_dv128(Q: f16[Z, L, 64], K: f16[Z, S, 64], V: f16[Z, S, 128]) -> O: f16[Z, L, 128]:
+    O = f16(softmax(Q @ K.T, axis=-1)) @ V
+
+kernel mix_att_d48(Q: bf16[L, 48], K: bf16[S, 48], V: bf16[S, 48]) -> O: bf16[L, 48]:
+    O = bf16(softmax(Q @ K.T * 0.14, axis=-1)) @ V
+
+kernel mix_att_d112_causal(Q: f16[Z, H, L, 112], K: f16[Z, H, L, 112], V: f16[Z, H, L, 112]) \
+        -> O: f16[Z, H, L, 112]:
+    S = (Q @ K.T) * 0.09
+    S = where(index(S, -1) > index(S, -2), -inf, S)
+    O = f16(softmax(S, axis=-1)) @ V
+"""
+
+
+def test_programs_of_other_shapes_get_the_hopper_kernels():
+    ks = {k.name for k in _kernels(HOPPER_MIX)}
+    names = re.findall(r"^kernel (\w+)\(", HOPPER_MIX, re.M)
+    assert len(names) == 6 and all(f"{n}_k0_tma" in ks for n in names), sorted(ks)
+
+
+@pytest.mark.gpu
+def test_programs_of_other_shapes_on_gpu(monkeypatch):
+    """HOPPER_MIX's Hopper variants alone against the reference, at sizes that are and are not
+    tile multiples (M a multiple of 8: TMA reads a transposed A's rows of M values)."""
+    need_gpu()
+    _tma_variants_only(monkeypatch)
+    for dims in (dict(M=136, N=200, K=72, Z=2, H=3, L=130, S=300),
+                 dict(M=256, N=256, K=256, Z=1, H=1, L=257, S=1)):
+        check_text(HOPPER_MIX, dims, name="hop_mix.tile", target="cuda", options=HOPPER)
+
+
 @pytest.mark.parametrize("text", [
     # fp8 A transposed (fp8 wgmma reads K-major operands alone); an operand computed on chip
     # (f32 inputs converted); a 4-D operand
