@@ -1056,7 +1056,7 @@ def fp8_product(g: Graph, mm) -> bool:
 
 class NotWgmma(Exception):
     """The group's GEMM does not suit the warp-specialized kernel (an operand computed on chip,
-    A transposed, ...): that variant is left out."""
+    an fp8 operand that is not K-major, ...): that variant is left out."""
 
 
 def _transposed(g: Graph, oid: int) -> bool:
