@@ -330,28 +330,14 @@ def test_whole_output_tiles_leave_by_tma_stores():
         body = body[:body.index("\n}\n")]
         whole, edge = body.split("} else {\n                #pragma unroll")[-2:]
         assert f"for (int tilec_p = 0; tilec_p < {panels}; ++tilec_p)" in whole
-        # (panels in pairs over two buffers: one barrier per panel publishes it and frees the
-        # other buffer, the first thread having waited for its earlier stores to read theirs)
-        assert "staging_ready<true>(4 + tilec_warp / 4)" in whole and "staging_free" not in whole
+        assert "staging_free<1>(4 + tilec_warp / 4)" in whole
         assert f"C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * {64 * cols} + " \
             f"tilec::sm90::sw128<{4 if dtype == 'f32' else 2}>(i % 64, tilec_j0 % {cols})" in whole
-        assert whole.index("staging_ready<") < whole.index(f"tma_store_{rank}d(&tilec_map_C")
+        assert whole.index("staging_ready(") < whole.index(f"tma_store_{rank}d(&tilec_map_C")
         assert f"tilec_p * {cols}), (int32_t)(by * 128 + (tilec_warp / 4) * 64)" in whole
         assert "tma_store" not in edge and "store_vec<2" in edge
         assert "tilec::sm90::bulk_wait<0>()" in body
     assert "C: boxes of 32 columns x 64 rows" in cu and "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" in cu
-
-
-def test_one_panel_tiles_wait_for_their_buffer_at_a_barrier_of_its_own(monkeypatch):
-    """A 64-column tile has one staging buffer per warpgroup, which the previous tile's store
-    may still read: its first thread waits for that store, then a barrier frees the buffer for
-    everyone, and a second publishes the writes."""
-    monkeypatch.setenv("TILEC_WGMMA", "128x64,6")
-    cu = _kernel_source(GEMMS_A_K_MAJOR)
-    body = cu[cu.index("hop_bias_relu_k0_tma("):]
-    body = body[:body.index("\n}\n")]
-    assert body.index("staging_free<0>(4 + tilec_warp / 4)") < \
-        body.index("staging_ready<false>(4 + tilec_warp / 4)") < body.index("tma_store_2d(")
 
 
 @pytest.mark.parametrize("text, staged", [

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 // the tile leaves through shared memory (C_st) by TMA stores: 4 panel(s) of 64 columns per consumer warpgroup, each written to a buffer once its last store has read it
                 #pragma unroll
                 for (int tilec_p = 0; tilec_p < 4; ++tilec_p) {
-                    // (its buffer was freed at the previous panel's barrier: the previous tile's last, for the first)
+                    tilec::sm90::staging_free<1>(4 + tilec_warp / 4);
                     #pragma unroll
                     for (int tilec_q = tilec_p * 16; tilec_q < (tilec_p + 1) * 16; ++tilec_q) {
                         const int i = tilec_warp * 16 + tilec_q % 2 * 8 + (tilec_lane >> 2);
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                         }
                         tilec::store_vec_whole<2, tilec::Plain<uint16_t>>(C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096 + tilec::sm90::sw128<2>(i % 64, tilec_j0 % 64), tilec_st2);
                     }
-                    tilec::sm90::staging_ready<true>(4 + tilec_warp / 4);
+                    tilec::sm90::staging_ready(4 + tilec_warp / 4);
                     if (tilec_tid % 128 == 0) {
                         tilec::sm90::tma_store_2d(&tilec_map_C, C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096, (int32_t)(bx * 256 + tilec_p * 64), (int32_t)(by * 128 + (tilec_warp / 4) * 64));
                         tilec::sm90::bulk_commit();

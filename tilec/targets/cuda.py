@@ -1849,17 +1849,6 @@ class CudaRenderer(CStyleRenderer):
                 for st in body if isinstance(st, T.Store) and st.buf in staging and
                 tma_store.tile_store(st, ivar, jvar, outs)}
 
-    def staging_alternates(self, loop, staged: dict) -> bool:
-        """Whether a tile's panels alternate between two staging buffers per warpgroup in pairs
-        (an even count of panels): then one barrier per panel both publishes the panel and frees
-        the other buffer (staging_ready<true>), since the first thread waits for every earlier
-        store to have read its buffer before it arrives. Else each panel waits for its buffer
-        at a barrier of its own first (staging_free)."""
-        L = loop[1]
-        (cols,) = {c for _, c in staged.values()}
-        per = {_const(self.allocs[buf].shape[0]) // self.k.warp_specialize for buf, _ in staged.values()}
-        return per == {2} and (L.cols // cols) % 2 == 0
-
     def staging_panels(self, loop, staged: dict, d: int) -> int:
         """Open the loop over a tile's panels (tilec_p) with each panel's staging buffers free;
         returns the thread's groups per panel."""
@@ -1872,12 +1861,8 @@ class CudaRenderer(CStyleRenderer):
                   "buffer once its last store has read it", d)
         self.emit("#pragma unroll", d)
         self.emit(f"for (int tilec_p = 0; tilec_p < {panels}; ++tilec_p) {{", d)
-        if self.staging_alternates(loop, staged):
-            self.emit("// (its buffer was freed at the previous panel's barrier: the previous tile's "
-                      "last, for the first)", d + 1)
-        else:
-            self.emit(f"tilec::sm90::staging_free<{min(panels, 2) - 1}>({self.STAGING_BAR} + "
-                      "tilec_warp / 4);", d + 1)
+        self.emit(f"tilec::sm90::staging_free<{min(panels, 2) - 1}>({self.STAGING_BAR} + "
+                  "tilec_warp / 4);", d + 1)
         return L.groups() // panels
 
     def staging_stores(self, loop, staged: dict, d: int):
@@ -1885,8 +1870,7 @@ class CudaRenderer(CStyleRenderer):
         first thread stores each staged output's panel (its 64 rows, the panel's columns) and
         commits them as one bulk group."""
         _, _, ivar, jvar, body, *_ = loop
-        both = str(self.staging_alternates(loop, staged)).lower()
-        self.emit(f"tilec::sm90::staging_ready<{both}>({self.STAGING_BAR} + tilec_warp / 4);", d)
+        self.emit(f"tilec::sm90::staging_ready({self.STAGING_BAR} + tilec_warp / 4);", d)
         self.emit("if (tilec_tid % 128 == 0) {", d)
         for st in body:
             if id(st) not in staged:

@@ -1582,22 +1582,17 @@ TILEC_DEV void turn_pass(int wg) {
 // A consumer warpgroup's TMA-store staging (its 128 threads, named barrier `bar`): before they
 // write a buffer, its first thread waits until at most N of its stores still read their buffers
 // (the buffer's previous store is done with it); after, their writes are made visible to the
-// TMA unit before that thread stores the buffer. FREE_OTHER (two buffers, panels in pairs): the
-// first thread also waits for all its earlier stores to have read their buffers before the
-// barrier, so the barrier that publishes this panel frees the other buffer for the next one
-// (one barrier per panel instead of two).
+// TMA unit before that thread stores the buffer.
 template <int N>
 TILEC_DEV void staging_free(int bar) {
     if (threadIdx.x % 128 == 0) bulk_wait_read<N>();
     consumer_sync<128>(bar);
 }
 
-template <bool FREE_OTHER>
 TILEC_DEV void staging_ready(int bar) {
 #ifdef TILEC_SM90A
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
-    if (FREE_OTHER && threadIdx.x % 128 == 0) bulk_wait_read<0>();
     consumer_sync<128>(bar);
 }
 
