@@ -1863,7 +1863,9 @@ TILEC_DEV void wgmma_tile(float* acc, const E* a, const E* b, int scale_d = 1) {
     constexpr int P = panel_cols<E>(), KS = kstep<E>();
     static_assert(sizeof(E) == (DT <= WG_BF16 ? 2 : 1), "the operand type's storage");
     static_assert(BK % KS == 0 && (BK <= P || BK % P == 0), "K in whole panels");
-    const uint64_t da = desc_sw128(a, operand_lead<BK, A_MN>()), db = desc_sw128(b, operand_lead<BK, B_MN>());
+    static_assert(!A_MN || DT <= WG_BF16, "fp8 wgmma operands are K-major");
+    const uint64_t da = desc_sw128(a, operand_lead<BK, A_MN>());
+    const uint64_t db = desc_sw128(b, operand_lead<BK, B_MN>());
 #pragma unroll
     for (int kk = 0; kk < BK / KS; ++kk) {
         const int a_off = A_MN ? kk * 16 * 64 : (kk / 4) * A_ROWS * P + (kk % 4) * KS;
