@@ -112,9 +112,16 @@ def test_a_mixed_build_holds_hopper_kernels_for_h100s_alone():
 
 
 # programs of the kinds users write, none a sample: A transposed with a broadcast or batched
-# operand, both operands transposed, two outputs of one product; attention with Dv != Dk, head
-# dims fixed at part of a panel, causal with heads
+# operand, both operands transposed, two outputs of one product, 4-D operands (addressed as 3:
+# their leading dims merged), one of them broadcast; attention with Dv != Dk, head dims fixed at
+# part of a panel, causal with heads
 HOPPER_MIX = """
+kernel mix_4d(A: f16[Y, Z, M, K], B: f16[Y, Z, K, N]) -> C: f16[Y, Z, M, N]:
+    C = A @ B
+
+kernel mix_4d_linear(X: bf16[Y, Z, M, K], W: bf16[N, K]) -> C: bf16[Y, Z, M, N]:
+    C = silu(X @ W.T)
+
 kernel mix_at_bcast(A: bf16[K, M], B: bf16[Z, K, N]) -> C: bf16[Z, M, N]:
     C = A.T @ B
 
@@ -143,7 +150,7 @@ kernel mix_att_d112_causal(Q: f16[Z, H, L, 112], K: f16[Z, H, L, 112], V: f16[Z,
 def test_programs_of_other_shapes_get_the_hopper_kernels():
     ks = {k.name for k in _kernels(HOPPER_MIX)}
     names = re.findall(r"^kernel (\w+)\(", HOPPER_MIX, re.M)
-    assert len(names) == 6 and all(f"{n}_k0_tma" in ks for n in names), sorted(ks)
+    assert len(names) == 8 and all(f"{n}_k0_tma" in ks for n in names), sorted(ks)
 
 
 @pytest.mark.gpu
@@ -152,17 +159,16 @@ def test_programs_of_other_shapes_on_gpu(monkeypatch):
     tile multiples (M a multiple of 8: TMA reads a transposed A's rows of M values)."""
     need_gpu()
     _tma_variants_only(monkeypatch)
-    for dims in (dict(M=136, N=200, K=72, Z=2, H=3, L=130, S=300),
-                 dict(M=256, N=256, K=256, Z=1, H=1, L=257, S=1)):
+    for dims in (dict(M=136, N=200, K=72, Y=2, Z=2, H=3, L=130, S=300),
+                 dict(M=256, N=256, K=256, Y=3, Z=1, H=1, L=257, S=1)):
         check_text(HOPPER_MIX, dims, name="hop_mix.tile", target="cuda", options=HOPPER)
 
 
 @pytest.mark.parametrize("text", [
     # fp8 A transposed (fp8 wgmma reads K-major operands alone); an operand computed on chip
-    # (f32 inputs converted); a 4-D operand
+    # (f32 inputs converted)
     "kernel t(A: fp8e4m3[K, M], B: fp8e4m3[N, K]) -> C: f16[M, N]:\n    C = f16(A.T @ B.T)\n",
-    "kernel t(A: f32[M, K], B: f16[K, N]) -> C: f32[M, N]:\n    C = f16(A) @ B\n",
-    "kernel t(A: f16[Y, Z, M, K], B: f16[Y, Z, K, N]) -> C: f16[Y, Z, M, N]:\n    C = A @ B\n"])
+    "kernel t(A: f32[M, K], B: f16[K, N]) -> C: f32[M, N]:\n    C = f16(A) @ B\n"])
 def test_operands_tma_cannot_read_keep_mma_sync(text):
     ks = _kernels(text)
     assert ks and not any(k.warp_specialize for k in ks)

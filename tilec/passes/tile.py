@@ -480,9 +480,9 @@ class GroupLowering:
     def wgmma_kernel(self, grid, bvars, threads, body, swizzle) -> TileKernel:
         """The warp-specialized GEMM kernel (resources.wgmma): both operands tile copies of 16-bit
         tensors in memory (either of them transposed), or of fp8 ones (K-major: A not
-        transposed, B transposed), of at most 3 dims, whose row strides TMA can take (16-byte
-        multiples: the variant's run-time condition, with every extent below 2^31 for TMA's
-        32-bit coordinates); else NotWgmma."""
+        transposed, B transposed), whose row strides TMA can take (16-byte multiples: the
+        variant's run-time condition, with every extent, and the product of the leading dims of
+        a tensor of more than 3, below 2^31 for TMA's 32-bit coordinates); else NotWgmma."""
         loop = next(s for s in body if isinstance(s, For) and s.kind == "pipelined")
         *copies, gemm = loop.body
         if len(copies) != 2 or not all(isinstance(c, Copy) for c in copies) or \
@@ -498,13 +498,18 @@ class GroupLowering:
                         (f", clusters of {cluster}" if cluster > 1 else ""), swizzle)
         params = {p.name: p for p in k.params}
         srcs = [c.src.buf for c in copies]
-        if any(len(params[n].shape) > 3 or params[n].dtype not in SIXTEEN + FP8 for n in srcs) or \
+        if any(params[n].dtype not in SIXTEEN + FP8 for n in srcs) or \
                 (params[srcs[0]].dtype in FP8 and (gemm.transpose_a or not gemm.transpose_b)):
             # (fp8: K-major operands only)
             raise NotWgmma()
         when = tma_conditions(params, srcs, None)
         if when is False:
             raise NotWgmma()
+        # (an operand of more than 3 dims is addressed as 3, its leading dims merged into one
+        # 32-bit coordinate, as attention's are)
+        for cond in dict.fromkeys(Dim.bin("lt", numel(params[n].shape[:-2]), 2 ** 31)
+                                  for n in srcs if len(params[n].shape) > 3):
+            when = Dim.bin("and", when, cond) if when is not None else cond
         return replace(k, when=when, warp_specialize=consumers, pingpong=pingpong,
                        cluster=cluster, persistent=True,
                        aligned=tuple(sorted({c.src.buf for c in copies})))
