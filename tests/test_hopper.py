@@ -65,6 +65,18 @@ def _tma_variants_only(monkeypatch):
                         lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
 
 
+def _tiles_match_reference(g, k, dims: dict, out: str):
+    """Kernel `k` (tiled Tile IR) of graph `g`, run by the Tile IR interpreter on fresh random
+    inputs at `dims`, computes output `out` as the reference interpreter does."""
+    from tilec import interp
+    from tilec.interp_tile import run_program
+    inputs = interp.random_inputs(g, dims, 1, False)
+    ref = interp.run_graph(g, inputs, dims)
+    got = run_program([k], inputs, dims, [out])
+    assert interp.rel_error(got[out], ref[out]) <= interp.tolerance(g.outputs[0].type.dtype), \
+        (g.name, dims)
+
+
 def test_gemms_get_a_warp_specialized_persistent_variant():
     ks = {k.name: k for k in _kernels(GEMMS)}
     for name in ("hop_bias_relu", "hop_bf16_bt", "hop_batched"):
@@ -156,8 +168,6 @@ def test_programs_of_other_shapes_get_the_hopper_kernels():
 def test_four_dim_gemm_tiles_compute_what_the_reference_does():
     """The tiled Tile IR of the Hopper variant of 4-D GEMMs (both operands 4-D, and a 2-D
     weight), run by the Tile IR interpreter: the merged batch index walks every (Y, Z) pair."""
-    from tilec import interp
-    from tilec.interp_tile import run_program
     text = HOPPER_MIX[:HOPPER_MIX.index("kernel mix_at_bcast")]
     m0 = driver.frontend(driver.Source("hop.tile", text))
     mod = driver.stage_module(m0, "tiled", "cuda", options=HOPPER)
@@ -165,11 +175,7 @@ def test_four_dim_gemm_tiles_compute_what_the_reference_does():
     for g, prog in zip(mod.graphs, mod.programs):
         (k,) = [k for k in prog.kernels if k.name.endswith("_tma")]
         for dims in (dict(Y=2, Z=3, M=130, N=264, K=72), dict(Y=1, Z=2, M=1, N=8, K=8)):
-            inputs = interp.random_inputs(g, dims, 1, False)
-            ref = interp.run_graph(g, inputs, dims)
-            got = run_program([k], inputs, dims, ["C"])
-            assert interp.rel_error(got["C"], ref["C"]) <= interp.tolerance(g.outputs[0].type.dtype), \
-                (g.name, dims)
+            _tiles_match_reference(g, k, dims, "C")
 
 
 @pytest.mark.gpu
@@ -875,8 +881,6 @@ def test_hopper_attention_tiles_compute_what_the_reference_does(monkeypatch, kno
     run by the Tile IR interpreter against the reference: key counts that are and are not
     multiples of either tile, a key tile of one key, query tiles cut short, head dims 128 and
     64. (The GPU runs the same tiles: test_warp_specialized_attention_on_gpu.)"""
-    from tilec import interp
-    from tilec.interp_tile import run_program
     if knob:
         monkeypatch.setenv("TILEC_WGMMA_ATTENTION", knob)
     m0 = driver.frontend(driver.Source("hop.tile", ATTENTION))
@@ -890,11 +894,7 @@ def test_hopper_attention_tiles_compute_what_the_reference_does(monkeypatch, kno
                      dict(B=1, H=1, L=200, S=352, D=128), dict(B=1, H=1, L=1, S=1, D=64)):
             if "causal" in g.name:  # (B, L, D: L keys)
                 dims = dict(B=dims["B"] * dims["H"], L=dims["S"], D=dims["D"])
-            inputs = interp.random_inputs(g, dims, 1, False)
-            ref = interp.run_graph(g, inputs, dims)
-            got = run_program([k], inputs, dims, ["O"])
-            assert interp.rel_error(got["O"], ref["O"]) <= interp.tolerance(g.outputs[0].type.dtype), \
-                (g.name, dims)
+            _tiles_match_reference(g, k, dims, "O")
 
 
 # head dims fixed in the program, of part of a 64-column panel: the tiles take whole panels
@@ -915,8 +915,6 @@ def test_fixed_head_dims_of_part_of_a_panel_take_whole_panels():
     columns wide (TMA reads zeros past the tensor's columns; only the real ones are stored):
     the tiled Tile IR, run by the Tile IR interpreter, matches the reference. (On the GPU:
     test_fixed_head_dims_on_gpu.)"""
-    from tilec import interp
-    from tilec.interp_tile import run_program
     m0 = driver.frontend(driver.Source("hop.tile", ATTENTION_FIXED_D))
     mod = driver.stage_module(m0, "tiled", "cuda", options=HOPPER)
     widths = {"hop_att80": ("f16", 128, 128), "hop_causal_32_96": ("bf16", 64, 128)}
@@ -930,11 +928,7 @@ def test_fixed_head_dims_of_part_of_a_panel_take_whole_panels():
         for dims in FIXED_D_DIMS:
             if "causal" in g.name:
                 dims = dict(B=dims["B"] * dims["H"], L=dims["S"])
-            inputs = interp.random_inputs(g, dims, 1, False)
-            ref = interp.run_graph(g, inputs, dims)
-            got = run_program([k], inputs, dims, ["O"])
-            assert interp.rel_error(got["O"], ref["O"]) <= interp.tolerance(g.outputs[0].type.dtype), \
-                (g.name, dims)
+            _tiles_match_reference(g, k, dims, "O")
 
 
 @pytest.mark.gpu
