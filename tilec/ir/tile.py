@@ -293,6 +293,11 @@ class Gemm:
     # c in f32 (fp8 products, which Hopper's tensor cores accumulate in less than f32 precision)
     promote: int = 0
 
+    def k_extent(self, a_shape: tuple):
+        """K's extent in a tile of operand a (`a_shape`, its buffer's shape): the last axis,
+        or the one before it where a is read transposed."""
+        return a_shape[-2] if self.transpose_a else a_shape[-1]
+
 
 @dataclass(frozen=True, slots=True)
 class GemmLoad:

@@ -295,7 +295,7 @@ def on_tf32_units(g: T.Gemm, allocs: dict) -> bool:
     (`precision tf32`), both operands in shared memory, k-steps of 8, warp tiles of whole 16-row
     tiles."""
     a, b, c = allocs[g.a], allocs[g.b], allocs[g.c]
-    bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
+    bk = _const(g.k_extent(a.shape))
     return g.tf32 and a.dtype == b.dtype == c.dtype == "f32" and a.scope == b.scope == "shared" \
         and bk % 8 == 0 and c.layout.wm % 16 == 0
 
@@ -305,7 +305,7 @@ def on_matrix_units(g: T.Gemm, allocs: dict, resources) -> bool:
     dtype into an f32 accumulator, k-steps of 16, warp tiles of whole 16-row tiles, and operand
     rows of whole 16-byte chunks (what ldmatrix reads)."""
     a, b, c = allocs[g.a], allocs[g.b], allocs[g.c]
-    bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
+    bk = _const(g.k_extent(a.shape))
     return (b.dtype in resources.mma_dtypes and a.dtype == b.dtype and c.dtype == "f32" and
             bk % 16 == 0 and c.layout.wm % 16 == 0 and b.layout.cols * 2 % 16 == 0 and
             (a.scope != "shared" or a.layout.cols * 2 % 16 == 0))

@@ -200,7 +200,7 @@ class CpuRenderer(CStyleRenderer):
     def s_Gemm(self, s: T.Gemm, depth):
         a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]
         m, n = (self.expr(x) for x in c.shape)
-        k = self.expr(a.shape[0] if s.transpose_a else a.shape[1])
+        k = self.expr(s.k_extent(a.shape))
         lda, ldb, ldc = self.expr(a.shape[1]), self.expr(b.shape[1]), n
         va, vb = self.valid.get(s.a), self.valid.get(s.b)
         if va and vb and va[0] == vb[0] == self.body_id and \

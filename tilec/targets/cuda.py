@@ -490,7 +490,7 @@ class CudaRenderer(CStyleRenderer):
         a, b, c = self.allocs[s.a], self.allocs[s.b], self.allocs[s.c]
         L = c.layout
         self.check_gemm(s, a, L)
-        bk = _const(a.shape[-2] if s.transpose_a else a.shape[-1])
+        bk = _const(s.k_extent(a.shape))
         warps = f"{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}"
         more = self.gemm_args(L)
 
@@ -828,7 +828,7 @@ class CudaRenderer(CStyleRenderer):
         a, b, c = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c]
         self.emit("uint32_t tilec_prev = 0;  // the stage of the previous K tile", d)
         self.loop_head(loop.vars[0], loop.extents[0], d)
-        bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
+        bk = _const(g.k_extent(a.shape))
         b_mn = not g.transpose_b
         self.emit(f"const uint32_t tilec_s = tilec_it % {S};", d + 1)
         self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
@@ -871,7 +871,7 @@ class CudaRenderer(CStyleRenderer):
         cooperative warp-specialized GEMM's K tile at `stage`."""
         a, b = self.allocs[g.a], self.allocs[g.b]
         # (64 rows of K values; A transposed: a panel of 64 M columns of BK rows, as many)
-        bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
+        bk = _const(g.k_extent(a.shape))
         return (f"{cname(g.a)} + {stage} * {a.layout.size()} + (tilec_warp / 4) * "
                 f"{64 * bk}, {cname(g.b)} + {stage} * {b.layout.size()}")
 
@@ -1413,7 +1413,7 @@ class CudaRenderer(CStyleRenderer):
         """The template arguments of gemm_ss and SsFragments for gemm `g` (both operands in
         shared tiles): block tile, K tile, warp grid, transposes, tile layouts, operand kind."""
         a, b, L = self.allocs[g.a], self.allocs[g.b], self.allocs[g.c].layout
-        bk = _const(a.shape[-2] if g.transpose_a else a.shape[-1])
+        bk = _const(g.k_extent(a.shape))
         return (f"{L.rows}, {L.cols}, {bk}, {L.warps_m}, {L.warps_n}, "
                 f"{str(g.transpose_a).lower()}, {str(g.transpose_b).lower()}, "
                 f"{self.shared_layout_type(a)}, {self.shared_layout_type(b)}, {kind(a.dtype)}")
