@@ -1842,19 +1842,19 @@ TILEC_DEV uint64_t desc_add(uint64_t d, uint32_t bytes) {
     return ((d >> 32) << 32) | (uint32_t)((uint32_t)d + (bytes >> 4));
 }
 
-// The offset (in elements) of k-step kk of a B tile in TMA's 128-byte swizzle from its start:
-// B_MN (16-bit only), BK rows of K (N in panels of 64 columns, BK * 128 bytes apart); else BN
-// rows of N (K in panels, BN * 128 bytes apart).
-template <int BN, int BK, bool B_MN, typename E>
-constexpr TILEC_DEV int b_offset(int kk) {
-    return B_MN ? kk * 16 * 64 : (kk / 4) * BN * panel_cols<E>() + (kk % 4) * kstep<E>();
+// The offset (in elements) of k-step kk of an operand tile (A or B) in TMA's 128-byte swizzle
+// from its start: MN-major (16-bit only), rows of K (M or N in panels of 64 columns); else ROWS
+// rows of M or N (K in panels, ROWS * 128 bytes apart).
+template <int ROWS, bool MN, typename E>
+constexpr TILEC_DEV int operand_offset(int kk) {
+    return MN ? kk * 16 * 64 : (kk / 4) * ROWS * panel_cols<E>() + (kk % 4) * kstep<E>();
 }
 // The descriptor's leading byte offset of an operand tile (A or B): MN-major, the distance of
 // its panels of 64 columns (BK rows of 128 bytes); K-major, 16 (unused by the 128-byte swizzle).
 template <int BK, bool MN> constexpr TILEC_DEV uint32_t operand_lead() { return MN ? BK * 128 : 16; }
 
 // One consumer warpgroup's share of a tile product: its 64 rows of the A tile times the B tile
-// (b_offset), BK / KS wgmmas into acc (64 x BN, f32), which the first adds to (scale_d 1) or
+// (operand_offset), BK / KS wgmmas into acc (64 x BN, f32), which the first adds to (scale_d 1) or
 // overwrites (0); DT the operands' WgmmaType, E their storage. A K-major: rows of BK values, in
 // panels of A_ROWS rows each; A_MN (16-bit only: A read transposed, A.T @ B): the warpgroup's
 // panel of 64 M columns, BK rows of K (its k-steps 16 rows apart, as B_MN's).
@@ -1868,8 +1868,8 @@ TILEC_DEV void wgmma_tile(float* acc, const E* a, const E* b, int scale_d = 1) {
     const uint64_t db = desc_sw128(b, operand_lead<BK, B_MN>());
 #pragma unroll
     for (int kk = 0; kk < BK / KS; ++kk) {
-        const int a_off = A_MN ? kk * 16 * 64 : (kk / 4) * A_ROWS * P + (kk % 4) * KS;
-        const int b_off = b_offset<BN, BK, B_MN, E>(kk);
+        const int a_off = operand_offset<A_ROWS, A_MN, E>(kk);
+        const int b_off = operand_offset<BN, B_MN, E>(kk);
         if constexpr (sizeof(E) == 1)  // fp8: each k-step's descriptors rebuilt from its address
             // (with constant offsets the fp8 GEMM measured 0.88-0.90x torch._scaled_mm at 8192^3
             // against 0.93-0.96x, the 16-bit kernels alike or faster: docs/PERFORMANCE.md)
@@ -1901,7 +1901,7 @@ TILEC_DEV void wgmma_tile_rs(float* acc, const uint32_t* a, const uint16_t* b) {
 #pragma unroll
     for (int kk = 0; kk < BK / 16; ++kk)
         wgmma_rs<BN, B_MN ? 1 : 0, DT>(
-            acc, a + 4 * kk, desc_add(db, b_offset<BN, BK, B_MN, uint16_t>(kk) * 2), 1);
+            acc, a + 4 * kk, desc_add(db, operand_offset<BN, B_MN, uint16_t>(kk) * 2), 1);
 }
 
 }  // namespace sm90
