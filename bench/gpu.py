@@ -1001,8 +1001,8 @@ def case_attention(bench: Bench) -> None:
             attention_one(bench, *shape[:3], D, False, goal=False)
 
 
-CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32, "epilogue": case_epilogue,
-         "linear": case_linear,
+CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32,
+         "epilogue": case_epilogue, "linear": case_linear,
          "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16,
          "w4a16_kmajor": case_w4a16_kmajor, "attention": case_attention}

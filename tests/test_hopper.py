@@ -933,6 +933,8 @@ def test_fixed_head_dims_of_part_of_a_panel_take_whole_panels():
 
 @pytest.mark.gpu
 def test_fixed_head_dims_on_gpu(monkeypatch):
+    """ATTENTION_FIXED_D's Hopper variants alone (a failing condition is an error) against the
+    reference, at key counts that are and are not multiples of the key tile."""
     need_gpu()
     _tma_variants_only(monkeypatch)
     for dims in FIXED_D_DIMS:

@@ -834,8 +834,8 @@ class CudaRenderer(CStyleRenderer):
         self.emit(f"tilec::sm90::mbar_wait(&tilec_full[tilec_s], (tilec_it / {S}) & 1);", d + 1)
         self.emit("tilec::sm90::wgmma_fence();", d + 1)
         tparams = f"{c.layout.cols}, {bk}, {str(b_mn).lower()}, {wgmma_type(a.dtype)}"
-        if g.transpose_a:  # (A MN-major: the tile's rows are K, its columns M)
-            tparams += ", 128, true"
+        if g.transpose_a:  # A MN-major (the tile's rows are K, its columns M): A_MN, after
+            tparams += ", 128, true"  # A_ROWS at its default (a K-major A's panel height)
         if k.pingpong:  # the warpgroup's own tile: one wgmma row of 64 per half
             halves = c.layout.rows // 64
             self.emit(f"// this warpgroup's tile: {g.a}{'.T' if g.transpose_a else ''} "
