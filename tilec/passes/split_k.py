@@ -159,15 +159,20 @@ def fp8_promote(default: int) -> int:
     return knob[0] if knob else 0
 
 
-def fp8_pairs(default: bool) -> bool:
-    """`TILEC_FP8_PAIRS` (1 or 0): whether the promoted fp8 K loop takes its K tiles in pairs
-    (resources.fp8_pairs), in place of the target's choice, for measuring on a device."""
-    knob = _knob("TILEC_FP8_PAIRS", "1 or 0", 1)
+def _switch(name: str, default: bool) -> bool:
+    """A benchmarking knob that turns one of the target's choices on or off (1 or 0)."""
+    knob = _knob(name, "1 or 0", 1)
     if knob is None:
         return default
     if knob and knob[0] not in (0, 1):
-        raise error(f"TILEC_FP8_PAIRS={knob[0]}: expected 1 or 0")
+        raise error(f"{name}={knob[0]}: expected 1 or 0")
     return bool(knob and knob[0])
+
+
+def fp8_pairs(default: bool) -> bool:
+    """`TILEC_FP8_PAIRS` (1 or 0): whether the promoted fp8 K loop takes its K tiles in pairs
+    (resources.fp8_pairs), in place of the target's choice, for measuring on a device."""
+    return _switch("TILEC_FP8_PAIRS", default)
 
 
 def wgmma_attention(default: tuple) -> tuple:

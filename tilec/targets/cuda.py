@@ -1876,15 +1876,25 @@ class CudaRenderer(CStyleRenderer):
             if id(st) not in staged:
                 continue
             buf, cols = staged[id(st)]
-            *lead, r, c = st.idx
-            x = f"{self.expr(column_base(c, jvar))} + tilec_p * {cols}"
-            y = f"{self.expr(column_base(r, ivar))} + (tilec_warp / 4) * 64"
-            coords = ", ".join(f"(int32_t)({e})" for e in [x, y] + [self.expr(e) for e in lead[::-1]])
-            self.ws_maps[st.buf] = (64, len(st.idx))
-            self.emit(f"tilec::sm90::tma_store_{len(st.idx)}d(&tilec_map_{cname(st.buf)}, "
-                      f"{self.staging_buffer(buf)}, {coords});", d + 1)
+            x, *rest = self.staged_coords(st, ivar, jvar)
+            self.tma_store(st, buf, [f"{x} + tilec_p * {cols}"] + rest, d + 1)
         self.emit("tilec::sm90::bulk_commit();", d + 1)
         self.emit("}", d)
+
+    def staged_coords(self, st: T.Store, ivar: str, jvar: str) -> list:
+        """The TMA coordinates of this warpgroup's first panel of a staged store's tile
+        (innermost first)."""
+        *lead, r, c = st.idx
+        return [self.expr(column_base(c, jvar)),
+                f"{self.expr(column_base(r, ivar))} + (tilec_warp / 4) * 64"] + \
+            [self.expr(e) for e in lead[::-1]]
+
+    def tma_store(self, st: T.Store, buf: str, coords: list, d: int):
+        """The TMA store of this warpgroup's panel tilec_p of a staged store at `coords`."""
+        self.ws_maps[st.buf] = (64, len(st.idx))
+        at = ", ".join(f"(int32_t)({e})" for e in coords)
+        self.emit(f"tilec::sm90::tma_store_{len(st.idx)}d(&tilec_map_{cname(st.buf)}, "
+                  f"{self.staging_buffer(buf)}, {at});", d)
 
     def staging_buffer(self, buf: str) -> str:
         """The staging buffer of this warpgroup's panel tilec_p (two per warpgroup, alternating;
