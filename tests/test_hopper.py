@@ -339,11 +339,13 @@ def test_warp_specialized_source_structure():
     assert re.search(r"tilec::aligned16\(A\) && tilec::aligned16\(B\)", cu)
 
 
-def test_whole_output_tiles_leave_by_tma_stores():
+def test_whole_output_tiles_leave_by_tma_stores(monkeypatch):
     """The epilogue of a whole tile writes each consumer warpgroup's 64 rows into shared memory,
     128 bytes of a row per panel (64 16-bit or 32 f32 columns) in two alternating buffers, and
     one thread per warpgroup stores each panel by TMA (3-D for a batched output); a tile at the
-    ragged edge stores from registers. The output's alignment joins the variant's conditions."""
+    ragged edge stores from registers. The output's alignment joins the variant's conditions.
+    (The epilogue as it runs at the end of its own tile: TILEC_DEFER_EPILOGUE=0.)"""
+    monkeypatch.setenv("TILEC_DEFER_EPILOGUE", "0")
     ks = {k.name: k for k in _kernels(GEMMS)}
     src, _, m = compile_text(GEMMS, "hop.tile", "cuda", options=HOPPER)
     cu = "".join(v for f, v in driver.render(src, m, "cuda", HOPPER).items() if f.endswith(".cu"))
@@ -369,6 +371,54 @@ def test_whole_output_tiles_leave_by_tma_stores():
         assert "tma_store" not in edge and "store_vec<2" in edge
         assert "tilec::sm90::bulk_wait<0>()" in body
     assert "C: boxes of 32 columns x 64 rows" in cu and "CU_TENSOR_MAP_DATA_TYPE_FLOAT32" in cu
+
+
+def test_deferred_epilogue_stores_under_the_next_tiles_wgmmas(monkeypatch):
+    """By default a persistent GEMM whose whole tiles of 16-bit values leave by TMA keeps each
+    tile's values in registers, packed in pairs, and stores them during the next tile's K loop:
+    panel k of the pending tile after K tile k's wgmmas are issued, the panels of a K loop
+    shorter than that after it, and the block's last tile after its tile loop. An f32 output
+    (64 more registers than the accumulators leave) stores at the end of its own tile."""
+    ks = {k.name: k for k in _kernels(GEMMS)}
+    assert ks["hop_bias_relu_k0_tma"].deferred_stores and ks["hop_batched_k0_tma"].deferred_stores
+    assert not ks["hop_bf16_bt_k0_tma"].deferred_stores
+    assert "during the next tile's first K tiles (deferred" in T.print_kernel(ks["hop_batched_k0_tma"])
+    cu = _kernel_source(GEMMS)
+    for name, rank in (("hop_bias_relu", 2), ("hop_batched", 3)):
+        body = cu[cu.index(f"{name}_k0_tma("):]
+        body = body[:body.index("\n}\n")]
+        consumer = body[body.index("the consumer warpgroups"):]
+        flush = consumer[consumer.index("auto tilec_flush"):consumer.index("for (int64_t tilec_b")]
+        assert "uint32_t tilec_pend_C[64];" in consumer
+        assert "staging_free<1>(4 + tilec_warp / 4)" in flush
+        assert "tilec::sm90::store32(C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096 + " \
+            "tilec::sm90::sw128<2>(tilec_i % 64, tilec_j0 % 64), tilec_pend_C[tilec_q]);" in flush
+        assert flush.index("staging_ready(") < flush.index(f"tma_store_{rank}d(&tilec_map_C")
+        assert "(int32_t)(tilec_pend_C_at[0] + tilec_p * 64), (int32_t)(tilec_pend_C_at[1])" in flush
+        loop = consumer[consumer.index("for (int tilec_k_i"):]
+        hook = "if (tilec_pend && k < 4) tilec_flush((int)k, (int)k + 1);"
+        assert loop.index("wgmma_commit()") < loop.index(hook) < loop.index("wgmma_wait<1>()")
+        rest = "tilec_flush((int)tilec::imin(host2, (int64_t)4), 4);"
+        whole = consumer[consumer.index("the block's whole tile lies inside"):]
+        whole = whole[:whole.index("} else {")]
+        assert consumer.index("wgmma_wait<0>()") < consumer.index(rest) < \
+            consumer.index("the block's whole tile lies inside")
+        assert re.search(r"tilec_pend_C\[tilec_q\] = tilec::sm90::pack16x2\(tilec_st\d+\);", whole)
+        assert "tilec_pend = true;" in whole and "tma_store" not in whole
+        assert consumer.index("if (tilec_pend) tilec_flush(0, 4);  // the block's last tile") < \
+            consumer.index("bulk_wait<0>()")
+    f32 = cu[cu.index("hop_bf16_bt_k0_tma("):]
+    assert "tilec_flush" not in f32[:f32.index("\n}\n")]
+    monkeypatch.setenv("TILEC_DEFER_EPILOGUE", "0")
+    assert not any(k.deferred_stores for k in _kernels(GEMMS))
+    assert "tilec_flush" not in _kernel_source(GEMMS)
+
+
+@pytest.mark.parametrize("knob", ["2", "x", "1,0"])
+def test_a_malformed_defer_epilogue_knob_is_a_user_error(monkeypatch, knob):
+    monkeypatch.setenv("TILEC_DEFER_EPILOGUE", knob)
+    with pytest.raises(TilecError, match="TILEC_DEFER_EPILOGUE"):
+        _kernels(GEMMS)
 
 
 @pytest.mark.parametrize("text, staged", [
@@ -495,7 +545,10 @@ def test_warp_specialized_gemms_on_gpu(monkeypatch, knob):
     _tma_variants_only(monkeypatch)
     for dims in (dict(M=256, N=512, K=256, Z=2), dict(M=200, N=136, K=72, Z=1),
                  dict(M=1, N=8, K=8, Z=3), dict(M=130, N=1000, K=1000, Z=1),
-                 dict(M=1000, N=264, K=520, Z=2), dict(M=2104, N=2000, K=256, Z=1)):
+                 dict(M=1000, N=264, K=520, Z=2), dict(M=2104, N=2000, K=256, Z=1),
+                 dict(M=2056, N=2056, K=72, Z=1)):
+        # (more tiles than SMs with ragged edges and a 2-tile K loop: a deferred epilogue's
+        # panels after its K loop, an edge tile after a pending whole one)
         # (A transposed: TMA reads rows of M values, whose strides must be 16-byte multiples;
         # elsewhere the variant does not apply, an error here)
         text = GEMMS if dims["M"] % 8 == 0 else GEMMS_A_K_MAJOR

@@ -13,7 +13,7 @@ namespace {
 //           swizzle(10)
 //           # persistent grid: one block per SM walks the tiles in order
 //           # warp roles: consumers = warpgroups 0-1, producer = warpgroup 2; the producer's first thread issues the copies
-//           # epilogue: a whole tile of C leaves through C_st (64-row panels of 128-byte rows per consumer warpgroup) by TMA stores
+//           # epilogue: a whole tile of C leaves through C_st (64-row panels of 128-byte rows per consumer warpgroup) by TMA stores, during the next tile's first K tiles (deferred: its values wait in registers, packed)
 //           host0 = cdiv(N, 256)
 //           host1 = cdiv(M, 128)
 //           A_s = shared(f16, [4, 128, 64])  # layout: shared, TMA 128-byte swizzle
@@ -88,6 +88,30 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
     } else {  // the consumer warpgroups
         tilec::sm90::setmaxnreg_inc<232>();
         uint32_t tilec_it = 0;  // K tiles consumed
+        // a deferred epilogue: a whole tile's values wait in registers, packed, while the next tile's first
+        // K tiles' wgmmas run; each of those K tiles' iterations writes a panel of 64 columns to the
+        // staging buffers and stores it by TMA
+        uint32_t tilec_pend_C[64];  // the pending tile of C, pairs of f16 values
+        int32_t tilec_pend_C_at[2] = {};  // where its TMA stores go (this warpgroup's first panel)
+        bool tilec_pend = false;  // a tile is pending
+        auto tilec_flush = [&](int tilec_first, int tilec_last) {  // its panels [first, last)
+            #pragma unroll
+            for (int tilec_p = 0; tilec_p < 4; ++tilec_p) {
+                if (tilec_p < tilec_first || tilec_p >= tilec_last) continue;
+                tilec::sm90::staging_free<1>(4 + tilec_warp / 4);
+                #pragma unroll
+                for (int tilec_q = tilec_p * 16; tilec_q < (tilec_p + 1) * 16; ++tilec_q) {
+                    const int tilec_i = tilec_warp * 16 + tilec_q % 2 * 8 + (tilec_lane >> 2);
+                    const int tilec_j0 = tilec_q / 2 % 32 * 8 + (tilec_lane & 3) * 2;
+                    tilec::sm90::store32(C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096 + tilec::sm90::sw128<2>(tilec_i % 64, tilec_j0 % 64), tilec_pend_C[tilec_q]);
+                }
+                tilec::sm90::staging_ready(4 + tilec_warp / 4);
+                if (tilec_tid % 128 == 0) {
+                    tilec::sm90::tma_store_2d(&tilec_map_C, C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096, (int32_t)(tilec_pend_C_at[0] + tilec_p * 64), (int32_t)(tilec_pend_C_at[1]));
+                    tilec::sm90::bulk_commit();
+                }
+            }
+        };
         for (int64_t tilec_b = blockIdx.x; tilec_b < tilec_tiles; tilec_b += gridDim.x) {
             const int64_t tilec_lin = tilec_b % (tilec_grid[0] * tilec_grid[1]);
             const int64_t tilec_panel = tilec_lin / (10 * tilec_grid[0]);
@@ -106,6 +130,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 // this warpgroup's 64 rows of A_s times B_s (rows of N), 4 wgmmas
                 tilec::sm90::wgmma_tile<256, 64, true, tilec::sm90::WG_F16>(acc, A_s + tilec_s * 8192 + (tilec_warp / 4) * 4096, B_s + tilec_s * 16384);
                 tilec::sm90::wgmma_commit();
+                if (tilec_pend && k < 4) tilec_flush((int)k, (int)k + 1);  // the previous tile's panel k, beside these wgmmas
                 tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done
                 if (k > 0) { __syncwarp(); if (tilec_lane == 0) { tilec::sm90::mbar_arrive(&tilec_empty[tilec_prev]); } }
                 tilec_prev = tilec_s;
@@ -114,31 +139,28 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
             tilec::sm90::wgmma_wait<0>();
             tilec::sm90::fence_regs<128>(acc);
             if (host2 > 0) { __syncwarp(); if (tilec_lane == 0) { tilec::sm90::mbar_arrive(&tilec_empty[tilec_prev]); } }
+            if (tilec_pend) {  // the previous tile's panels no K tile took
+                tilec_flush((int)tilec::imin(host2, (int64_t)4), 4);
+                tilec_pend = false;
+            }
             if (M - by * 128 >= 128 && N - bx * 256 >= 256 && tilec::vec_aligned<2, tilec::Plain<uint16_t>>(bias) && tilec::vec_aligned<2, tilec::Plain<uint16_t>>(C) && N % 2 == 0) {
                 // the block's whole tile lies inside the tensors; its vector accesses are aligned
-                // the tile leaves through shared memory (C_st) by TMA stores: 4 panel(s) of 64 columns per consumer warpgroup, each written to a buffer once its last store has read it
+                // the tile's values, packed in registers: the next tile's K loop stores them (tilec_flush)
                 #pragma unroll
-                for (int tilec_p = 0; tilec_p < 4; ++tilec_p) {
-                    tilec::sm90::staging_free<1>(4 + tilec_warp / 4);
+                for (int tilec_q = 0; tilec_q < 64; ++tilec_q) {
+                    const int tilec_j0 = tilec_q / 2 % 32 * 8 + (tilec_lane & 3) * 2;
+                    uint16_t tilec_ld1[2];
+                    tilec::load_vec_whole<2, tilec::Plain<uint16_t>, tilec::LOAD_GLOBAL>(tilec_ld1, bias + bx * 256 + tilec_j0);
+                    uint16_t tilec_st2[2];
                     #pragma unroll
-                    for (int tilec_q = tilec_p * 16; tilec_q < (tilec_p + 1) * 16; ++tilec_q) {
-                        const int i = tilec_warp * 16 + tilec_q % 2 * 8 + (tilec_lane >> 2);
-                        const int tilec_j0 = tilec_q / 2 % 32 * 8 + (tilec_lane & 3) * 2;
-                        uint16_t tilec_ld1[2];
-                        tilec::load_vec_whole<2, tilec::Plain<uint16_t>, tilec::LOAD_GLOBAL>(tilec_ld1, bias + bx * 256 + tilec_j0);
-                        uint16_t tilec_st2[2];
-                        #pragma unroll
-                        for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
-                            tilec_st2[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld1[tilec_v])));
-                        }
-                        tilec::store_vec_whole<2, tilec::Plain<uint16_t>>(C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096 + tilec::sm90::sw128<2>(i % 64, tilec_j0 % 64), tilec_st2);
+                    for (int tilec_v = 0; tilec_v < 2; ++tilec_v) {
+                        tilec_st2[tilec_v] = tilec::f32_to_f16(tilec::relu(acc[tilec_q * 2 + tilec_v] + tilec::f16_to_f32(tilec_ld1[tilec_v])));
                     }
-                    tilec::sm90::staging_ready(4 + tilec_warp / 4);
-                    if (tilec_tid % 128 == 0) {
-                        tilec::sm90::tma_store_2d(&tilec_map_C, C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096, (int32_t)(bx * 256 + tilec_p * 64), (int32_t)(by * 128 + (tilec_warp / 4) * 64));
-                        tilec::sm90::bulk_commit();
-                    }
+                    tilec_pend_C[tilec_q] = tilec::sm90::pack16x2(tilec_st2);
                 }
+                // where its TMA stores go
+                tilec_pend_C_at[0] = (int32_t)(bx * 256); tilec_pend_C_at[1] = (int32_t)(by * 128 + (tilec_warp / 4) * 64);
+                tilec_pend = true;
             } else {
                 #pragma unroll
                 for (int tilec_q = 0; tilec_q < 64; ++tilec_q) {
@@ -167,6 +189,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 }
             }
         }
+        if (tilec_pend) tilec_flush(0, 4);  // the block's last tile
         if (tilec_tid % 128 == 0) tilec::sm90::bulk_wait<0>();  // the TMA stores are done
     }
 #else

@@ -441,6 +441,9 @@ class TileKernel:
     # ((output, staging buffer), ...): the epilogue stores these outputs' whole tiles through a
     # shared staging buffer by TMA (passes/tma_store.py)
     tma_stores: tuple = ()
+    # ... and a persistent kernel stores each whole tile during the next tile's K loop, its values
+    # packed in registers meanwhile (a deferred epilogue: passes/tma_store.py)
+    deferred_stores: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -745,7 +748,9 @@ def print_kernel(k: TileKernel) -> str:
                          "so the next tile's copy lands during this tile's end")
     for out, buf in k.tma_stores:
         lines.append(f"        # epilogue: a whole tile of {out} leaves through {buf} (64-row panels "
-                     "of 128-byte rows per consumer warpgroup) by TMA stores")
+                     "of 128-byte rows per consumer warpgroup) by TMA stores" +
+                     (", during the next tile's first K tiles (deferred: its values wait in "
+                      "registers, packed)" if k.deferred_stores else ""))
     lines += print_stmts(k.body, 2)
     return "\n".join(lines)
 

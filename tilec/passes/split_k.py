@@ -175,6 +175,13 @@ def fp8_pairs(default: bool) -> bool:
     return _switch("TILEC_FP8_PAIRS", default)
 
 
+def deferred_epilogue(default: bool) -> bool:
+    """`TILEC_DEFER_EPILOGUE` (1 or 0): whether a persistent warp-specialized GEMM stores each
+    tile under the next tile's first wgmmas (resources.deferred_epilogue), in place of the
+    target's choice, for measuring on a device."""
+    return _switch("TILEC_DEFER_EPILOGUE", default)
+
+
 def wgmma_attention(default: tuple) -> tuple:
     """`TILEC_WGMMA_ATTENTION` ("stages,overlap,pingpong[,persistent[,split[,keys[,p]]]]", each
     flag 1 or 0, e.g. "3,1,1"): the warp-specialized attention's K/V stages, whether each

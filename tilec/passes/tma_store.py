@@ -15,6 +15,12 @@ the next panel be written while the last one is stored, and the stores of a tile
 run while the block's next tile is multiplied. A block at the tensors' ragged edge stores from
 registers as before.
 
+In a persistent kernel whose epilogue stores nothing else, and only 16-bit values, the tile's
+stores are deferred (TileKernel.deferred_stores, resources.deferred_epilogue): its values are
+computed as its K loop ends and kept in registers, packed two to a word, and the next tile's K
+loop writes and stores a panel of them after issuing each of its first K tiles' wgmmas, so the
+tensor cores do not idle while the consumers write the tile to shared memory.
+
 This pass decides it: for each such store of an f16, bf16 or f32 output of at most 3 dims it adds
 the staging buffer (a shared Alloc) and records (output, buffer) in TileKernel.tma_stores; the
 variant's run-time conditions grow by what TMA needs of the output (rows a multiple of 16 bytes,
@@ -38,6 +44,11 @@ from .rewrite import uses_var
 STORED = ("f16", "bf16", "f32")
 # bytes of the mbarriers after the shared buffers, per stage (full and empty)
 BARRIER_BYTES = 16
+# a deferred epilogue keeps at most this many 32-bit words of a tile's packed values per
+# consumer thread, and they and the accumulators at most this many registers: 128 + 64 of a
+# 128 x 256 f16 tile compiled without spills in the 232 of a consumer thread
+DEFERRED_WORDS = 64
+DEFERRED_REGISTERS = 192
 
 
 def tma_conditions(decls, names, when):
@@ -154,7 +165,29 @@ def _stage(k: T.TileKernel, target) -> T.TileKernel:
     at = k.body.index(loop)
     body = k.body[:at] + tuple(allocs) + k.body[at:]
     aligned = tuple(sorted(set(k.aligned) | {o for o, _ in stores}))
-    return replace(k, body=body, when=when, aligned=aligned, tma_stores=tuple(stores))
+    deferred = target.resources.deferred_epilogue and _deferrable(k, loop, dict(stores), outputs)
+    return replace(k, body=body, when=when, aligned=aligned, tma_stores=tuple(stores),
+                   deferred_stores=deferred)
+
+
+def _deferrable(k: T.TileKernel, loop: T.For, staged: dict, outputs: dict) -> bool:
+    """Can the epilogue after the K loop `loop` wait for the next tile's K loop: one loop over
+    the accumulators (Lets beside it) whose every store is a staged one of 16-bit values, their
+    packed pairs fitting beside the accumulators in a consumer thread's registers?"""
+    (gemm,) = [s for s in loop.body if isinstance(s, T.Gemm)]
+    post = k.body[k.body.index(loop) + 1:]
+    epilogue = [s for s in post if isinstance(s, T.For)]
+    if gemm.promote or len(epilogue) != 1 or \
+            any(not isinstance(s, (T.For, T.Let)) for s in post):
+        return False
+    (ep,) = epilogue
+    stores = [s for s in T.walk_stmts(ep.body) if isinstance(s, T.Store)]
+    if not isinstance(ep.by, WgmmaLayout) or not stores or \
+            any(s.buf not in staged or DTYPES[outputs[s.buf].dtype][1] != 16 for s in stores):
+        return False
+    acc = next(a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc) and a.name == gemm.c)
+    words = ep.by.slots() // 2 * len(stores)  # (two 16-bit values per word)
+    return words <= DEFERRED_WORDS and acc.layout.slots() + words <= DEFERRED_REGISTERS
 
 
 def run(prog: T.TileProgram, target, options) -> T.TileProgram:

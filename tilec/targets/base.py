@@ -59,6 +59,11 @@ class Resources:
     # promoted K tiles in pairs (two partials): the second tile's wgmmas run while the first's
     # partial is added to the accumulators
     fp8_pairs: bool = False
+    # a persistent warp-specialized GEMM whose epilogue stores whole tiles of 16-bit values by
+    # TMA keeps each tile's values in registers, packed, and writes them to the staging buffers
+    # under the next tile's first wgmmas (a panel per K tile) instead of with the tensor cores
+    # idle
+    deferred_epilogue: bool = False
     # (BM, BN, stages, overlap, pingpong, persistent, split, P buffers): attention's
     # warp-specialized kernel on the same machinery (one consumer warpgroup per 64 query rows,
     # BN keys per stage of K and V tiles; overlap: each warpgroup's softmax runs beside its products,

@@ -11,7 +11,7 @@ calls into `tilec_cuda.h`.
 from __future__ import annotations
 
 import struct
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, MmaRows, VecLayout, VecRows, WgmmaLayout, placed_bytes
@@ -149,6 +149,17 @@ class LoopContext:
         # id(Store) -> (staging buffer, its panel columns): stores of the epilogue's whole tile
         # written to shared memory, for TMA stores (CudaRenderer.staged_stores)
         self.staged: dict = {}
+        self.packed = False  # ... packed in registers instead (CudaRenderer.deferred_epilogue)
+
+
+@dataclass
+class DeferredEpilogue:
+    """A persistent GEMM's epilogue whose whole tiles are stored under the next tile's first
+    wgmmas (CudaRenderer.deferred_epilogue)."""
+    loop: T.For  # the epilogue's loop over the accumulators
+    staged: dict  # its stores: id(Store) -> (staging buffer, panel columns)
+    panels: int  # panels per warpgroup's rows
+    per_panel: int  # the thread's groups per panel
 
 
 class CudaRenderer(CStyleRenderer):
@@ -196,6 +207,7 @@ class CudaRenderer(CStyleRenderer):
         # after the softmax; None: one buffer)
         self.p_split = None
         self.consumer_only = False
+        self.defer: DeferredEpilogue | None = None  # (warp_specialized: deferred_epilogue)
 
     def binary(self, e: T.Binary) -> str:
         if e.fn == "imod" and self.rotating:
@@ -781,6 +793,9 @@ class CudaRenderer(CStyleRenderer):
             self.emit("uint32_t tilec_it = 0;  // K tiles consumed", d)
             if self.once_ring:
                 self.emit("uint32_t tilec_t = 0;  // the block's tiles so far", d)
+            self.defer = self.deferred_epilogue(post)
+            if self.defer is not None:
+                self.flush_function(d)
             if k.persistent:
                 self.tile_loop(d)
                 d += 1
@@ -801,6 +816,10 @@ class CudaRenderer(CStyleRenderer):
             self.emit("++tilec_turn;", d)
         if d > depth + 1:
             self.emit("}", depth + 1)
+        if self.defer is not None:
+            self.emit("if (tilec_pend) tilec_flush(0, "
+                      f"{self.defer.panels});  // the block's last tile", depth + 1)
+            self.defer = None
         if k.tma_stores:  # (the block's shared memory outlives its last stores)
             self.emit("if (tilec_tid % 128 == 0) tilec::sm90::bulk_wait<0>();  // the TMA stores "
                       "are done", depth + 1)
@@ -854,6 +873,11 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}, "
                       f"{self.ws_operands(g, 'tilec_s')});", d + 1)
         self.emit("tilec::sm90::wgmma_commit();", d + 1)
+        kv = cname(loop.vars[0])
+        if self.defer is not None:
+            self.emit(f"if (tilec_pend && {kv} < {self.defer.panels}) tilec_flush((int){kv}, "
+                      f"(int){kv} + 1);  // the previous tile's panel {kv}, beside these wgmmas",
+                      d + 1)
         self.emit("tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done", d + 1)
         self.emit(f"if ({cname(loop.vars[0])} > 0) {self.release('tilec_prev')}", d + 1)
         self.emit("tilec_prev = tilec_s;", d + 1)
@@ -865,6 +889,13 @@ class CudaRenderer(CStyleRenderer):
         self.emit("tilec::sm90::wgmma_wait<0>();", d)
         self.emit(f"tilec::sm90::fence_regs<{c.layout.slots()}>({cname(g.c)});", d)
         self.emit(f"if ({self.expr(loop.extents[0])} > 0) {self.release('tilec_prev')}", d)
+        if self.defer is not None:
+            P = self.defer.panels
+            self.emit("if (tilec_pend) {  // the previous tile's panels no K tile took", d)
+            self.emit(f"tilec_flush((int)tilec::imin({self.expr(loop.extents[0])}, (int64_t){P}), "
+                      f"{P});", d + 1)
+            self.emit("tilec_pend = false;", d + 1)
+            self.emit("}", d)
 
     def ws_operands(self, g: T.Gemm, stage: str) -> str:
         """The A and B arguments of wgmma_tile for this consumer warpgroup's 64 rows of a
@@ -1778,7 +1809,14 @@ class CudaRenderer(CStyleRenderer):
         s, L, ivar, jvar, body, orelse, row_conds, col_bounds, other = loop
         streaming = L.groups() is None
         d = depth
-        if staged:
+        packed = bool(staged) and self.defer is not None and self.defer.loop is s
+        if packed:  # (deferred_epilogue)
+            self.emit("// the tile's values, packed in registers: the next tile's K loop stores "
+                      "them (tilec_flush)", d)
+            self.emit("#pragma unroll", d)
+            self.emit(f"for (int tilec_q = 0; tilec_q < {L.groups()}; ++tilec_q) {{", d)
+            row, col0, valid = L.row("tilec_q"), L.col0("tilec_q"), L.valid("tilec_q")
+        elif staged:
             panels = self.staging_panels(loop, staged, d)
             d += 1
             self.emit("#pragma unroll", d)
@@ -1816,6 +1854,7 @@ class CudaRenderer(CStyleRenderer):
         outer = self.ctx
         self.ctx = LoopContext(L, tuple(T.Var(v) for v in s.vars), ivar, jvar, streaming)
         self.ctx.staged = staged or {}
+        self.ctx.packed = packed
         if jvar is None:
             self.emit("const int tilec_v = 0;", d)
             self.emit("(void)tilec_v;", d)
@@ -1827,6 +1866,16 @@ class CudaRenderer(CStyleRenderer):
         self.ctx = outer
         if conds and not orelse:
             self.emit("}", d - 1)
+        if packed:
+            self.emit("}", depth)
+            self.emit("// where its TMA stores go", depth)
+            for st in body:
+                if id(st) in staged:
+                    at = self.staged_coords(st, ivar, jvar)
+                    self.emit(" ".join(f"{self.pending(st.buf)}_at[{n}] = (int32_t)({x});"
+                                       for n, x in enumerate(at)), depth)
+            self.emit("tilec_pend = true;", depth)
+            return
         if staged:
             self.emit("}", depth + 1)
             self.staging_stores(loop, staged, depth + 1)
@@ -1895,6 +1944,77 @@ class CudaRenderer(CStyleRenderer):
         at = ", ".join(f"(int32_t)({e})" for e in coords)
         self.emit(f"tilec::sm90::tma_store_{len(st.idx)}d(&tilec_map_{cname(st.buf)}, "
                   f"{self.staging_buffer(buf)}, {at});", d)
+
+    # ---- Hopper: a persistent GEMM's epilogue stored under the next tile's wgmmas ----------
+    def deferred_epilogue(self, post) -> DeferredEpilogue | None:
+        """The epilogue after a persistent GEMM's K loop (`post`) whose whole tiles wait for
+        the next tile's K loop (TileKernel.deferred_stores, passes/tma_store.py): computed as
+        the K loop ends, as before, and kept packed in registers; the next tile's K loop writes
+        a panel of them to the staging buffers and stores it after issuing each of its first
+        K tiles' wgmmas (tilec_flush), so the tensor cores no longer idle while the warpgroups
+        write the tile. None where the kernel does not defer them."""
+        if not self.k.deferred_stores:
+            return None
+        (loop,) = [st for st in post if isinstance(st, T.For)]
+        parts = self.loop_parts(loop)
+        L = parts[1]
+        staged = self.staged_stores(parts)
+        assert L.vec == 2 and L.valid("tilec_q") is None and staged, \
+            "a deferred epilogue: pairs of columns, every group valid, staged stores"
+        (cols,) = {c for _, c in staged.values()}
+        panels = L.cols // cols
+        return DeferredEpilogue(loop, staged, panels, L.groups() // panels)
+
+    def pending(self, out: str) -> str:
+        """The registers of a deferred epilogue's pending tile of output `out`."""
+        return f"tilec_pend_{cname(out)}"
+
+    def flush_function(self, d: int):
+        """A deferred epilogue's pending tile and tilec_flush(first, last), which writes its
+        panels [first, last) to the staging buffers and stores them by TMA (in this
+        warpgroup's bulk groups, as staging_stores does)."""
+        df = self.defer
+        _, L, _, _, body, *_ = self.loop_parts(df.loop)
+        stores = [st for st in body if id(st) in df.staged]
+        self.emit("// a deferred epilogue: a whole tile's values wait in registers, packed, "
+                  "while the next tile's first", d)
+        self.emit(f"// K tiles' wgmmas run; each of those K tiles' iterations writes a panel "
+                  f"of {df.staged[id(stores[0])][1]} columns to the", d)
+        self.emit("// staging buffers and stores it by TMA", d)
+        for st in stores:
+            self.emit(f"uint32_t {self.pending(st.buf)}[{L.groups()}];  // the pending tile of "
+                      f"{st.buf}, pairs of {self.globals[st.buf].dtype} values", d)
+            self.emit(f"int32_t {self.pending(st.buf)}_at[{len(st.idx)}] = {{}};  // where its TMA "
+                      "stores go (this warpgroup's first panel)", d)
+        self.emit("bool tilec_pend = false;  // a tile is pending", d)
+        self.emit("auto tilec_flush = [&](int tilec_first, int tilec_last) {  // its panels "
+                  "[first, last)", d)
+        self.emit("#pragma unroll", d + 1)
+        self.emit(f"for (int tilec_p = 0; tilec_p < {df.panels}; ++tilec_p) {{", d + 1)
+        self.emit("if (tilec_p < tilec_first || tilec_p >= tilec_last) continue;", d + 2)
+        self.emit(f"tilec::sm90::staging_free<{min(df.panels, 2) - 1}>({self.STAGING_BAR} + "
+                  "tilec_warp / 4);", d + 2)
+        self.emit("#pragma unroll", d + 2)
+        self.emit(f"for (int tilec_q = tilec_p * {df.per_panel}; tilec_q < (tilec_p + 1) * "
+                  f"{df.per_panel}; ++tilec_q) {{", d + 2)
+        self.emit(f"const int tilec_i = {L.row('tilec_q')};", d + 3)
+        self.emit(f"const int tilec_j0 = {L.col0('tilec_q')};", d + 3)
+        for st in stores:
+            buf, cols = df.staged[id(st)]
+            self.emit(f"tilec::sm90::store32({self.staging_buffer(buf)} + tilec::sm90::sw128<2>("
+                      f"tilec_i % 64, tilec_j0 % {cols}), {self.pending(st.buf)}[tilec_q]);", d + 3)
+        self.emit("}", d + 2)
+        self.emit(f"tilec::sm90::staging_ready({self.STAGING_BAR} + tilec_warp / 4);", d + 2)
+        self.emit("if (tilec_tid % 128 == 0) {", d + 2)
+        for st in stores:
+            buf, cols = df.staged[id(st)]
+            at = f"{self.pending(st.buf)}_at"
+            self.tma_store(st, buf, [f"{at}[0] + tilec_p * {cols}"] +
+                           [f"{at}[{n}]" for n in range(1, len(st.idx))], d + 3)
+        self.emit("tilec::sm90::bulk_commit();", d + 3)
+        self.emit("}", d + 2)
+        self.emit("}", d + 1)
+        self.emit("};", d)
 
     def staging_buffer(self, buf: str) -> str:
         """The staging buffer of this warpgroup's panel tilec_p (two per warpgroup, alternating;
@@ -2174,6 +2294,10 @@ class CudaRenderer(CStyleRenderer):
             element_loop(bool(col_bounds), d)
         for st in stores:
             p = self.globals[st.buf]
+            if id(st) in ctx.staged and ctx.packed:  # kept for the next tile's K loop
+                self.emit(f"{self.pending(st.buf)}[tilec_q] = tilec::sm90::pack16x2("
+                          f"{ctx.vec_stores[id(st)]});", d)
+                continue
             if id(st) in ctx.staged:  # into this panel's staging buffer, in TMA's swizzle
                 buf, cols = ctx.staged[id(st)]
                 self.emit(f"tilec::store_vec_whole<{vec}, {bits_kind(p.dtype)}>("
@@ -2607,9 +2731,14 @@ def _for_arch(target, options: dict):
         wgmma_fp8 = (128, 128, 128, 6, 2, False, 1) if wgmma else ()
         promote = split_k.fp8_promote(128)
         pairs = split_k.fp8_pairs(True)
+        # the epilogue's stores under the next tile's first wgmmas (CudaRenderer.
+        # deferred_epilogue): f16 GEMM on the H200, interleaved with cuBLAS (docs/PERFORMANCE.md,
+        # 2026-12-06 03:00): 4096^3 182.4 -> 180.0 us, 8192^3 1455.9 -> 1432.2 us; the whole
+        # flush after the first K tile's wgmmas instead of a panel per K tile: 181.4, 1446.4 us
+        deferred = split_k.deferred_epilogue(True)
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
                                                  wgmma_fp8=wgmma_fp8, fp8_promote=promote,
-                                                 fp8_pairs=pairs,
+                                                 fp8_pairs=pairs, deferred_epilogue=deferred,
                                                  wgmma_attention=attention))
     return target
 

@@ -1541,6 +1541,16 @@ TILEC_DEV int sw128(int row, int col) {
     return (row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15)) / E;
 }
 
+// A pair of 16-bit values as one 32-bit word (the first in the low half, as memory holds them),
+// and the word written back to shared memory: a deferred epilogue keeps a tile's packed values
+// in registers until it stores them.
+TILEC_DEV uint32_t pack16x2(const uint16_t (&v)[2]) {
+    return (uint32_t)v[0] | ((uint32_t)v[1] << 16);
+}
+TILEC_DEV void store32(uint16_t* p, uint32_t w) {
+    *reinterpret_cast<uint32_t*>(p) = w;
+}
+
 TILEC_DEV void prefetch_tensor_map(const CUtensorMap* map) {
 #ifdef TILEC_SM90A
     asm volatile("prefetch.tensormap [%0];" :: "l"(reinterpret_cast<uint64_t>(map)) : "memory");
