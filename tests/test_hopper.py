@@ -414,6 +414,36 @@ def test_deferred_epilogue_stores_under_the_next_tiles_wgmmas(monkeypatch):
     assert "tilec_flush" not in _kernel_source(GEMMS)
 
 
+# epilogues that read more than the accumulators (a residual tile, a bias) beside a
+# deferred tile: 64 registers of packed values beside the 128 accumulators
+DEFERRED_HEAVY = """
+kernel d_gelu_res(A: f16[M, K], B: f16[K, N], bias: f16[N], R: f16[M, N]) -> C: f16[M, N]:
+    C = gelu(A @ B + bias) + R
+
+kernel d_linear_res(X: bf16[M, K], W: bf16[N, K], b: bf16[N], R: bf16[M, N]) -> C: bf16[M, N]:
+    C = X @ W.T + b + R
+
+"""
+
+
+@pytest.mark.nvcc
+def test_deferred_epilogues_compile_without_spills():
+    """The pending tile's registers beside the accumulators leave room for epilogues that read
+    a residual tile and a bias: no spills in the sm_90a kernels (the staging offsets of the
+    pending tile are computed where it is stored, not held through the K loop)."""
+    need_nvcc()
+    assert all(k.deferred_stores for k in _kernels(DEFERRED_HEAVY) if k.name.endswith("_tma"))
+    seen = set()
+    for f, r, _ in nvcc_each(DEFERRED_HEAVY, "heavy.tile", [
+            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"], HOPPER):
+        assert r.returncode == 0, r.stderr
+        for (k, _), (_, spill) in ptxas_lines(r.stderr).items():
+            if "_k0_tma" in k:
+                seen.add(f)
+                assert spill == 0, (k, r.stderr)
+    assert len(seen) == 2
+
+
 @pytest.mark.parametrize("knob", ["2", "x", "1,0"])
 def test_a_malformed_defer_epilogue_knob_is_a_user_error(monkeypatch, knob):
     monkeypatch.setenv("TILEC_DEFER_EPILOGUE", knob)

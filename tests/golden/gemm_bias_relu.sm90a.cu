@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(384, 1) gemm_bias_relu_k0_tma(const __grid_con
                 tilec::sm90::staging_free<1>(4 + tilec_warp / 4);
                 #pragma unroll
                 for (int tilec_q = tilec_p * 16; tilec_q < (tilec_p + 1) * 16; ++tilec_q) {
-                    const int tilec_i = tilec_warp * 16 + tilec_q % 2 * 8 + (tilec_lane >> 2);
+                    const int tilec_i = tilec::sm90::opaque(tilec_warp * 16 + tilec_q % 2 * 8 + (tilec_lane >> 2));  // (opaque: computed here, not held through the K loop)
                     const int tilec_j0 = tilec_q / 2 % 32 * 8 + (tilec_lane & 3) * 2;
                     tilec::sm90::store32(C_st + ((tilec_warp / 4) * 2 + tilec_p % 2) * 4096 + tilec::sm90::sw128<2>(tilec_i % 64, tilec_j0 % 64), tilec_pend_C[tilec_q]);
                 }

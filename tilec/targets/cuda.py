@@ -879,7 +879,7 @@ class CudaRenderer(CStyleRenderer):
                       f"(int){kv} + 1);  // the previous tile's panel {kv}, beside these wgmmas",
                       d + 1)
         self.emit("tilec::sm90::wgmma_wait<1>();  // the previous K tile's wgmmas are done", d + 1)
-        self.emit(f"if ({cname(loop.vars[0])} > 0) {self.release('tilec_prev')}", d + 1)
+        self.emit(f"if ({kv} > 0) {self.release('tilec_prev')}", d + 1)
         self.emit("tilec_prev = tilec_s;", d + 1)
         self.emit("++tilec_it;", d + 1)
         self.emit("}", d)
@@ -1997,7 +1997,8 @@ class CudaRenderer(CStyleRenderer):
         self.emit("#pragma unroll", d + 2)
         self.emit(f"for (int tilec_q = tilec_p * {df.per_panel}; tilec_q < (tilec_p + 1) * "
                   f"{df.per_panel}; ++tilec_q) {{", d + 2)
-        self.emit(f"const int tilec_i = {L.row('tilec_q')};", d + 3)
+        self.emit(f"const int tilec_i = tilec::sm90::opaque({L.row('tilec_q')});  // (opaque: "
+                  "computed here, not held through the K loop)", d + 3)
         self.emit(f"const int tilec_j0 = {L.col0('tilec_q')};", d + 3)
         for st in stores:
             buf, cols = df.staged[id(st)]

@@ -1550,6 +1550,13 @@ TILEC_DEV uint32_t pack16x2(const uint16_t (&v)[2]) {
 TILEC_DEV void store32(uint16_t* p, uint32_t w) {
     *reinterpret_cast<uint32_t*>(p) = w;
 }
+// x, opaque to the optimizer: what derives from it is computed where it is used. A deferred
+// epilogue's swizzled staging offsets (16 per thread) would otherwise be hoisted out of the tile
+// loop and held through the K loop beside the accumulators and the pending tile, and spill.
+TILEC_DEV int opaque(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
 
 TILEC_DEV void prefetch_tensor_map(const CUtensorMap* map) {
 #ifdef TILEC_SM90A
