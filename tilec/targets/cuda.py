@@ -159,7 +159,6 @@ class DeferredEpilogue:
     loop: T.For  # the epilogue's loop over the accumulators
     staged: dict  # its stores: id(Store) -> (staging buffer, panel columns)
     panels: int  # panels per warpgroup's rows
-    per_panel: int  # the thread's groups per panel
 
 
 class CudaRenderer(CStyleRenderer):
@@ -1878,7 +1877,8 @@ class CudaRenderer(CStyleRenderer):
             return
         if staged:
             self.emit("}", depth + 1)
-            self.staging_stores(loop, staged, depth + 1)
+            self.staging_stores([st for st in body if id(st) in staged], staged,
+                                lambda st: self.staged_coords(st, ivar, jvar), depth + 1)
         self.emit("}", depth)
 
     # ---- Hopper: the epilogue's whole tiles through shared memory by TMA stores -----------
@@ -1901,31 +1901,42 @@ class CudaRenderer(CStyleRenderer):
     def staging_panels(self, loop, staged: dict, d: int) -> int:
         """Open the loop over a tile's panels (tilec_p) with each panel's staging buffers free;
         returns the thread's groups per panel."""
-        L = loop[1]
-        (cols,) = {c for _, c in staged.values()}
-        panels = L.cols // cols
+        cols, panels, per_panel = self.panel_split(loop[1], staged)
         outs = sorted({buf for buf, _ in staged.values()})
         self.emit(f"// the tile leaves through shared memory ({', '.join(outs)}) by TMA stores: "
                   f"{panels} panel(s) of {cols} columns per consumer warpgroup, each written to a "
                   "buffer once its last store has read it", d)
+        self.open_panel(panels, d)
+        return per_panel
+
+    @staticmethod
+    def panel_split(L, staged: dict) -> tuple:
+        """(columns per panel, panels per warpgroup's rows, the thread's groups per panel) of
+        an epilogue over layout L whose stores `staged` leave by TMA."""
+        (cols,) = {c for _, c in staged.values()}
+        panels = L.cols // cols
+        return cols, panels, L.groups() // panels
+
+    def open_panel(self, panels: int, d: int, skip: str | None = None):
+        """Open the loop over a tile's panels (tilec_p), each begun once its staging buffer is
+        free; `skip`: a condition under which a panel is passed over."""
         self.emit("#pragma unroll", d)
         self.emit(f"for (int tilec_p = 0; tilec_p < {panels}; ++tilec_p) {{", d)
+        if skip:
+            self.emit(f"if ({skip}) continue;", d + 1)
         self.emit(f"tilec::sm90::staging_free<{min(panels, 2) - 1}>({self.STAGING_BAR} + "
                   "tilec_warp / 4);", d + 1)
-        return L.groups() // panels
 
-    def staging_stores(self, loop, staged: dict, d: int):
-        """Close the panel loop: the warpgroup's writes made visible to the TMA unit, then its
-        first thread stores each staged output's panel (its 64 rows, the panel's columns) and
-        commits them as one bulk group."""
-        _, _, ivar, jvar, body, *_ = loop
+    def staging_stores(self, stores: list, staged: dict, coords, d: int):
+        """Close a panel: the warpgroup's writes made visible to the TMA unit, then its first
+        thread stores each staged store's panel tilec_p (its 64 rows, the panel's columns; the
+        first panel's coordinates `coords(st)`, innermost first) and commits them as one bulk
+        group."""
         self.emit(f"tilec::sm90::staging_ready({self.STAGING_BAR} + tilec_warp / 4);", d)
         self.emit("if (tilec_tid % 128 == 0) {", d)
-        for st in body:
-            if id(st) not in staged:
-                continue
+        for st in stores:
             buf, cols = staged[id(st)]
-            x, *rest = self.staged_coords(st, ivar, jvar)
+            x, *rest = coords(st)
             self.tma_store(st, buf, [f"{x} + tilec_p * {cols}"] + rest, d + 1)
         self.emit("tilec::sm90::bulk_commit();", d + 1)
         self.emit("}", d)
@@ -1961,9 +1972,7 @@ class CudaRenderer(CStyleRenderer):
         staged = self.staged_stores(parts)
         assert L.vec == 2 and L.valid("tilec_q") is None and staged, \
             "a deferred epilogue: pairs of columns, every group valid, staged stores"
-        (cols,) = {c for _, c in staged.values()}
-        panels = L.cols // cols
-        return DeferredEpilogue(loop, staged, panels, L.groups() // panels)
+        return DeferredEpilogue(loop, staged, self.panel_split(L, staged)[1])
 
     def pending(self, out: str) -> str:
         """The registers of a deferred epilogue's pending tile of output `out`."""
@@ -1976,10 +1985,11 @@ class CudaRenderer(CStyleRenderer):
         df = self.defer
         _, L, _, _, body, *_ = self.loop_parts(df.loop)
         stores = [st for st in body if id(st) in df.staged]
+        cols, panels, per_panel = self.panel_split(L, df.staged)
         self.emit("// a deferred epilogue: a whole tile's values wait in registers, packed, "
                   "while the next tile's first", d)
         self.emit(f"// K tiles' wgmmas run; each of those K tiles' iterations writes a panel "
-                  f"of {df.staged[id(stores[0])][1]} columns to the", d)
+                  f"of {cols} columns to the", d)
         self.emit("// staging buffers and stores it by TMA", d)
         for st in stores:
             self.emit(f"uint32_t {self.pending(st.buf)}[{L.groups()}];  // the pending tile of "
@@ -1989,14 +1999,10 @@ class CudaRenderer(CStyleRenderer):
         self.emit("bool tilec_pend = false;  // a tile is pending", d)
         self.emit("auto tilec_flush = [&](int tilec_first, int tilec_last) {  // its panels "
                   "[first, last)", d)
-        self.emit("#pragma unroll", d + 1)
-        self.emit(f"for (int tilec_p = 0; tilec_p < {df.panels}; ++tilec_p) {{", d + 1)
-        self.emit("if (tilec_p < tilec_first || tilec_p >= tilec_last) continue;", d + 2)
-        self.emit(f"tilec::sm90::staging_free<{min(df.panels, 2) - 1}>({self.STAGING_BAR} + "
-                  "tilec_warp / 4);", d + 2)
+        self.open_panel(panels, d + 1, "tilec_p < tilec_first || tilec_p >= tilec_last")
         self.emit("#pragma unroll", d + 2)
-        self.emit(f"for (int tilec_q = tilec_p * {df.per_panel}; tilec_q < (tilec_p + 1) * "
-                  f"{df.per_panel}; ++tilec_q) {{", d + 2)
+        self.emit(f"for (int tilec_q = tilec_p * {per_panel}; tilec_q < (tilec_p + 1) * "
+                  f"{per_panel}; ++tilec_q) {{", d + 2)
         self.emit(f"const int tilec_i = tilec::sm90::opaque({L.row('tilec_q')});  // (opaque: "
                   "computed here, not held through the K loop)", d + 3)
         self.emit(f"const int tilec_j0 = {L.col0('tilec_q')};", d + 3)
@@ -2005,15 +2011,8 @@ class CudaRenderer(CStyleRenderer):
             self.emit(f"tilec::sm90::store32({self.staging_buffer(buf)} + tilec::sm90::sw128<2>("
                       f"tilec_i % 64, tilec_j0 % {cols}), {self.pending(st.buf)}[tilec_q]);", d + 3)
         self.emit("}", d + 2)
-        self.emit(f"tilec::sm90::staging_ready({self.STAGING_BAR} + tilec_warp / 4);", d + 2)
-        self.emit("if (tilec_tid % 128 == 0) {", d + 2)
-        for st in stores:
-            buf, cols = df.staged[id(st)]
-            at = f"{self.pending(st.buf)}_at"
-            self.tma_store(st, buf, [f"{at}[0] + tilec_p * {cols}"] +
-                           [f"{at}[{n}]" for n in range(1, len(st.idx))], d + 3)
-        self.emit("tilec::sm90::bulk_commit();", d + 3)
-        self.emit("}", d + 2)
+        self.staging_stores(stores, df.staged, lambda st: [
+            f"{self.pending(st.buf)}_at[{n}]" for n in range(len(st.idx))], d + 2)
         self.emit("}", d + 1)
         self.emit("};", d)
 
