@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import check_text, compile_text
@@ -1242,3 +1243,35 @@ def test_warp_specialized_attention_on_gpu(monkeypatch, knob):
             ((dict(B=40, H=1, L=1000, S=200, D=128), dict(B=36, H=1, L=1800, S=300, D=64))
              if knob.split(",")[3:4] == ["1"] else ()):
         check_text(ATTENTION, dims, name="hop_only.tile", target="cuda", options=HOPPER)
+
+
+L2_PROGRAM = r"""
+#include <cstdio>
+#include "tilec_cuda.h"
+int main() {
+    alignas(256) static unsigned char buf[512];
+    const uint64_t lines[2] = {8192, 8192 * 4096}, inside[2] = {8176, 8176 * 4096};
+    const uint64_t third[2] = {8192, 8192 * 4096 + 16};
+    std::printf("%d %d %d %d %d\n",
+                tilec::l2_promotion(buf, 2, lines) == CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                tilec::l2_promotion(buf, 2, inside) == CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                tilec::l2_promotion(buf + 16, 2, lines) == CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                tilec::l2_promotion(buf, 3, third) == CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                tilec::l2_promotion(buf, 2, third) == CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    return 0;
+}
+"""
+
+
+def test_tensor_maps_fetch_256_bytes_only_where_rows_start_on_lines(tmp_path):
+    """A tensor whose rows start inside 128-byte lines (a row of 4088 f16 values, an unaligned
+    base) gets 128-byte L2 fetches in its tensor maps, others 256 (host code: runs here)."""
+    need_nvcc()
+    templates = Path(driver.__file__).parent / "templates"
+    (tmp_path / "l2.cu").write_text(L2_PROGRAM)
+    exe = tmp_path / "l2"
+    r = subprocess.run(["nvcc", "-std=c++17", f"-I{templates / 'cuda'}", f"-I{templates / 'common'}",
+                        str(tmp_path / "l2.cu"), "-o", str(exe)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.split() \
+        == ["1"] * 5
