@@ -175,6 +175,12 @@ def fp8_pairs(default: bool) -> bool:
     return _switch("TILEC_FP8_PAIRS", default)
 
 
+def tma_edges(default: bool) -> bool:
+    """`TILEC_TMA_EDGES` (1 or 0): whether a TMA-store epilogue's edge tiles are stored by TMA
+    too (resources.tma_edges), in place of the target's choice, for measuring on a device."""
+    return _switch("TILEC_TMA_EDGES", default)
+
+
 def deferred_epilogue(default: bool) -> bool:
     """`TILEC_DEFER_EPILOGUE` (1 or 0): whether a persistent warp-specialized GEMM stores each
     tile under the next tile's first wgmmas (resources.deferred_epilogue), in place of the
