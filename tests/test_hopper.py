@@ -223,18 +223,15 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
         assert any("shared(f16" in T.print_kernel(k) for k in ks)
 
 
-@pytest.mark.parametrize("knob", ["100", "-128", "x", "128,2"])
-def test_a_malformed_fp8_promotion_knob_is_a_user_error(monkeypatch, knob):
-    monkeypatch.setenv("TILEC_FP8_PROMOTE", knob)
-    with pytest.raises(TilecError, match="TILEC_FP8_PROMOTE"):
-        _kernels(GEMMS_FP8)
-
-
-@pytest.mark.parametrize("knob", ["2", "x", "1,1"])
-def test_a_malformed_fp8_pairs_knob_is_a_user_error(monkeypatch, knob):
-    monkeypatch.setenv("TILEC_FP8_PAIRS", knob)
-    with pytest.raises(TilecError, match="TILEC_FP8_PAIRS"):
-        _kernels(GEMMS_FP8)
+@pytest.mark.parametrize("var, value, text", [
+    *[("TILEC_FP8_PROMOTE", v, GEMMS_FP8) for v in ("100", "-128", "x", "128,2")],
+    *[("TILEC_FP8_PAIRS", v, GEMMS_FP8) for v in ("2", "x", "1,1")],
+    *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_TMA_EDGES")
+      for v in ("2", "x", "1,0")]])
+def test_a_malformed_knob_is_a_user_error(monkeypatch, var, value, text):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(TilecError, match=var):
+        _kernels(text)
 
 
 @pytest.mark.parametrize("pairs", ["", "0"])
@@ -469,20 +466,6 @@ def test_edge_tiles_leave_by_tma_stores_with_the_knob(monkeypatch):
             assert "staging_free<1>(4 + tilec_warp / 4)" in edge and "tma_store_2d(&tilec_map_C" in edge
         # (the border group's vector: zeros where its columns pass the tensor's end)
         assert re.search(r"(uint16_t|float) tilec_st\d+\[2\] = \{\};", edge)
-
-
-@pytest.mark.parametrize("knob", ["2", "x", "1,0"])
-def test_a_malformed_tma_edges_knob_is_a_user_error(monkeypatch, knob):
-    monkeypatch.setenv("TILEC_TMA_EDGES", knob)
-    with pytest.raises(TilecError, match="TILEC_TMA_EDGES"):
-        _kernels(GEMMS)
-
-
-@pytest.mark.parametrize("knob", ["2", "x", "1,0"])
-def test_a_malformed_defer_epilogue_knob_is_a_user_error(monkeypatch, knob):
-    monkeypatch.setenv("TILEC_DEFER_EPILOGUE", knob)
-    with pytest.raises(TilecError, match="TILEC_DEFER_EPILOGUE"):
-        _kernels(GEMMS)
 
 
 @pytest.mark.parametrize("text, staged", [

@@ -1909,6 +1909,8 @@ class CudaRenderer(CStyleRenderer):
         (the copy engine leaves out what lies outside the tensor, and nothing inside it may be
         left out); {} otherwise."""
         staged = self.staged_stores(loop) if self.k.tma_edges else {}
+        if not staged:
+            return {}
         _, _, ivar, jvar, body, _, row_conds, col_bounds, _ = loop
         rows = [split_bound(c, (ivar,)) for c in row_conds]
         for st in body:
