@@ -58,12 +58,13 @@ def _kernels(text: str, options=HOPPER) -> list:
     return [k for p in m.programs for k in p.kernels]
 
 
-def _tma_variants_only(monkeypatch):
-    """Build the warp-specialized (`_tma`) variants alone, where a group has them: a condition
-    of theirs that fails is then an error, not a fall-through to the mma.sync kernel."""
+def _tma_variants_only(monkeypatch, suffix: str = "_tma"):
+    """Build the warp-specialized variants (`suffix`: `_tma`, or `_tma_pairs` in clusters of 2)
+    alone, where a group has them: a condition of theirs that fails is then an error, not a
+    fall-through to another kernel."""
     keep = tile_pass.gemm_variants
     monkeypatch.setattr(tile_pass, "gemm_variants",
-                        lambda *a: [v for v in keep(*a) if v[0] == "_tma"] or keep(*a))
+                        lambda *a: [v for v in keep(*a) if v[0] == suffix] or keep(*a))
 
 
 def _tiles_match_reference(g, k, dims: dict, out: str):
@@ -92,6 +93,29 @@ def test_gemms_get_a_warp_specialized_persistent_variant():
         # stays as the fallback
         assert "% 8 == 0" in str(k.when) and k.aligned
         assert f"{name}_k0" in ks
+
+
+def test_b_rows_off_128_byte_lines_take_clusters_of_2_first(monkeypatch):
+    """Where B's rows (N of A @ B, K of A @ W.T) may start off 128-byte lines, a variant in
+    clusters of 2 sharing B tiles comes before the plain one, with that as its run-time
+    condition; not for batched GEMMs, nor where the extents say the rows start on lines, nor
+    with TILEC_WGMMA_PAIRS=0."""
+    ks = _kernels(GEMMS)
+    names = [k.name for k in ks]
+    for name, row in (("hop_bias_relu", "N"), ("hop_bf16_bt", "K")):
+        k = ks[names.index(f"{name}_k0_tma_pairs")]
+        assert names.index(f"{name}_k0_tma_pairs") + 1 == names.index(f"{name}_k0_tma")
+        assert k.cluster == 2 and ks[names.index(f"{name}_k0_tma")].cluster == 1
+        assert f"{row} % 64 != 0" in str(k.when) and "% 8 == 0" in str(k.when)
+        assert "clusters of 2" in T.print_kernel(k)
+    assert "hop_batched_k0_tma_pairs" not in names
+    on_lines = "kernel t(A: f16[M, K], B: f16[K, 4096]) -> C: f16[M, 4096]:\n    C = A @ B\n"
+    assert [k.name for k in _kernels(on_lines) if k.warp_specialize] == ["t_k0_tma"]
+    off = _kernels(on_lines.replace("4096", "4088"))
+    assert [k.name for k in off if k.warp_specialize] == ["t_k0_tma_pairs", "t_k0_tma"]
+    assert "% 64" not in str(off[0].when)  # (known true: TMA's own conditions alone)
+    monkeypatch.setenv("TILEC_WGMMA_PAIRS", "0")
+    assert not any(k.cluster > 1 for k in _kernels(GEMMS))
 
 
 @pytest.mark.parametrize("options, sched", [
@@ -226,7 +250,7 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
 @pytest.mark.parametrize("var, value, text", [
     *[("TILEC_FP8_PROMOTE", v, GEMMS_FP8) for v in ("100", "-128", "x", "128,2")],
     *[("TILEC_FP8_PAIRS", v, GEMMS_FP8) for v in ("2", "x", "1,1")],
-    *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_TMA_EDGES")
+    *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_TMA_EDGES", "TILEC_WGMMA_PAIRS")
       for v in ("2", "x", "1,0")]])
 def test_a_malformed_knob_is_a_user_error(monkeypatch, var, value, text):
     monkeypatch.setenv(var, value)
@@ -554,12 +578,13 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
         assert "warning" not in r.stderr.lower(), r.stderr
         ptx += kept_ptx(folder, f, "compute_90a")
         report = ptxas_lines(r.stderr)
-        for name in re.findall(r"__launch_bounds__\(\d+, \d+\) (\w+)_k0_tma\(",
-                               (folder / f).read_text()):
-            built.add(name)
+        for name, variant in re.findall(r"__launch_bounds__\(\d+, \d+\) (\w+)_k0(_tma\w*)\(",
+                                        (folder / f).read_text()):
+            built.add(name + variant)
             # (the sm_90a entry holds the real kernel, its accumulators in registers; the
             # other architectures' stub takes a handful)
-            entry = [v for (k, a), v in report.items() if a == "sm_90a" and f"{name}_k0_tma" in k]
+            entry = [v for (k, a), v in report.items()
+                     if a == "sm_90a" and re.search(rf"{name}_k0{variant}E", k)]
             assert len(entry) == 1 and entry[0][1] == 0 and entry[0][0] > 40, r.stderr
         sass = kept_sass(folder, f)
         assert "HGMMA" in sass and "UTMALDG" in sass
@@ -567,7 +592,11 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
         staged = any(k.tma_stores for k in _kernels(GEMMS, MIXED))
         assert ("UTMASTG" in sass) == staged and \
             staged == (knob in ("", "128x256,4,cluster2", "edges"))
-    assert built == {"hop_bias_relu", "hop_bf16_bt", "hop_batched"}
+    # (where the knob leaves clusters off: a variant in clusters of 2 for B rows off 128-byte
+    # lines, batched GEMMs apart)
+    pairs = {"", "192x128,5", "edges"}
+    assert built == {"hop_bias_relu_tma", "hop_bf16_bt_tma", "hop_batched_tma"} | (
+        {"hop_bias_relu_tma_pairs", "hop_bf16_bt_tma_pairs"} if knob in pairs else set())
     n = 128 if knob and "cluster2" not in knob and knob != "edges" else 256
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16", ptx)
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.bf16\.bf16", ptx)
@@ -608,6 +637,19 @@ def test_warp_specialized_gemms_on_gpu(monkeypatch, knob):
         # elsewhere the variant does not apply, an error here)
         text = GEMMS if dims["M"] % 8 == 0 else GEMMS_A_K_MAJOR
         check_text(text, dims, name="hop_only.tile", target="cuda", options=options)
+
+
+@pytest.mark.gpu
+def test_gemms_on_rows_off_128_byte_lines_in_clusters_on_gpu(monkeypatch):
+    """The variant in clusters of 2 alone (B's rows start off 128-byte lines at every size
+    here; a failing condition is an error): B's rows as N (A @ B) and as K (A @ W.T), one M
+    tile (a block of the pair computes no row), ragged M, N and K, more tiles than SMs."""
+    need_gpu()
+    _tma_variants_only(monkeypatch, "_tma_pairs")
+    for dims in (dict(M=200, N=136, K=72), dict(M=1, N=8, K=8), dict(M=130, N=1000, K=1000),
+                 dict(M=1000, N=264, K=520), dict(M=2104, N=2000, K=264),
+                 dict(M=4100, N=1032, K=584)):
+        check_text(GEMMS_A_K_MAJOR, dims, name="hop_pairs.tile", target="cuda", options=HOPPER)
 
 
 @pytest.mark.gpu

@@ -181,6 +181,13 @@ def tma_edges(default: bool) -> bool:
     return _switch("TILEC_TMA_EDGES", default)
 
 
+def wgmma_pairs(default: bool) -> bool:
+    """`TILEC_WGMMA_PAIRS` (1 or 0): whether 16-bit GEMMs whose B rows start off 128-byte lines
+    take a variant in clusters of 2 (resources.wgmma_pairs), in place of the target's choice,
+    for measuring on a device."""
+    return _switch("TILEC_WGMMA_PAIRS", default)
+
+
 def deferred_epilogue(default: bool) -> bool:
     """`TILEC_DEFER_EPILOGUE` (1 or 0): whether a persistent warp-specialized GEMM stores each
     tile under the next tile's first wgmmas (resources.deferred_epilogue), in place of the

@@ -50,6 +50,9 @@ class Resources:
     # products), else they share each tile, 64 rows each; cluster 2: pairs of blocks on
     # neighbouring M tiles load half of the B tile each for both (TMA multicast); () = never
     wgmma: tuple = ()
+    # where `wgmma` takes no cluster: a variant in clusters of 2 first, for 16-bit GEMMs whose
+    # B rows start off 128-byte lines (run-time strides)
+    wgmma_pairs: bool = False
     # the same for GEMMs of fp8 operands (K in values: the same 128-byte rows hold twice as
     # many); () = `wgmma`'s
     wgmma_fp8: tuple = ()

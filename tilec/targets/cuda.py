@@ -2766,9 +2766,18 @@ def _for_arch(target, options: dict):
         # 2026-12-06 03:00): 4096^3 182.4 -> 180.0 us, 8192^3 1455.9 -> 1432.2 us; the whole
         # flush after the first K tile's wgmmas instead of a panel per K tile: 181.4, 1446.4 us
         deferred = split_k.deferred_epilogue(True)
-        # edge tiles by TMA stores too (CudaRenderer.edge_staged): not yet measured on a device
+        # edge tiles by TMA stores too (CudaRenderer.edge_staged): on an H100 (docs/
+        # PERFORMANCE.md, 2026-12-06 07:46) f16 4000^3 0.92x / 0.91x cuBLAS against 0.93x /
+        # 0.92x without, no gain; off
         edges = split_k.tma_edges(False)
+        # B's rows off 128-byte lines (4096 x 4088 x 4096 f16, an H100, docs/PERFORMANCE.md
+        # 2026-12-06 07:50): the copy engine splits each misaligned box row into more L2
+        # requests, 0.249 ms against cuBLAS's 0.195-0.208; in clusters of 2 sharing B tiles
+        # (half the requests) 0.198 ms. Only there: 4096^3 takes 0.185 ms in clusters, 0.180
+        # without
+        clusters = split_k.wgmma_pairs(True)
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
+                                                 wgmma_pairs=clusters and wgmma[6:] == (1,),
                                                  wgmma_fp8=wgmma_fp8, fp8_promote=promote,
                                                  fp8_pairs=pairs, deferred_epilogue=deferred,
                                                  tma_edges=edges, wgmma_attention=attention))
