@@ -547,11 +547,11 @@ def test_clusters_share_the_b_tile_by_multicast(monkeypatch):
 
 
 @pytest.mark.parametrize("knob", ["128x320,4", "128x128,6,pingpong,cluster2", "256x128,4,pingpong",
-                                  "128x256,1", "128x256", "128x256,4,fast"])
+                                  "192x256,3", "128x256,1", "128x256", "128x256,4,fast"])
 def test_a_malformed_wgmma_knob_is_a_user_error(monkeypatch, knob):
     """TILEC_WGMMA values the kernel cannot take (a BN wgmma lacks, ping-pong with clusters, a
-    ping-pong tile whose accumulators exceed the registers, one stage, no stages, an unknown
-    form) are refused, naming the variable, before anything is built."""
+    ping-pong or cooperative tile whose accumulators exceed the registers, one stage, no
+    stages, an unknown form) are refused, naming the variable, before anything is built."""
     from tilec.diagnostics import TilecError
     monkeypatch.setenv("TILEC_WGMMA", knob)
     with pytest.raises(TilecError, match=r"TILEC_WGMMA=.*expected BMxBN,stages"):

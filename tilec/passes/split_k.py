@@ -118,7 +118,8 @@ def wgmma_tile(default: tuple) -> tuple:
     GEMM's block tile and depth in place of the target's `wgmma`, for measuring other choices on
     a device. Cooperative (the default form): BM a multiple of 64 up to 192, one consumer
     warpgroup per 64 rows; ping-pong: BM 64 or 128, two consumer warpgroups each on tiles of its
-    own. BN 64, 128 or 256 (ping-pong with BM 128: at most 128, the accumulators' registers).
+    own. BN 64, 128 or 256 (ping-pong with BM 128, and cooperative with BM 192: at most 128, the
+    accumulators' registers).
     cluster2 (not with ping-pong): blocks in clusters of 2 on neighbouring M tiles, each loading
     half of the B tile for both (TMA multicast). "off": no warp-specialized kernel."""
     env = os.environ.get("TILEC_WGMMA", "").strip()
@@ -127,8 +128,9 @@ def wgmma_tile(default: tuple) -> tuple:
     if env in ("off", "0"):
         return ()
     bad = error(f"TILEC_WGMMA={env!r}: expected BMxBN,stages[,pingpong|,cluster2] (BM a "
-                "multiple of 64 up to 192, or 64/128 for ping-pong; BN 64, 128 or 256; at least 2 "
-                "stages; all in 227 KiB of shared memory)")
+                "multiple of 64 up to 192, or 64/128 for ping-pong; BN 64, 128 or 256, at most "
+                "128 with BM 192 or ping-pong's BM 128; at least 2 stages; all in 227 KiB of "
+                "shared memory)")
     parts = env.split(",")
     try:
         bm, bn = (int(v) for v in parts[0].split("x"))
@@ -140,7 +142,8 @@ def wgmma_tile(default: tuple) -> tuple:
     if len(flags) != len(set(flags)) or not set(flags) <= {"pingpong", "cluster2"} or \
             (pingpong and cluster > 1) or bm % 64 or \
             not 64 <= bm <= (128 if pingpong else 192) or bn not in (64, 128, 256) or \
-            (pingpong and bm * bn > 128 * 128 and bm > 64) or stages < 2 or \
+            (pingpong and bm * bn > 128 * 128 and bm > 64) or \
+            (not pingpong and bm > 128 and bn > 128) or stages < 2 or \
             (bm + bn) * 64 * 2 * stages > 227 * 1024:
         raise bad
     return (bm, bn, 64, stages, 2 if pingpong else bm // 64, pingpong, cluster)
