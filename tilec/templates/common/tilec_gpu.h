@@ -101,6 +101,14 @@ template <typename T> TILEC_DEV T gelu_tanh(T x) {
 }
 template <typename T> TILEC_DEV T softplus(T x) { return (x > T(0) ? x : T(0)) + log1p(exp(-abs(x))); }
 template <typename T> TILEC_DEV T mish(T x) { return x * tanh(softplus(x)); }
+// f32, as the CPU computes it: tanh(log(1 + e^x)) = n (n + 2) / (n (n + 2) + 2) with n = e^x,
+// one exp and one division in place of exp, log1p and tanh (from x = 20 on the ratio rounds to
+// 1: x itself, and NaN stays NaN); mish(-inf) = -inf * 0 is NaN, as in the reference
+template <> TILEC_DEV float mish(float x) {
+    const float n = exp(fminf(x, 20.0f));
+    const float q = n * (n + 2.0f);
+    return x < 20.0f ? x * (q / (q + 2.0f)) : x;
+}
 
 // NumPy's maximum / minimum: NaN wins
 template <typename T> TILEC_DEV T maximum(T a, T b) { return (a > b || a != a) ? a : b; }
