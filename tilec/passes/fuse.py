@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir.fused import Buffer, Group, Plan
-from ..ir.graph import LEAVES, Module, Op
+from ..ir.graph import LEAVES, Graph, Module, Op
 from ..ir.types import Dim
 
 
@@ -331,18 +331,19 @@ def _toposort(groups, home, mat) -> list:
     return order
 
 
-def run(m: Module, opts) -> Module:
-    plans = []
-    for g in m.graphs:
-        fuse = m.schedule_for(g.name, opts["target"].name).fuse
-        if g.tile is not None:  # a tile-level kernel is its own single device kernel
-            plans.append(Plan((), ()))
-            continue
+def fusion_plan(g: Graph, fuse) -> Plan:
+    """The fusion plan of graph `g` (schedule key `fuse`)."""
+    if g.tile is not None:  # a tile-level kernel is its own single device kernel
+        return Plan((), ())
+    try:
+        return Fuser(g, fuse).run()
+    except CyclicPartition:
         try:
-            plans.append(Fuser(g, fuse).run())
-        except CyclicPartition:
-            try:
-                plans.append(Fuser(g, fuse, conservative=True).run())
-            except CyclicPartition:  # an inlined chain reached a value grouped later: one op
-                plans.append(Fuser(g, fuse, isolate=True).run())  # per kernel cannot cycle
-    return replace(m, plans=tuple(plans))
+            return Fuser(g, fuse, conservative=True).run()
+        except CyclicPartition:  # an inlined chain reached a value grouped later: one op
+            return Fuser(g, fuse, isolate=True).run()  # per kernel cannot cycle
+
+
+def run(m: Module, opts) -> Module:
+    return replace(m, plans=tuple(fusion_plan(g, m.schedule_for(g.name, opts["target"].name).fuse)
+                                  for g in m.graphs))
