@@ -250,7 +250,8 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
 @pytest.mark.parametrize("var, value, text", [
     *[("TILEC_FP8_PROMOTE", v, GEMMS_FP8) for v in ("100", "-128", "x", "128,2")],
     *[("TILEC_FP8_PAIRS", v, GEMMS_FP8) for v in ("2", "x", "1,1")],
-    *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_TMA_EDGES", "TILEC_WGMMA_PAIRS")
+    *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_TMA_EDGES", "TILEC_WGMMA_PAIRS",
+                                  "TILEC_MERGE_ROWS")
       for v in ("2", "x", "1,0")]])
 def test_a_malformed_knob_is_a_user_error(monkeypatch, var, value, text):
     monkeypatch.setenv(var, value)

@@ -15,6 +15,7 @@ an iteration that runs are errors, as is an output element that no block writes.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
@@ -412,10 +413,19 @@ def run_kernel(k: T.TileKernel, env: dict, dims: dict, written: dict | None = No
 def run_program(kernels, inputs: dict, dims: dict, outputs) -> dict:
     """Run `kernels` in order on `inputs` (name -> values) and return the `outputs` (names).
     Tensors the kernels declare that are not inputs (outputs, workspaces) start as NaN, and every
-    element of every output must be written."""
-    env = {n: np.asarray(v) for n, v in inputs.items()}
-    written = {}
+    element of every output must be written. An input the kernels declare in another shape of
+    the same size (a batched GEMM's rows merged: passes/merge_rows.py) is read as that view;
+    outputs come back in the kernels' shapes."""
     decls = {p.name: p for k in kernels for p in k.params}
+    env = {}
+    for n, v in inputs.items():
+        v = np.asarray(v)
+        if n in decls and decls[n].shape:
+            shape = tuple(x.eval(dims) for x in decls[n].shape)
+            if v.shape != shape and v.size == math.prod(shape):
+                v = v.reshape(shape)
+        env[n] = v
+    written = {}
     for name, d in decls.items():
         if name in env:
             continue

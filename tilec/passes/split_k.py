@@ -191,6 +191,12 @@ def wgmma_pairs(default: bool) -> bool:
     return _switch("TILEC_WGMMA_PAIRS", default)
 
 
+def merge_rows(default: bool) -> bool:
+    """`TILEC_MERGE_ROWS` (1 or 0): whether a batched GEMM by one weight runs as one GEMM of all
+    its rows (passes/merge_rows.py; off by default), for measuring."""
+    return _switch("TILEC_MERGE_ROWS", default)
+
+
 def deferred_epilogue(default: bool) -> bool:
     """`TILEC_DEFER_EPILOGUE` (1 or 0): whether a persistent warp-specialized GEMM stores each
     tile under the next tile's first wgmmas (resources.deferred_epilogue), in place of the

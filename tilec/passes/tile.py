@@ -46,8 +46,8 @@ from ..ir.types import (
     itemsize_bits,
     numel,
 )
-from . import split_k
-from .fuse import Fuser, is_squeeze
+from . import merge_rows, split_k
+from .fuse import Fuser, fusion_plan, is_squeeze
 from .rewrite import map_expr, map_exprs, map_stmts
 from .signs import nonpositive
 from .tma_store import tma_conditions
@@ -1370,8 +1370,11 @@ def run(m: Module, opts) -> Module:
             progs.append(with_precision(handwritten(g, target), sched, target))
             plans.append(plan)
             continue
+        # (a batched GEMM's rows merged where the graph allows: its kernels see the view)
+        view = merge_rows.view(g)
         try:
-            prog = tile_graph(g, plan, target, sched)
+            prog = tile_graph(g, plan, target, sched) if view is None else \
+                tile_graph(view, fusion_plan(view, sched.fuse), target, sched)
         except TilecError:
             raise
         except Exception:
