@@ -88,6 +88,7 @@ ABI = {
     "gemm_bias_relu": ("TTT", 1, "M K N"),
     "gemm_bias_relu_unfused": ("TTT", 1, "M K N"),
     "linear_gelu": ("TTT", 1, "M K N"),
+    "linear3_gelu": ("TTT", 1, "B S K N"),
     "softmax_f16": ("T", 1, "R C"),
     "rmsnorm_f16": ("TTf", 1, "R C"),
     "chain_f16": ("T", 1, "R C"),
@@ -811,6 +812,32 @@ def case_linear(bench: Bench) -> None:
     bench.compare(f"bf16 {M}x{K}x{N}{rot(n)}", Work(flops=2 * M * N * K), [tc, lin, eager, comp], {}, ref)
 
 
+def linear3_gelu(X: torch.Tensor, W: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.gelu(torch.nn.functional.linear(X, W, bias))
+
+
+def case_linear3(bench: Bench) -> None:
+    """A model layer on a batch of sequences, X: [B, S, K] (tilec merges B and S into the rows of
+    one GEMM): ViT-B's MLP (197 tokens, not a tile multiple) and decode (one token per sequence),
+    f16, against eager F.linear + gelu and torch.compile (no goal: informational)."""
+    bench.section("linear3", "f16 Y = gelu(X @ W.T + bias), X: [B, S, K]")
+    for B, S, K, N in ((32, 197, 768, 3072), (8, 1, 4096, 4096)):
+        X, W, bias = (randn(B, S, K, scale=0.5), randn(N, K, scale=0.5), randn(N))
+        ref = linear3_gelu(X.float(), W.float(), bias.float()).half()
+        n = n_copies((B * S * K + K * N + B * S * N) * 2, bench.l2, bench.args.copies)
+        sets = [(x, w, b, torch.empty(B, S, N, dtype=F16, device="cuda")) for x, w, b in copies_of(n, X, W, bias)]
+        tc = bench.tilec_entry("linear3_gelu",
+                               lambda k: [k.bind([x, w, b], [y], (B, S, K, N)) for x, w, b, y in sets],
+                               [ref], TOL[F16])
+        lin = bench.peer("cuBLAS F.linear (no GELU)", lambda: rotate(
+            [functools.partial(torch.nn.functional.linear, x, w, b) for x, w, b, _ in sets]))
+        eager = bench.peer("eager F.linear + gelu", lambda: rotate(
+            [functools.partial(linear3_gelu, x, w, b) for x, w, b, _ in sets]))
+        comp = bench.compiled(linear3_gelu, [(x, w, b) for x, w, b, _ in sets])
+        bench.compare(f"B={B} S={S} K={K} N={N}{rot(n)}", Work(flops=2 * B * S * N * K),
+                      [tc, lin, eager, comp], {}, ref)
+
+
 def memory_bound(bench: Bench, kernel: str, inputs: list, ref: torch.Tensor, peers: list[Entry]) -> None:
     """A row-wise f16 kernel: one read and one write of X (+ small vectors) against the copy ceiling and
     torch.compile."""
@@ -1006,7 +1033,7 @@ def case_attention(bench: Bench) -> None:
 
 
 CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32,
-         "epilogue": case_epilogue, "linear": case_linear,
+         "epilogue": case_epilogue, "linear": case_linear, "linear3": case_linear3,
          "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16,
          "w4a16_kmajor": case_w4a16_kmajor, "attention": case_attention}
