@@ -65,7 +65,8 @@ def test_rows_of_a_batched_gemm_by_one_weight_are_merged():
         assert g.params[0].type.rank == x.rank + (2 if rows == "B * H * S" else 1)
     # the kernels see the view: the GEMM's X and Y as [B * S, ...]
     k = next(k for p in m.programs for k in p.kernels if k.name == "linear3_k0")
-    assert "(X: f16[B * S, K], W: f16[N, K], b: f16[N]) -> Y: f16[B * S, N]" in T.print_kernel(k)
+    assert "(X: f16[B * S, K], W: f16[N, K], b: f16[N], B: dim, S: dim) -> Y: f16[B * S, N]" \
+        in T.print_kernel(k)
 
 
 def test_graphs_that_mix_rows_with_other_positions_keep_their_shapes():
@@ -79,8 +80,8 @@ def test_merged_gemms_for_cuda_take_decode_and_tma_variants_on_all_rows():
     m = _compiled(MERGED.split("\nkernel norm")[0], "cuda", {"arch": ("sm_90a",)})
     kernels = {k.name: k for p in m.programs for k in p.kernels}
     assert "B * S <= 16" in str(kernels["linear3_k0_m16"].when)
-    assert "(X: f16[B * S, K], W: f16[N, K], b: f16[N]) -> Y: f16[B * S, N]" in \
-        T.print_kernel(kernels["linear3_k0_tma"])
+    assert "(X: f16[B * S, K], W: f16[N, K], b: f16[N], B: dim, S: dim) -> Y: f16[B * S, N]" \
+        in T.print_kernel(kernels["linear3_k0_tma"])
 
 
 @pytest.mark.parametrize("dims", [dict(B=3, S=37, H=2, K=70, N=45), dict(B=2, S=1, H=1, K=64, N=33)],

@@ -676,8 +676,12 @@ def shape_dims(k: TileKernel) -> set:
 
 
 def free_dims(k: TileKernel) -> list:
-    """The dimensions kernel `k` uses that none of its tensors' shapes names, in first use."""
-    bound, named = set(k.block_vars) | {p.name for p in k.params}, shape_dims(k)
+    """The dimensions kernel `k` uses that no input's shape names as a plain axis, in first use:
+    those no shape names, and those its shapes use only inside expressions (a view's B * S
+    rows, passes/merge_rows.py), which a tile-level kernel declares as `B: dim`."""
+    plain = {d.args[0] for p in k.params if p.kind == "input" for d in p.shape if d.op == "sym"}
+    inside = [s for p in k.params for d in p.shape for s in sorted(d.symbols()) if s not in plain]
+    bound, named = set(k.block_vars) | {p.name for p in k.params}, shape_dims(k) - set(inside)
     exprs = list(k.grid)
     for s in walk_stmts(k.body):
         if isinstance(s, For):
@@ -696,7 +700,7 @@ def free_dims(k: TileKernel) -> list:
             exprs += list(s.idx) + [s.value]
         elif isinstance(s, If):
             exprs.append(s.cond)
-    out = []
+    out = list(dict.fromkeys(inside))
     for e in exprs:
         for x in walk_exprs(e):
             if isinstance(x, Var) and x.name not in bound and x.name not in named and \

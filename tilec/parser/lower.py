@@ -106,12 +106,16 @@ class KernelBuilder:
         k = self.k
         grids = [s for s in k.body if isinstance(s, ast.Grid)]
         self.tile_level = bool(grids)
-        params = []
-        for p in k.params:  # `R: dim` declares a dimension that no shape names
+        params, declared = [], set()
+        for p in k.params:  # `R: dim` declares a dimension that no shape names as an axis
             if p.dtype == "dim" and p.dims is None:
-                if p.name in self.symbols:
+                # (one an earlier shape used inside an expression, `X: f32[B * S, K]`, keeps its
+                # place among the dimensions)
+                if p.name in self.bound or p.name in declared:
                     raise error(f"dimension '{p.name}' is declared twice", p.loc)
-                self.symbols.append(p.name)
+                declared.add(p.name)
+                if p.name not in self.symbols:
+                    self.symbols.append(p.name)
                 self.bound.add(p.name)
             else:
                 params.append(self.declare(p, is_input=True))
