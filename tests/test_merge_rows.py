@@ -1,7 +1,6 @@
-"""With TILEC_MERGE_ROWS=1, a batched GEMM by one 2-D weight runs as one GEMM of all its rows
-(passes/merge_rows.py): the kernels see [B * S, K] where the program says [B, S, K], wherever
-every op of the graph keeps to those rows; elsewhere the graph is left as it is. Off by
-default (a tile-level dump of such kernels would not build)."""
+"""A batched GEMM by one 2-D weight runs as one GEMM of all its rows (passes/merge_rows.py):
+the kernels see [B * S, K] where the program says [B, S, K], wherever every op of the graph
+keeps to those rows; elsewhere the graph is left as it is. TILEC_MERGE_ROWS=0 turns it off."""
 
 import pytest
 from conftest import check_text, compile_text
@@ -44,11 +43,6 @@ kernel batched_b(A: f32[B, S, K], Bm: f32[B, K, N]) -> Y: f32[B, S, N]:
 """
 
 
-@pytest.fixture(autouse=True)
-def _merge_rows(monkeypatch):
-    monkeypatch.setenv("TILEC_MERGE_ROWS", "1")
-
-
 def _compiled(text: str, target: str = "cpu", options=None):
     return compile_text(text, "rows.tile", target, options=options)[2]
 
@@ -63,7 +57,8 @@ def test_rows_of_a_batched_gemm_by_one_weight_are_merged():
         rows = "B * H * S" if g.name == "heads_row_sums" else "B * S"
         assert str(x.shape[0]) == str(y.shape[0]) == rows and x.rank == 2, g.name
         assert g.params[0].type.rank == x.rank + (2 if rows == "B * H * S" else 1)
-    # the kernels see the view: the GEMM's X and Y as [B * S, ...]
+    # the kernels see the view: the GEMM's X and Y as [B * S, ...]; printed as a tile-level
+    # kernel, B and S are declared dimensions (no input names them as an axis)
     k = next(k for p in m.programs for k in p.kernels if k.name == "linear3_k0")
     assert "(X: f16[B * S, K], W: f16[N, K], b: f16[N], B: dim, S: dim) -> Y: f16[B * S, N]" \
         in T.print_kernel(k)
@@ -90,10 +85,23 @@ def test_merged_and_kept_graphs_match_the_reference(dims):
     check_text(MERGED + KEPT, dims, name="rows.tile", target="cpu")
 
 
-@pytest.mark.parametrize("value", ["0", ""])
-def test_off_by_default_and_with_the_knob_at_0(monkeypatch, value):
-    monkeypatch.setenv("TILEC_MERGE_ROWS", value)
+def test_the_knob_at_0_leaves_the_rows_alone(monkeypatch):
+    monkeypatch.setenv("TILEC_MERGE_ROWS", "0")
     assert all(merge_rows.view(g) is None for g in _compiled(MERGED).graphs)
+
+
+def test_the_tiled_dump_of_merged_kernels_parses_back_as_tile_level_kernels():
+    """`dump-ir --stage tiled` prints kernels to edit and build as tile-level kernels: the
+    merged kernels declare B and S (`B: dim`), which their shapes use only in B * S."""
+    from tilec import driver
+    m0 = driver.frontend(driver.Source("rows.tile", MERGED))
+    dump = driver.print_stage(driver.stage_module(m0, "tiled", "cuda", options={"arch": ("sm_80",)}),
+                              "tiled")
+    assert "B: dim, S: dim" in dump
+    back = driver.frontend(driver.Source("dump.tile", dump))
+    assert {g.name for g in back.graphs} >= {"linear3_k0", "norm_linear_softmax_k1"}
+    g = next(g for g in back.graphs if g.name == "linear3_k0")
+    assert g.symbols[:2] == ("B", "S")
 
 
 @pytest.mark.gpu

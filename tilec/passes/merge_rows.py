@@ -12,11 +12,9 @@ matmuls of such an A by a 2-D B, reductions and `index` over trailing axes, tran
 trailing axes, and tensors of other shapes used only by ops that do not mix them with the rows
 (weights, dequantized weights, scalars).
 
-Off by default (`TILEC_MERGE_ROWS=1` turns it on): a kernel of the view declares its tensors as
-[B * S, K], and a tile-level kernel (what `tilec dump-ir --stage tiled` prints, to be edited and
-built) must bind every dimension as a plain axis of an input, so its dump would no longer build.
-The view needs a symbol of its own for B * S, which the launchers compute, before it can be on
-by default (docs/INTERNALS.md)."""
+A kernel of the view declares its tensors as [B * S, K]; printed as a tile-level kernel
+(`dump-ir --stage tiled`) it declares B and S as dimensions (`B: dim`, ir/tile.py free_dims),
+so the dump still builds. `TILEC_MERGE_ROWS=0` turns the view off (for measuring)."""
 
 from __future__ import annotations
 
@@ -46,7 +44,7 @@ def _rows(g: Graph) -> tuple | None:
 def view(g: Graph) -> Graph | None:
     """`g` with its batched-GEMM rows merged (module docstring), or None where nothing merges
     or some op would mix the rows with other positions."""
-    if g.tile is not None or not split_k.merge_rows(False):
+    if g.tile is not None or not split_k.merge_rows(True):
         return None
     rows = _rows(g)
     if rows is None:

@@ -193,7 +193,7 @@ def wgmma_pairs(default: bool) -> bool:
 
 def merge_rows(default: bool) -> bool:
     """`TILEC_MERGE_ROWS` (1 or 0): whether a batched GEMM by one weight runs as one GEMM of all
-    its rows (passes/merge_rows.py; off by default), for measuring."""
+    its rows (passes/merge_rows.py), in place of the default (on), for measuring."""
     return _switch("TILEC_MERGE_ROWS", default)
 
 
