@@ -450,28 +450,34 @@ kernel d_linear_res(X: bf16[M, K], W: bf16[N, K], b: bf16[N], R: bf16[M, N]) -> 
 """
 
 
+def _tma_spills(text: str, name: str, monkeypatch) -> dict:
+    """{sm_90a warp-specialized kernel: bytes of spill stores and loads per thread} of `text`
+    built as the build does (ptxas -v): every kernel's file compiles and has such kernels. (The
+    variant in clusters of 2 is left out: its epilogue is the same, and the compile time twice;
+    test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma checks its spills.)"""
+    monkeypatch.setenv("TILEC_WGMMA_PAIRS", "0")
+    spills = {}
+    for f, r, _ in nvcc_each(text, name, [
+            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"], HOPPER):
+        assert r.returncode == 0, r.stderr
+        found = {k: spill for (k, _), (_, spill) in ptxas_lines(r.stderr).items() if "_k0_tma" in k}
+        assert found, (f, r.stderr)
+        spills.update(found)
+    return spills
+
+
 @pytest.mark.nvcc
-def test_deferred_epilogues_compile_without_spills():
+def test_deferred_epilogues_compile_without_spills(monkeypatch):
     """The pending tile's registers beside the accumulators leave room for epilogues that read
     a residual tile and a bias: no spills in the sm_90a kernels (the staging offsets of the
     pending tile are computed where it is stored, not held through the K loop)."""
     need_nvcc()
     assert all(k.deferred_stores for k in _kernels(DEFERRED_HEAVY) if k.name.endswith("_tma"))
-    seen = set()
-    for f, r, _ in nvcc_each(DEFERRED_HEAVY, "heavy.tile", [
-            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"], HOPPER):
-        assert r.returncode == 0, r.stderr
-        for (k, _), (_, spill) in ptxas_lines(r.stderr).items():
-            if "_k0_tma" in k:
-                seen.add(f)
-                assert spill == 0, (k, r.stderr)
-    assert len(seen) == 2
+    spills = _tma_spills(DEFERRED_HEAVY, "heavy.tile", monkeypatch)
+    assert not any(spills.values()), spills
 
 
 GELU_EPILOGUES = """
-kernel g_gelu(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:
-    C = gelu(A @ B)
-
 kernel g_gelu_res(A: f16[M, K], B: f16[K, N], R: f16[M, N]) -> C: f16[M, N]:
     C = gelu(A @ B) + R
 
@@ -481,22 +487,16 @@ kernel g_mish_res(A: f16[M, K], B: f16[K, N], R: f16[M, N]) -> C: f16[M, N]:
 
 
 @pytest.mark.nvcc
-def test_gelu_epilogues_spill_little():
+def test_gelu_epilogues_spill_little(monkeypatch):
     """GELU in f32 through erf, as PyTorch computes it, not erfc (twice the instructions and
     special-function calls): the whole-tile epilogue beside the 128 accumulators and the pending
     tile spilled 264-376 bytes per thread with erfc, and cost 44% of the GEMM at 4096^3 on an
     H100; with erf at most a few words. Mish in f32 through one exp and one division, not exp,
     log1p and tanh (68 bytes of spill stores before, none now)."""
     need_nvcc()
-    seen = set()
-    for f, r, _ in nvcc_each(GELU_EPILOGUES, "gelu.tile", [
-            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o"], HOPPER):
-        assert r.returncode == 0, r.stderr
-        for (k, _), (_, spill) in ptxas_lines(r.stderr).items():
-            if "_k0_tma" in k:
-                seen.add(f)
-                assert spill <= 64, (k, r.stderr)  # (stores and loads: 16-28 bytes each)
-    assert len(seen) == 3
+    spills = _tma_spills(GELU_EPILOGUES, "gelu.tile", monkeypatch)
+    # (stores and loads: 16-28 bytes each)
+    assert all(spill <= 64 for spill in spills.values()), spills
 
 
 def test_edge_tiles_leave_by_tma_stores_with_the_knob(monkeypatch):
