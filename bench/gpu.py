@@ -798,18 +798,7 @@ def case_linear(bench: Bench) -> None:
     bench.section("linear", f"bf16 Y = gelu_tanh(X @ W.T + bias), M={M} K={K} N={N}")
     X, W, bias = (randn(M, K, dtype=BF16, scale=0.5), randn(N, K, dtype=BF16, scale=0.5),
                   randn(N, dtype=BF16))
-    ref = linear_gelu(X.float(), W.float(), bias.float()).to(BF16)
-    n = n_copies((M * K + K * N + M * N) * 2, bench.l2, bench.args.copies)
-    sets = [(x, w, b, torch.empty(M, N, dtype=BF16, device="cuda")) for x, w, b in copies_of(n, X, W, bias)]
-    tc = bench.tilec_entry("linear_gelu",
-                           lambda k: [k.bind([x, w, b], [y], (M, K, N)) for x, w, b, y in sets],
-                           [ref], TOL[BF16])
-    lin = bench.peer("cuBLAS F.linear (no GELU)", lambda: rotate(
-        [functools.partial(torch.nn.functional.linear, x, w, b) for x, w, b, _ in sets]))
-    eager = bench.peer("eager F.linear + gelu", lambda: rotate(
-        [functools.partial(linear_gelu, x, w, b) for x, w, b, _ in sets]))
-    comp = bench.compiled(linear_gelu, [(x, w, b) for x, w, b, _ in sets])
-    bench.compare(f"bf16 {M}x{K}x{N}{rot(n)}", Work(flops=2 * M * N * K), [tc, lin, eager, comp], {}, ref)
+    linear_layer(bench, "linear_gelu", linear_gelu, X, W, bias, (M, K, N), f"bf16 {M}x{K}x{N}")
 
 
 def linear3_gelu(X: torch.Tensor, W: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -823,19 +812,30 @@ def case_linear3(bench: Bench) -> None:
     bench.section("linear3", "f16 Y = gelu(X @ W.T + bias), X: [B, S, K]")
     for B, S, K, N in ((32, 197, 768, 3072), (8, 1, 4096, 4096)):
         X, W, bias = (randn(B, S, K, scale=0.5), randn(N, K, scale=0.5), randn(N))
-        ref = linear3_gelu(X.float(), W.float(), bias.float()).half()
-        n = n_copies((B * S * K + K * N + B * S * N) * 2, bench.l2, bench.args.copies)
-        sets = [(x, w, b, torch.empty(B, S, N, dtype=F16, device="cuda")) for x, w, b in copies_of(n, X, W, bias)]
-        tc = bench.tilec_entry("linear3_gelu",
-                               lambda k: [k.bind([x, w, b], [y], (B, S, K, N)) for x, w, b, y in sets],
-                               [ref], TOL[F16])
-        lin = bench.peer("cuBLAS F.linear (no GELU)", lambda: rotate(
-            [functools.partial(torch.nn.functional.linear, x, w, b) for x, w, b, _ in sets]))
-        eager = bench.peer("eager F.linear + gelu", lambda: rotate(
-            [functools.partial(linear3_gelu, x, w, b) for x, w, b, _ in sets]))
-        comp = bench.compiled(linear3_gelu, [(x, w, b) for x, w, b, _ in sets])
-        bench.compare(f"B={B} S={S} K={K} N={N}{rot(n)}", Work(flops=2 * B * S * N * K),
-                      [tc, lin, eager, comp], {}, ref)
+        linear_layer(bench, "linear3_gelu", linear3_gelu, X, W, bias, (B, S, K, N),
+                     f"B={B} S={S} K={K} N={N}")
+
+
+def linear_layer(bench: Bench, kernel: str, fn: Callable, X: torch.Tensor, W: torch.Tensor,
+                 bias: torch.Tensor, dims: tuple, label: str) -> None:
+    """tilec's `kernel` (Y = fn(X, W, bias), nn.Linear's weights [out, in]; `dims` its dimension
+    arguments) against cuBLAS's F.linear alone, eager `fn` and torch.compile, on rotated copies
+    of the operands."""
+    ref = fn(X.float(), W.float(), bias.float()).to(X.dtype)
+    out_shape = (*X.shape[:-1], W.shape[0])
+    n = n_copies((X.numel() + W.numel() + math.prod(out_shape)) * X.element_size(), bench.l2,
+                 bench.args.copies)
+    sets = [(x, w, b, torch.empty(out_shape, dtype=X.dtype, device="cuda"))
+            for x, w, b in copies_of(n, X, W, bias)]
+    tc = bench.tilec_entry(kernel, lambda k: [k.bind([x, w, b], [y], dims) for x, w, b, y in sets],
+                           [ref], TOL[X.dtype])
+    lin = bench.peer("cuBLAS F.linear (no GELU)", lambda: rotate(
+        [functools.partial(torch.nn.functional.linear, x, w, b) for x, w, b, _ in sets]))
+    eager = bench.peer("eager F.linear + gelu", lambda: rotate(
+        [functools.partial(fn, x, w, b) for x, w, b, _ in sets]))
+    comp = bench.compiled(fn, [(x, w, b) for x, w, b, _ in sets])
+    flops = 2 * X.numel() // X.shape[-1] * W.shape[0] * W.shape[1]
+    bench.compare(f"{label}{rot(n)}", Work(flops=flops), [tc, lin, eager, comp], {}, ref)
 
 
 def memory_bound(bench: Bench, kernel: str, inputs: list, ref: torch.Tensor, peers: list[Entry]) -> None:
