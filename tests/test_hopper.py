@@ -251,7 +251,7 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
 @pytest.mark.parametrize("var, value, text", [
     *[("TILEC_FP8_PROMOTE", v, GEMMS_FP8) for v in ("100", "-128", "x", "128,2")],
     *[("TILEC_FP8_PAIRS", v, GEMMS_FP8) for v in ("2", "x", "1,1")],
-    *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_TMA_EDGES", "TILEC_WGMMA_PAIRS",
+    *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_WGMMA_PAIRS",
                                   "TILEC_MERGE_ROWS")
       for v in ("2", "x", "1,0")]])
 def test_a_malformed_knob_is_a_user_error(monkeypatch, var, value, text):
@@ -499,32 +499,6 @@ def test_gelu_epilogues_spill_little(monkeypatch):
     assert all(spill <= 64 for spill in spills.values()), spills
 
 
-def test_edge_tiles_leave_by_tma_stores_with_the_knob(monkeypatch):
-    """TILEC_TMA_EDGES=1: a block at the tensors' ragged edge computes its tile with guarded
-    loads as before, then writes it to the staging buffers (or keeps it pending, deferred) like a
-    whole tile, and the TMA store leaves out what lies outside the tensor; the loop's bounds are
-    the output's extents, so nothing inside it is left out. Off by default (measured no faster)."""
-    assert not any(k.tma_edges for k in _kernels(GEMMS))
-    monkeypatch.setenv("TILEC_TMA_EDGES", "1")
-    ks = {k.name: k for k in _kernels(GEMMS)}
-    cu = _kernel_source(GEMMS)
-    for name, deferred in (("hop_bias_relu", True), ("hop_bf16_bt", False), ("hop_batched", True)):
-        k = ks[f"{name}_k0_tma"]
-        assert k.tma_edges and k.deferred_stores == deferred
-        assert "at the tensors' ragged edges too" in T.print_kernel(k)
-        body = cu[cu.index(f"{name}_k0_tma("):]
-        body = body[:body.index("\n}\n")]
-        edge = body[body.index("a block at the tensors' ragged edge: its tile by TMA too"):]
-        assert "if (by * 128 + i < M) {" in edge and "tilec::store_vec<" not in edge
-        if deferred:
-            assert re.search(r"tilec_pend_C\[tilec_q\] = tilec::sm90::pack16x2\(tilec_st\d+\);", edge)
-            assert "tilec_pend = true;" in edge and "uint32_t tilec_pend_C[64] = {};" in body
-        else:
-            assert "staging_free<1>(4 + tilec_warp / 4)" in edge and "tma_store_2d(&tilec_map_C" in edge
-        # (the border group's vector: zeros where its columns pass the tensor's end)
-        assert re.search(r"(uint16_t|float) tilec_st\d+\[2\] = \{\};", edge)
-
-
 @pytest.mark.parametrize("text, staged", [
     # two outputs: the second one's buffers would not fit beside the stages
     ("kernel t(A: f16[M, K], B: f16[K, N]) -> (C: f16[M, N], D: f16[M, N]):\n"
@@ -593,14 +567,10 @@ def test_a_malformed_wgmma_knob_is_a_user_error(monkeypatch, knob):
 
 @pytest.mark.nvcc
 @pytest.mark.gpu  # (no GPU needed: also run with `-m gpu` on the device)
-@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "192x128,5", "128x256,4,cluster2",
-                                  "edges"])
+@pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "192x128,5", "128x256,4,cluster2"])
 def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch, knob):
-    """(knob: TILEC_WGMMA's, or "edges": TILEC_TMA_EDGES=1, edge tiles by TMA stores too)"""
     need_nvcc()
-    if knob == "edges":
-        monkeypatch.setenv("TILEC_TMA_EDGES", "1")
-    elif knob:
+    if knob:
         monkeypatch.setenv("TILEC_WGMMA", knob)
     built, ptx = set(), ""
     for f, r, folder in nvcc_each(GEMMS, "hop.tile", [
@@ -624,13 +594,13 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
         # (the TMA-store epilogue: where its buffers fit beside the stages)
         staged = any(k.tma_stores for k in _kernels(GEMMS, MIXED))
         assert ("UTMASTG" in sass) == staged and \
-            staged == (knob in ("", "128x256,4,cluster2", "edges"))
+            staged == (knob in ("", "128x256,4,cluster2"))
     # (where the knob leaves clusters off: a variant in clusters of 2 for B rows off 128-byte
     # lines, batched GEMMs apart)
-    pairs = {"", "192x128,5", "edges"}
+    pairs = {"", "192x128,5"}
     assert built == {"hop_bias_relu_tma", "hop_bf16_bt_tma", "hop_batched_tma"} | (
         {"hop_bias_relu_tma_pairs", "hop_bf16_bt_tma_pairs"} if knob in pairs else set())
-    n = 128 if knob and "cluster2" not in knob and knob != "edges" else 256
+    n = 128 if knob and "cluster2" not in knob else 256
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16", ptx)
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.bf16\.bf16", ptx)
     # the immediates that transpose A and B: K-major A times B row-major (hop_bias_relu) and
@@ -644,19 +614,16 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
 # ---- on the GPU ----------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "64x256,5,pingpong", "192x128,5",
-                                  "128x256,4,cluster2", "sm_80,sm_90a", "edges"])
+                                  "128x256,4,cluster2", "sm_80,sm_90a"])
 def test_warp_specialized_gemms_on_gpu(monkeypatch, knob):
     """The default tile, and (TILEC_WGMMA) ping-pong with 2 and 1 wgmma rows of 64 per warpgroup,
     3 cooperative consumer warpgroups (152 registers each), and clusters of 2 blocks sharing B
     tiles by multicast (odd M tile counts: a block of the last pair computes no row); and
-    sm_80 + sm_90a in one library (the device check picks the Hopper kernel); and the edge
-    tiles by TMA stores too (TILEC_TMA_EDGES=1: the copy engine leaves out what lies outside)."""
+    sm_80 + sm_90a in one library (the device check picks the Hopper kernel)."""
     need_gpu()
     options = HOPPER
     if knob == "sm_80,sm_90a":
         options = MIXED
-    elif knob == "edges":
-        monkeypatch.setenv("TILEC_TMA_EDGES", "1")
     elif knob:
         monkeypatch.setenv("TILEC_WGMMA", knob)
     _tma_variants_only(monkeypatch)

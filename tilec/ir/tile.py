@@ -444,9 +444,6 @@ class TileKernel:
     # ... and a persistent kernel stores each whole tile during the next tile's K loop, its values
     # packed in registers meanwhile (a deferred epilogue: passes/tma_store.py)
     deferred_stores: bool = False
-    # ... and the blocks at the tensors' ragged edges store theirs by TMA too, which leaves out
-    # what lies outside the tensor (passes/tma_store.py)
-    tma_edges: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -757,9 +754,7 @@ def print_kernel(k: TileKernel) -> str:
         lines.append(f"        # epilogue: a whole tile of {out} leaves through {buf} (64-row panels "
                      "of 128-byte rows per consumer warpgroup) by TMA stores" +
                      (", during the next tile's first K tiles (deferred: its values wait in "
-                      "registers, packed)" if k.deferred_stores else "") +
-                     ("; at the tensors' ragged edges too (the copy engine leaves out what lies "
-                      "outside)" if k.tma_edges else ""))
+                      "registers, packed)" if k.deferred_stores else ""))
     lines += print_stmts(k.body, 2)
     return "\n".join(lines)
 

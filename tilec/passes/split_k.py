@@ -178,12 +178,6 @@ def fp8_pairs(default: bool) -> bool:
     return _switch("TILEC_FP8_PAIRS", default)
 
 
-def tma_edges(default: bool) -> bool:
-    """`TILEC_TMA_EDGES` (1 or 0): whether a TMA-store epilogue's edge tiles are stored by TMA
-    too (resources.tma_edges), in place of the target's choice, for measuring on a device."""
-    return _switch("TILEC_TMA_EDGES", default)
-
-
 def wgmma_pairs(default: bool) -> bool:
     """`TILEC_WGMMA_PAIRS` (1 or 0): whether 16-bit GEMMs whose B rows start off 128-byte lines
     take a variant in clusters of 2 (resources.wgmma_pairs), in place of the target's choice,

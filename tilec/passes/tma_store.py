@@ -13,8 +13,8 @@ or 32 f32 columns) into a staging buffer laid out in TMA's 128-byte swizzle (fre
 conflicts), and one of its threads hands the panel to a TMA store; two buffers per warpgroup let
 the next panel be written while the last one is stored, and the stores of a tile's last panels
 run while the block's next tile is multiplied. A block at the tensors' ragged edge stores from
-registers as before; with resources.tma_edges (TileKernel.tma_edges, a knob until measured) it
-stores by TMA too, which leaves out what lies outside the tensor.
+registers (storing edge tiles by TMA too, the copy engine leaving out what lies outside, was
+measured no faster on an H100: docs/PERFORMANCE.md, 2026-12-06 07:45).
 
 In a persistent kernel whose epilogue stores nothing else, and only 16-bit values, the tile's
 stores are deferred (TileKernel.deferred_stores, resources.deferred_epilogue): its values are
@@ -168,7 +168,7 @@ def _stage(k: T.TileKernel, target) -> T.TileKernel:
     aligned = tuple(sorted(set(k.aligned) | {o for o, _ in stores}))
     deferred = target.resources.deferred_epilogue and _deferrable(k, loop, dict(stores), outputs)
     return replace(k, body=body, when=when, aligned=aligned, tma_stores=tuple(stores),
-                   deferred_stores=deferred, tma_edges=target.resources.tma_edges)
+                   deferred_stores=deferred)
 
 
 def _deferrable(k: T.TileKernel, loop: T.For, staged: dict, outputs: dict) -> bool:

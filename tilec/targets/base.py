@@ -67,10 +67,6 @@ class Resources:
     # under the next tile's first wgmmas (a panel per K tile) instead of with the tensor cores
     # idle
     deferred_epilogue: bool = False
-    # the blocks at the tensors' ragged edges store their tiles by TMA too (their values
-    # computed with guarded loads; the copy engine leaves out what lies outside the tensor)
-    # instead of from registers
-    tma_edges: bool = False
     # (BM, BN, stages, overlap, pingpong, persistent, split, P buffers): attention's
     # warp-specialized kernel on the same machinery (one consumer warpgroup per 64 query rows,
     # BN keys per stage of K and V tiles; overlap: each warpgroup's softmax runs beside its products,

@@ -1629,11 +1629,7 @@ class CudaRenderer(CStyleRenderer):
                   "aligned", depth + 1)
         self.groups(loop, aligned, depth + 1, rows_inside, self.staged_stores(loop))
         self.emit("} else {", depth)
-        edges = self.edge_staged(loop)
-        if edges:
-            self.emit("// a block at the tensors' ragged edge: its tile by TMA too, which leaves "
-                      "out what lies outside", depth + 1)
-        self.groups(loop, None, depth + 1, (), edges)
+        self.groups(loop, None, depth + 1)
         self.emit("}", depth)
 
     def whole_tile(self, loop):
@@ -1902,27 +1898,6 @@ class CudaRenderer(CStyleRenderer):
                 for st in body if isinstance(st, T.Store) and st.buf in staging and
                 tma_store.tile_store(st, ivar, jvar, outs)}
 
-    def edge_staged(self, loop) -> dict:
-        """The staged stores of an epilogue loop's version for the blocks at the tensors'
-        ragged edge (TileKernel.tma_edges): the whole-tile version's, where every row condition
-        and column bound of the loop says only "inside the output" at the store's own position
-        (the copy engine leaves out what lies outside the tensor, and nothing inside it may be
-        left out); {} otherwise."""
-        staged = self.staged_stores(loop) if self.k.tma_edges else {}
-        if not staged:
-            return {}
-        _, _, ivar, jvar, body, _, row_conds, col_bounds, _ = loop
-        rows = [split_bound(c, (ivar,)) for c in row_conds]
-        for st in body:
-            if id(st) not in staged:
-                continue
-            *_, r, c = st.idx
-            extents = [T.dim_to_expr(d) for d in self.globals[st.buf].shape[-2:]]
-            if any(h is None or (h[1], h[2]) != (column_base(r, ivar), extents[0]) for h in rows) or \
-                    any((b, e) != (column_base(c, jvar), extents[1]) for b, e in col_bounds):
-                return {}
-        return staged
-
     def staging_panels(self, loop, staged: dict, d: int) -> int:
         """Open the loop over a tile's panels (tilec_p) with each panel's staging buffers free;
         returns the thread's groups per panel."""
@@ -2017,10 +1992,8 @@ class CudaRenderer(CStyleRenderer):
                   f"of {cols} columns to the", d)
         self.emit("// staging buffers and stores it by TMA", d)
         for st in stores:
-            # (an edge tile leaves the rows past the tensor unset: zeros, not unset values)
-            init = " = {}" if self.k.tma_edges else ""
-            self.emit(f"uint32_t {self.pending(st.buf)}[{L.groups()}]{init};  // the pending tile "
-                      f"of {st.buf}, pairs of {self.globals[st.buf].dtype} values", d)
+            self.emit(f"uint32_t {self.pending(st.buf)}[{L.groups()}];  // the pending tile of "
+                      f"{st.buf}, pairs of {self.globals[st.buf].dtype} values", d)
             self.emit(f"int32_t {self.pending(st.buf)}_at[{len(st.idx)}] = {{}};  // where its TMA "
                       "stores go (this warpgroup's first panel)", d)
         self.emit("bool tilec_pend = false;  // a tile is pending", d)
@@ -2243,10 +2216,7 @@ class CudaRenderer(CStyleRenderer):
             unit_stride(st.idx, jvar)]
         for st in stores:
             name = self.fresh("tilec_st")
-            # (a group at an edge tile's border still stages its whole vector for the copy
-            # engine, which leaves out the columns past the tensor: zeros, not unset values)
-            init = " = {}" if id(st) in ctx.staged and col_bounds else ""
-            self.emit(f"{STORE[self.globals[st.buf].dtype]} {name}[{vec}]{init};", d)
+            self.emit(f"{STORE[self.globals[st.buf].dtype]} {name}[{vec}];", d)
             ctx.vec_stores[id(st)] = name
         # stores into a shared tile whose `vec` columns are contiguous: one vector store, when
         # every element stores (both branches write the same element) or the tail is predicated
@@ -2766,10 +2736,6 @@ def _for_arch(target, options: dict):
         # 2026-12-06 03:00): 4096^3 182.4 -> 180.0 us, 8192^3 1455.9 -> 1432.2 us; the whole
         # flush after the first K tile's wgmmas instead of a panel per K tile: 181.4, 1446.4 us
         deferred = split_k.deferred_epilogue(True)
-        # edge tiles by TMA stores too (CudaRenderer.edge_staged): on an H100 (docs/
-        # PERFORMANCE.md, 2026-12-06 07:46) f16 4000^3 0.92x / 0.91x cuBLAS against 0.93x /
-        # 0.92x without, no gain; off
-        edges = split_k.tma_edges(False)
         # B's rows off 128-byte lines (4096 x 4088 x 4096 f16, an H100, docs/PERFORMANCE.md
         # 2026-12-06 07:50): the copy engine splits each misaligned box row into more L2
         # requests, 0.249 ms against cuBLAS's 0.195-0.208; in clusters of 2 sharing B tiles
@@ -2780,7 +2746,7 @@ def _for_arch(target, options: dict):
                                                  wgmma_pairs=clusters and wgmma[6:] == (1,),
                                                  wgmma_fp8=wgmma_fp8, fp8_promote=promote,
                                                  fp8_pairs=pairs, deferred_epilogue=deferred,
-                                                 tma_edges=edges, wgmma_attention=attention))
+                                                 wgmma_attention=attention))
     return target
 
 
