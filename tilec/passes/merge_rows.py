@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..ir.graph import Graph, ParamDecl
+from ..ir.graph import Graph, ParamDecl, attrs
 from ..ir.types import TensorType, numel
 from . import split_k
 
@@ -66,7 +66,7 @@ def view(g: Graph) -> Graph | None:
     out = []
     for op in g.ops:
         t, args = op.type, [ops[x].type for x in op.args]
-        attrs = dict(op.attrs)
+        at = dict(op.attrs)
         if op.kind in ("input", "const", "dim"):
             pass
         elif not rowed(t):
@@ -86,18 +86,18 @@ def view(g: Graph) -> Graph | None:
         elif op.kind in _REDUCTIONS:
             if not rowed(args[0]):
                 return None
-            axes = [trailing_axis(a, args[0].rank) for a in attrs["axes"]]
+            axes = [trailing_axis(a, args[0].rank) for a in at["axes"]]
             if None in axes:
                 return None
-            attrs["axes"] = tuple(axes)
+            at["axes"] = tuple(axes)
         elif op.kind == "index":
-            axis = trailing_axis(attrs["axis"], t.rank)
+            axis = trailing_axis(at["axis"], t.rank)
             if axis is None:
                 return None
-            attrs["axis"] = axis
+            at["axis"] = axis
         else:
             return None
-        out.append(replace(op, type=merged(t), attrs=tuple(sorted(attrs.items()))))
+        out.append(replace(op, type=merged(t), attrs=attrs(**at)))
 
     def param(p: ParamDecl) -> ParamDecl:
         return replace(p, type=merged(p.type))

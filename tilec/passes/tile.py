@@ -1135,11 +1135,11 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     batch, M, N = mm.type.shape[:-2], mm.type.shape[-2], mm.type.shape[-1]
     hopper = []
     if target.resources.wgmma and sched.warp_specialize is not False:
-        bm, bn, bk, stages, consumers, pingpong, _ = wgmma_config(target, fp8_product(g, mm))
+        fp8 = fp8_product(g, mm)
+        bm, bn, bk, stages, consumers, pingpong, _ = wgmma_config(target, fp8)
         tma = GemmVariant((bm, bn, bk), 128 * (consumers + 1), stages, wgmma=True)
         hopper = [("_tma", None, tma)]
-        if target.resources.wgmma_pairs and not fp8_product(g, mm) and not pingpong and \
-                not batch:
+        if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch:
             # where B's rows start off 128-byte lines, clusters of 2 sharing its tiles first
             hopper.insert(0, ("_tma_pairs", None, replace(tma, cluster=2)))
     if sched.tile:
