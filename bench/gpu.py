@@ -89,6 +89,7 @@ ABI = {
     "gemm_bias_relu_unfused": ("TTT", 1, "M K N"),
     "linear_gelu": ("TTT", 1, "M K N"),
     "linear3_gelu": ("TTT", 1, "B S K N"),
+    "linear3_bias": ("TTT", 1, "B S K N"),
     "softmax_f16": ("T", 1, "R C"),
     "rmsnorm_f16": ("TTf", 1, "R C"),
     "chain_f16": ("T", 1, "R C"),
@@ -161,12 +162,13 @@ class TilecFailure(Exception):
 FASTER_MARGIN = 1.02  # a ">" goal (fused faster than unfused) needs at least this ratio
 
 
-def build(out_dir: Path, arch: str, kernel: str | None = None) -> tuple[float, str | None]:
-    """Build bench/gpu.tile (or only `kernel` of it) for CUDA into out_dir. Returns (wall seconds,
-    None or what went wrong)."""
+def build(out_dir: Path, arch: str, kernels: str | None = None) -> tuple[float, str | None]:
+    """Build bench/gpu.tile (or only `kernels` of it, comma-separated) for CUDA into out_dir.
+    Returns (wall seconds, None or what went wrong)."""
     base = [sys.executable, "-m", "tilec.cli"]
     opts = ["build", str(TILE), "--target", "cuda", "--arch", arch, "-o", str(out_dir)]
-    opts += ["--kernel", kernel] if kernel else []
+    for kernel in (kernels or "").split(","):
+        opts += ["--kernel", kernel.strip()] if kernel.strip() else []
     t0 = time.perf_counter()
 
     def go(cmd):
@@ -808,12 +810,15 @@ def linear3_gelu(X: torch.Tensor, W: torch.Tensor, bias: torch.Tensor) -> torch.
 def case_linear3(bench: Bench) -> None:
     """A model layer on a batch of sequences, X: [B, S, K] (tilec merges B and S into the rows of
     one GEMM): ViT-B's MLP (197 tokens, not a tile multiple) and decode (one token per sequence),
-    f16, against eager F.linear + gelu and torch.compile (no goal: informational)."""
-    bench.section("linear3", "f16 Y = gelu(X @ W.T + bias), X: [B, S, K]")
+    f16, against eager F.linear + gelu and torch.compile, then the same linear without the GELU
+    against cuBLAS's F.linear alone (no goal: informational)."""
+    bench.section("linear3", "f16 Y = gelu(X @ W.T + bias), X: [B, S, K]; then without gelu")
     for B, S, K, N in ((32, 197, 768, 3072), (8, 1, 4096, 4096)):
         X, W, bias = (randn(B, S, K, scale=0.5), randn(N, K, scale=0.5), randn(N))
-        linear_layer(bench, "linear3_gelu", linear3_gelu, X, W, bias, (B, S, K, N),
-                     f"B={B} S={S} K={K} N={N}")
+        label = f"B={B} S={S} K={K} N={N}"
+        linear_layer(bench, "linear3_gelu", linear3_gelu, X, W, bias, (B, S, K, N), label)
+        linear_layer(bench, "linear3_bias", torch.nn.functional.linear, X, W, bias, (B, S, K, N),
+                     f"{label} no gelu")
 
 
 def linear_layer(bench: Bench, kernel: str, fn: Callable, X: torch.Tensor, W: torch.Tensor,
@@ -829,13 +834,14 @@ def linear_layer(bench: Bench, kernel: str, fn: Callable, X: torch.Tensor, W: to
             for x, w, b in copies_of(n, X, W, bias)]
     tc = bench.tilec_entry(kernel, lambda k: [k.bind([x, w, b], [y], dims) for x, w, b, y in sets],
                            [ref], TOL[X.dtype])
-    lin = bench.peer("cuBLAS F.linear (no GELU)", lambda: rotate(
+    plain = fn is torch.nn.functional.linear  # the linear alone: cuBLAS is the eager form
+    lin = bench.peer("cuBLAS F.linear" + ("" if plain else " (no GELU)"), lambda: rotate(
         [functools.partial(torch.nn.functional.linear, x, w, b) for x, w, b, _ in sets]))
-    eager = bench.peer("eager F.linear + gelu", lambda: rotate(
-        [functools.partial(fn, x, w, b) for x, w, b, _ in sets]))
+    eager = [] if plain else [bench.peer("eager F.linear + gelu", lambda: rotate(
+        [functools.partial(fn, x, w, b) for x, w, b, _ in sets]))]
     comp = bench.compiled(fn, [(x, w, b) for x, w, b, _ in sets])
     flops = 2 * X.numel() // X.shape[-1] * W.shape[0] * W.shape[1]
-    bench.compare(f"{label}{rot(n)}", Work(flops=flops), [tc, lin, eager, comp], {}, ref)
+    bench.compare(f"{label}{rot(n)}", Work(flops=flops), [tc, lin, *eager, comp], {}, ref)
 
 
 def memory_bound(bench: Bench, kernel: str, inputs: list, ref: torch.Tensor, peers: list[Entry]) -> None:
@@ -1062,7 +1068,8 @@ def main() -> int:
     ap.add_argument("--build-dir", metavar="DIR",
                     help="build here (and reuse it) instead of in a temporary directory")
     ap.add_argument("--arch", default="sm_90a", help="passed to tilec build")
-    ap.add_argument("--kernel", help="build only this kernel of bench/gpu.tile (for --cases using only it)")
+    ap.add_argument("--kernel", metavar="NAME,...",
+                    help="build only these kernels of bench/gpu.tile (for --cases using only them)")
     ap.add_argument("--head-dims", default="128,64,80,96", metavar="D,...",
                     help="the attention case's head dims (128: causal and not, with the goals)")
     ap.add_argument("--seed", type=int, default=0)

@@ -65,6 +65,20 @@ def test_kernel_selection(tmp_path):
     assert "no kernel named 'nope'; the file defines: rmsnorm, rmsnorm_f32" in r.stderr
 
 
+def test_kernel_option_repeats_to_select_several(tmp_path):
+    src = tmp_path / "three.tile"
+    src.write_text("".join(f"kernel {n}(X: f32[N]) -> Y: f32[N]:\n    Y = X * {i + 2}.0\n\n"
+                           for i, n in enumerate(("first", "second", "third"))))
+    out = tmp_path / "out"
+    r = tilec("build", src, "-o", out, "--emit-only", "--kernel", "third", "--kernel", "first")
+    assert r.returncode == 0, r.stderr
+    assert "sources for first, third in" in r.stdout  # the file's order, not the options'
+    assert {p.name for p in out.glob("*.cpp")} == {"first.cpp", "third.cpp"}
+    r = tilec("build", src, "-o", out, "--kernel", "first", "--kernel", "fourth")
+    assert r.returncode == 1 and not (out / "libthree.so").exists()
+    assert "no kernel named 'fourth'; the file defines: first, second, third" in r.stderr
+
+
 def test_missing_toolchain_is_named_and_sources_kept(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()

@@ -133,6 +133,7 @@ def _options(target: str, arch: str | None, per_kernel: bool = False) -> dict:
     return {"arch": driver.get_target(target).parse_arch(arch), "per_kernel": per_kernel}
 
 
+KERNEL_HELP = "Only this kernel (repeatable: these kernels)."
 PER_KERNEL_HELP = "One library and header per kernel (default: one for the whole file)."
 
 
@@ -159,7 +160,7 @@ def check(state, file, target, arch):
 @click.option("--print-after-all", is_flag=True, help="Print the IR after every pass.")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
 @click.option("--arch", "--march", "arch", help=ARCH_HELP)
-@click.option("--kernel", help="Only this kernel.")
+@click.option("--kernel", multiple=True, help=KERNEL_HELP)
 @guarded
 def dump_ir(state, file, stage, print_after, print_after_all, target, arch, kernel):
     """Print FILE's IR at a pipeline stage."""
@@ -176,7 +177,7 @@ def dump_ir(state, file, stage, print_after, print_after_all, target, arch, kern
 @main.command()
 @click.argument("file")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
-@click.option("--kernel", help="Only this kernel.")
+@click.option("--kernel", multiple=True, help=KERNEL_HELP)
 @click.option("--dims", help="Dimension values for the byte counts, e.g. M=4096,N=4096 "
                              "(default: 1024, batch axes 8).")
 @guarded
@@ -220,7 +221,7 @@ def _build(state, file, target, out, kernel, emit_only, arch, force=False, per_k
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
 @click.option("--arch", "--march", "arch", help=ARCH_HELP)
 @click.option("-o", "--out", help="Output directory (default: build/<file stem>).")
-@click.option("--kernel", help="Only this kernel.")
+@click.option("--kernel", multiple=True, help=KERNEL_HELP)
 @click.option("--emit-only", is_flag=True, help="Write the sources and Makefile; do not run make.")
 @click.option("--force", is_flag=True, help=FORCE_HELP)
 @click.option("--per-kernel", is_flag=True, help=PER_KERNEL_HELP)
@@ -258,7 +259,8 @@ def _device_arch(t) -> str | None:
 @click.argument("file")
 @click.option("--target", type=TARGETS, default="cpu", show_default=True)
 @click.option("--arch", "--march", "arch", help=ARCH_HELP)
-@click.option("--kernel", help="Kernel to run (default: every kernel in FILE).")
+@click.option("--kernel", multiple=True,
+              help="Kernel to run (repeatable; default: every kernel in FILE).")
 @click.option("--dims", help="Dimension values, e.g. M=100,N=200 (others get defaults that are "
                              "not tile multiples and satisfy the assumes).")
 @click.option("--seed", type=int, default=None, help="Random seed (default: fresh).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -65,15 +66,18 @@ def frontend(src: Source) -> Module:
     return m
 
 
-def select(m: Module, kernel: str | None) -> Module:
-    if kernel is None:
+def select(m: Module, kernels: str | Sequence[str] | None) -> Module:
+    """`m` with only the kernels named (one name or several; None or none: all of them), in the
+    file's order."""
+    wanted = {kernels} if isinstance(kernels, str) else set(kernels or ())
+    if not wanted:
         return m
     names = [g.name for g in m.graphs]
-    if kernel not in names:
-        raise error(f"no kernel named '{kernel}'; the file defines: {', '.join(names)}")
-    keep = [i for i, g in enumerate(m.graphs) if g.name == kernel]
+    for name in sorted(wanted - set(names)):
+        raise error(f"no kernel named '{name}'; the file defines: {', '.join(names)}")
+    keep = [i for i, g in enumerate(m.graphs) if g.name in wanted]
     return replace(m, graphs=tuple(m.graphs[i] for i in keep),
-                   schedules=tuple(s for s in m.schedules if s[0] == kernel))
+                   schedules=tuple(s for s in m.schedules if s[0] in wanted))
 
 
 def parts(m: Module, size: int = 256):
