@@ -91,10 +91,11 @@ if [[ $what == *profile* ]]; then
             --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
             --section SourceCounters --section SchedulerStats --section InstructionStats \
             --section MemoryWorkloadAnalysis_Tables \
-            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,lts__t_bytes.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,lts__t_sector_hit_rate.pct" \
+            --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,lts__t_bytes.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,lts__t_sector_hit_rate.pct,sm__cycles_active.min,sm__cycles_active.max,sm__cycles_active.avg,sm__ctas_launched.min,sm__ctas_launched.max" \
             python3 -m tilec.cli run "$file" --kernel "$kernel" --target cuda --arch ${TILEC_ARCH:-sm_90a} \
             --dims "$dims" --seed 1 > "$OUT/ncu_$kernel.txt" 2>&1
-        grep -E "Duration|Throughput|Registers|Achieved Occupancy|Stall|Warp Cycles|Issued Ipc|ok|MISMATCH" \
+        # (sm__cycles_active min/max against the elapsed cycles: SMs idle while others finish)
+        grep -E "Duration|Elapsed Cycles|cycles_active|Throughput|Registers|Achieved Occupancy|Stall|Warp Cycles|Issued Ipc|ok|MISMATCH" \
             "$OUT/ncu_$kernel.txt" | head -40
         # the largest stall reasons (cycles per issued instruction)
         grep -E "issue_stalled" "$OUT/ncu_$kernel.txt" | sort -k3 -g -r | head -8
