@@ -636,6 +636,8 @@ def ceilings(bench: Bench) -> None:
     if mm.time:
         bench.ceilings["matmul_f16_TFLOPs"] = 2 * s**3 / mm.time / 1e12
 
+    if bench.args.kernel and "copy_f16" not in bench.args.kernel.split(","):
+        return  # (tilec's copy was not built)
     R, Cc = rows_cols(bench)
     bench.section("copy", f"tilec copy_f16 {R}x{Cc}")
     X = randn(R, Cc)
@@ -809,11 +811,13 @@ def linear3_gelu(X: torch.Tensor, W: torch.Tensor, bias: torch.Tensor) -> torch.
 
 def case_linear3(bench: Bench) -> None:
     """A model layer on a batch of sequences, X: [B, S, K] (tilec merges B and S into the rows of
-    one GEMM): ViT-B's MLP (197 tokens, not a tile multiple) and decode (one token per sequence),
-    f16, against eager F.linear + gelu and torch.compile, then the same linear without the GELU
-    against cuBLAS's F.linear alone (no goal: informational)."""
+    one GEMM): ViT-B's MLP (197 tokens, not a tile multiple), BERT and Llama sizes, and decode
+    (one token per sequence), f16, against eager F.linear + gelu and torch.compile, then the same
+    linear without the GELU against cuBLAS's F.linear alone (no goal: informational)."""
     bench.section("linear3", "f16 Y = gelu(X @ W.T + bias), X: [B, S, K]; then without gelu")
-    for B, S, K, N in ((32, 197, 768, 3072), (8, 1, 4096, 4096)):
+    # ViT-B's MLP (fc1, fc2), BERT-large's fc1, Llama-7B's up projection, decode
+    for B, S, K, N in ((32, 197, 768, 3072), (32, 197, 3072, 768), (8, 512, 1024, 4096),
+                       (4, 1024, 4096, 11008), (8, 1, 4096, 4096)):
         X, W, bias = (randn(B, S, K, scale=0.5), randn(N, K, scale=0.5), randn(N))
         label = f"B={B} S={S} K={K} N={N}"
         linear_layer(bench, "linear3_gelu", linear3_gelu, X, W, bias, (B, S, K, N), label)
