@@ -454,5 +454,5 @@ def pick_slots(prog: T.TileProgram, dims: dict) -> list:
     """Per launch slot, the variant the launcher would run for `dims`: the first whose `when`
     holds (the tuple of its kernels)."""
     return [next((parts for parts in variants if parts[0].when is None or
-                  parts[0].when.eval({T.THREADS: 1, **dims})), variants[-1])
+                  parts[0].when.eval({**T.MACHINE, **dims})), variants[-1])
             for variants in prog.slots()]

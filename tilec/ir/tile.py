@@ -9,9 +9,13 @@ from dataclasses import dataclass, field
 
 from .types import Dim, value_key
 
-# The launcher's number of threads a call may use, a name a variant's condition may hold next to
-# the dimensions (the CPU's `omp_get_max_threads()`; the reference interpreter takes 1)
+# Names of what the launcher knows of the machine, which a variant's condition may hold next to
+# the dimensions: the number of threads a call may use (the CPU's `omp_get_max_threads()`) and
+# the GPU's multiprocessors (CUDA's `tilec::sm_count()`); the reference interpreter takes
+# MACHINE's values (it runs every variant alike: they only change speed)
 THREADS = "tilec_threads"
+SMS = "tilec_sms"
+MACHINE = {THREADS: 1, SMS: 132}
 
 
 # ---- expressions -------------------------------------------------------------------------

@@ -104,11 +104,17 @@ def scalar_params(g) -> set:
     return {p.name for p in g.params if p.is_scalar}
 
 
+# what a launcher says of each of T.MACHINE's names it computes
+MACHINE_DOCS = {T.THREADS: "threads a call may use (variants by grid size)",
+                T.SMS: "the device's multiprocessors (variants by waves of tiles)"}
+
+
 def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: list,
-                     threads: str | None = None, guards=None, refusable=None) -> dict:
+                     machine: dict | None = None, guards=None, refusable=None) -> dict:
     """Everything the shared header and launcher templates print for one source kernel.
-    `threads`: the C expression of the threads a call may use (`T.THREADS` in a variant's
-    condition), on targets whose variants ask for it. `guards(kernel)`: the target's own C
+    `machine`: {name of T.MACHINE: its C expression} for the names a variant's condition may
+    hold on this target (CPU: the threads a call may use; CUDA: the multiprocessors), computed
+    by the launchers whose variants ask for them. `guards(kernel)`: the target's own C
     conditions a variant (its first kernel) also needs at run time (CUDA: TMA's aligned
     addresses, an sm_90a device). `refusable(kernel)`: whether a one-launch variant's launch
     may refuse (TILEC_ERR_UNSUPPORTED) where a later variant still runs (CUDA: a tensor map the
@@ -158,10 +164,11 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                                decl=f"{w.name}: {w.dtype}[{', '.join(str(d) for d in w.shape)}]"))
         offset = f"tilec::workspace_align({offset} + {size})"
     scalar_names = scalar_params(g)
-    launches, uses_threads = [], False
+    machine = machine or {}
+    launches, uses = [], set()
 
     def launcher_name(s: str) -> str:
-        return s if s == T.THREADS else cname(s)
+        return s if s in T.MACHINE else cname(s)
     for variants in prog.slots():
         opts = []
         for parts in variants:
@@ -172,11 +179,11 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                 args += [cname(s) for s in g.symbols] + target_args
                 calls.append(f"tilec_launch_{k.name}({', '.join(args)})")
             when = parts[0].when
-            if when is not None and T.THREADS in when.symbols():
-                if threads is None:
-                    raise AssertionError(f"{parts[0].name}: a variant condition on the threads "
-                                         "of a target that does not count them")
-                uses_threads = True
+            for name in (set(when.symbols()) & set(T.MACHINE) if when is not None else ()):
+                if name not in machine:
+                    raise AssertionError(f"{parts[0].name}: a variant condition on {name}, "
+                                         "which this target does not compute")
+                uses.add(name)
             conds = ([] if when is None else [when.c(launcher_name)]) + \
                 (guards(parts[0]) if guards else [])
             opts.append(dict(calls=calls, when=" && ".join(conds) if conds else None,
@@ -200,9 +207,8 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                 call_args=[cname(p.name) for p, _ in tensors] + [cname(s) for s in g.symbols],
                 target_params=target_params, target_args=target_args, checks=checks,
                 dim_checks=dim_checks(g),
-                scalars=scalars + ([f"const int64_t {T.THREADS} = {threads};  // threads a "
-                                    "call may use (variants by grid size)"]
-                                   if uses_threads else []),
+                scalars=scalars + [f"const int64_t {name} = {machine[name]};  // "
+                                   f"{MACHINE_DOCS[name]}" for name in T.MACHINE if name in uses],
                 workspaces=workspaces, workspace_bytes=offset,
                 workspace_align=WORKSPACE_ALIGN, launches=launches, statuses=STATUSES,
                 title=f"{g.name}: {doc_lines[0]}" if g.doc else g.name, doc_lines=doc_lines,

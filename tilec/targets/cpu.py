@@ -569,7 +569,7 @@ def render(target, src, m, env, banner, options) -> dict:
     def kernel_context(g, prog):
         sched = m.schedule_for(g.name, target.name)
         threads = str(sched.threads) if sched.threads else "omp_get_max_threads()"
-        ctx = launcher_context(g, prog, [], [], threads=threads)
+        ctx = launcher_context(g, prog, [], [], machine={T.THREADS: threads})
         ctx["kernels"] = [render_kernel(k, g.symbols, threads) for k in prog.kernels]
         ctx["release_scratch"] = "tilec_scratch_cache.release();"
         return ctx
