@@ -26,6 +26,7 @@ from test_tile_level import in_shape_of
 from tilec import driver
 from tilec.diagnostics import TilecError
 from tilec.ir import tile as T
+from tilec.ir.types import Dim
 from tilec.passes import tile as tile_pass
 
 HOPPER = {"arch": ("sm_90a",)}
@@ -60,12 +61,13 @@ def _kernels(text: str, options=HOPPER) -> list:
 
 
 def _tma_variants_only(monkeypatch, suffix: str = "_tma"):
-    """Build the warp-specialized variants (`suffix`: `_tma`, or `_tma_pairs` in clusters of 2)
-    alone, where a group has them: a condition of theirs that fails is then an error, not a
-    fall-through to another kernel."""
+    """Build the warp-specialized variants (`suffix`: `_tma`, `_tma_pairs` in clusters of 2 or
+    `_tma_waves` of the second tile) alone, where a group has them: a condition of theirs that
+    fails is then an error, not a fall-through to another kernel (the second tile's choice by
+    waves apart: it runs at every size)."""
     keep = tile_pass.gemm_variants
     monkeypatch.setattr(tile_pass, "gemm_variants",
-                        lambda *a: [v for v in keep(*a) if v[0] == suffix] or keep(*a))
+                        lambda *a: [(s, None, c) for s, _, c in keep(*a) if s == suffix] or keep(*a))
 
 
 def _tiles_match_reference(g, k, dims: dict, out: str):
@@ -105,18 +107,52 @@ def test_b_rows_off_128_byte_lines_take_clusters_of_2_first(monkeypatch):
     names = [k.name for k in ks]
     for name, row in (("hop_bias_relu", "N"), ("hop_bf16_bt", "K")):
         k = ks[names.index(f"{name}_k0_tma_pairs")]
-        assert names.index(f"{name}_k0_tma_pairs") + 1 == names.index(f"{name}_k0_tma")
+        assert names.index(f"{name}_k0_tma_pairs") + 2 == names.index(f"{name}_k0_tma_waves") + 1 \
+            == names.index(f"{name}_k0_tma")
         assert k.cluster == 2 and ks[names.index(f"{name}_k0_tma")].cluster == 1
         assert f"{row} % 64 != 0" in str(k.when) and "% 8 == 0" in str(k.when)
         assert "clusters of 2" in T.print_kernel(k)
     assert "hop_batched_k0_tma_pairs" not in names
     on_lines = "kernel t(A: f16[M, K], B: f16[K, 4096]) -> C: f16[M, 4096]:\n    C = A @ B\n"
-    assert [k.name for k in _kernels(on_lines) if k.warp_specialize] == ["t_k0_tma"]
+    assert [k.name for k in _kernels(on_lines) if k.warp_specialize] == ["t_k0_tma_waves", "t_k0_tma"]
     off = _kernels(on_lines.replace("4096", "4088"))
-    assert [k.name for k in off if k.warp_specialize] == ["t_k0_tma_pairs", "t_k0_tma"]
+    assert [k.name for k in off if k.warp_specialize] == ["t_k0_tma_pairs", "t_k0_tma_waves",
+                                                          "t_k0_tma"]
     assert "% 64" not in str(off[0].when)  # (known true: TMA's own conditions alone)
     monkeypatch.setenv("TILEC_WGMMA_PAIRS", "0")
     assert not any(k.cluster > 1 for k in _kernels(GEMMS))
+
+
+def test_a_second_tile_runs_where_it_fills_the_waves_better(monkeypatch):
+    """16-bit GEMMs get a variant of 192 x 128 tiles (three consumer warpgroups) before the
+    128 x 256 one, taken where its waves of tiles over the device's multiprocessors (the
+    launcher asks the runtime) cost a tenth less; batched GEMMs count every matrix's tiles.
+    Not for fp8, nor beside a TILEC_WGMMA tile, nor with TILEC_WGMMA_WAVES=0."""
+    ks = _kernels(GEMMS)
+    names = [k.name for k in ks]
+    for name in ("hop_bias_relu", "hop_bf16_bt", "hop_batched"):
+        k = ks[names.index(f"{name}_k0_tma_waves")]
+        assert k.threads == 512 and k.warp_specialize == 3 and T.SMS in k.when.symbols()
+        assert "warpgroups 3 of 64x128" in T.print_kernel(k)
+    k = ks[names.index("hop_bias_relu_k0_tma_waves")]
+    sms = {T.SMS: 132, "K": 768}
+    # (linear layers measured on an H100: the 192 x 128 tiles where they won)
+    for (M, N), wins in {(6304, 768): True, (6304, 3072): True, (4096, 4096): False,
+                         (4096, 11008): False, (2048, 2048): False, (8192, 8192): False,
+                         (128, 256): True}.items():
+        # (one wave either way: the smaller tile's blocks each compute less)
+        assert bool(tile_pass.fuller_waves(Dim.sym("M"), Dim.sym("N"), (), (128, 256), (192, 128))
+                    .eval({**sms, "M": M, "N": N})) == wins, (M, N)
+    batched = ks[names.index("hop_batched_k0_tma_waves")]
+    assert "* Z" in str(batched.when) or "Z *" in str(batched.when)
+    src, _, m = compile_text(GEMMS, "hop.tile", "cuda", options=HOPPER)
+    cu = "".join(driver.render(src, m, "cuda", HOPPER).values())
+    assert "const int64_t tilec_sms = (int64_t)std::max(tilec::sm_count(), 1);" in cu
+    assert not any(k.name.endswith("_waves") for k in _kernels(GEMMS_FP8))
+    for var, value in (("TILEC_WGMMA", "128x128,6"), ("TILEC_WGMMA_WAVES", "0")):
+        with monkeypatch.context() as mp:
+            mp.setenv(var, value)
+            assert not any(k.name.endswith("_waves") for k in _kernels(GEMMS))
 
 
 @pytest.mark.parametrize("options, sched", [
@@ -251,7 +287,7 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
 @pytest.mark.parametrize("var, value, text", [
     *[("TILEC_FP8_PROMOTE", v, GEMMS_FP8) for v in ("100", "-128", "x", "128,2")],
     *[("TILEC_FP8_PAIRS", v, GEMMS_FP8) for v in ("2", "x", "1,1")],
-    *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_WGMMA_PAIRS",
+    *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_WGMMA_PAIRS", "TILEC_WGMMA_WAVES",
                                   "TILEC_MERGE_ROWS")
       for v in ("2", "x", "1,0")]])
 def test_a_malformed_knob_is_a_user_error(monkeypatch, var, value, text):
@@ -598,8 +634,11 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
     # (where the knob leaves clusters off: a variant in clusters of 2 for B rows off 128-byte
     # lines, batched GEMMs apart)
     pairs = {"", "192x128,5"}
+    # (and without the knob a variant of 192 x 128 tiles, where it fills the waves better)
     assert built == {"hop_bias_relu_tma", "hop_bf16_bt_tma", "hop_batched_tma"} | (
-        {"hop_bias_relu_tma_pairs", "hop_bf16_bt_tma_pairs"} if knob in pairs else set())
+        {"hop_bias_relu_tma_pairs", "hop_bf16_bt_tma_pairs"} if knob in pairs else set()) | (
+        {"hop_bias_relu_tma_waves", "hop_bf16_bt_tma_waves", "hop_batched_tma_waves"}
+        if not knob else set())
     n = 128 if knob and "cluster2" not in knob else 256
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.f16\.f16", ptx)
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{n}k16\.f32\.bf16\.bf16", ptx)
@@ -614,19 +653,20 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
 # ---- on the GPU ----------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("knob", ["", "128x128,6,pingpong", "64x256,5,pingpong", "192x128,5",
-                                  "128x256,4,cluster2", "sm_80,sm_90a"])
+                                  "128x256,4,cluster2", "sm_80,sm_90a", "waves"])
 def test_warp_specialized_gemms_on_gpu(monkeypatch, knob):
     """The default tile, and (TILEC_WGMMA) ping-pong with 2 and 1 wgmma rows of 64 per warpgroup,
     3 cooperative consumer warpgroups (152 registers each), and clusters of 2 blocks sharing B
     tiles by multicast (odd M tile counts: a block of the last pair computes no row); and
-    sm_80 + sm_90a in one library (the device check picks the Hopper kernel)."""
+    sm_80 + sm_90a in one library (the device check picks the Hopper kernel); and the variant
+    of 192 x 128 tiles in 4 stages chosen by waves (its epilogue by TMA stores, deferred)."""
     need_gpu()
     options = HOPPER
     if knob == "sm_80,sm_90a":
         options = MIXED
-    elif knob:
+    elif knob and knob != "waves":
         monkeypatch.setenv("TILEC_WGMMA", knob)
-    _tma_variants_only(monkeypatch)
+    _tma_variants_only(monkeypatch, "_tma_waves" if knob == "waves" else "_tma")
     for dims in (dict(M=256, N=512, K=256, Z=2), dict(M=200, N=136, K=72, Z=1),
                  dict(M=1, N=8, K=8, Z=3), dict(M=130, N=1000, K=1000, Z=1),
                  dict(M=1000, N=264, K=520, Z=2), dict(M=2104, N=2000, K=256, Z=1),

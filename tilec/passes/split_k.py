@@ -185,6 +185,13 @@ def wgmma_pairs(default: bool) -> bool:
     return _switch("TILEC_WGMMA_PAIRS", default)
 
 
+def wgmma_waves(default: bool) -> bool:
+    """`TILEC_WGMMA_WAVES` (1 or 0): whether 16-bit GEMMs take a variant of 192 x 128 tiles where
+    it wastes less of the last wave (resources.wgmma_waves), in place of the target's choice,
+    for measuring on a device."""
+    return _switch("TILEC_WGMMA_WAVES", default)
+
+
 def merge_rows(default: bool) -> bool:
     """`TILEC_MERGE_ROWS` (1 or 0): whether a batched GEMM by one weight runs as one GEMM of all
     its rows (passes/merge_rows.py), in place of the default (on), for measuring."""

@@ -67,6 +67,9 @@ class Resources:
     # under the next tile's first wgmmas (a panel per K tile) instead of with the tensor cores
     # idle
     deferred_epilogue: bool = False
+    # (BM, BN, BK, stages, consumers, pingpong, cluster): a second warp-specialized GEMM tile,
+    # taken where it wastes less of the last wave of tiles (passes/tile.fuller_waves)
+    wgmma_waves: tuple = ()
     # (BM, BN, stages, overlap, pingpong, persistent, split, P buffers): attention's
     # warp-specialized kernel on the same machinery (one consumer warpgroup per 64 query rows,
     # BN keys per stage of K and V tiles; overlap: each warpgroup's softmax runs beside its products,

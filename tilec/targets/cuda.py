@@ -2667,6 +2667,7 @@ def render(target, src, m, env, banner, options) -> dict:
 
     def kernel_context(g, prog):
         ctx = launcher_context(g, prog, ["cudaStream_t tilec_stream"], ["tilec_stream"],
+                               machine={T.SMS: "(int64_t)std::max(tilec::sm_count(), 1)"},
                                guards=variant_guards,
                                refusable=lambda k: bool(k.warp_specialize))
         ctx["kernels"] = [render_kernel(k, g.symbols, target) for k in prog.kernels]
@@ -2742,8 +2743,15 @@ def _for_arch(target, options: dict):
         # (half the requests) 0.198 ms. Only there: 4096^3 takes 0.185 ms in clusters, 0.180
         # without
         clusters = split_k.wgmma_pairs(True)
+        # 192 x 128 tiles, 4 stages, three consumer warpgroups (64 x 128 accumulators each),
+        # where they waste less of the last wave of tiles than 128 x 256 (passes/tile.
+        # fuller_waves; linear layers on an H100, docs/PERFORMANCE.md 2026-12-06 10:40). Not
+        # beside another tile of the TILEC_WGMMA knob (what it measures is that tile alone)
+        waves = split_k.wgmma_waves(wgmma == (128, 256, 64, 4, 2, False, 1))
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
                                                  wgmma_pairs=clusters and wgmma[6:] == (1,),
+                                                 wgmma_waves=(192, 128, 64, 4, 3, False, 1)
+                                                 if waves and wgmma else (),
                                                  wgmma_fp8=wgmma_fp8, fp8_promote=promote,
                                                  fp8_pairs=pairs, deferred_epilogue=deferred,
                                                  wgmma_attention=attention))
