@@ -1085,7 +1085,7 @@ def fuller_waves(M: Dim, N: Dim, batch, tile: tuple, other: tuple) -> Dim:
     `tile`? A persistent grid of one block per multiprocessor (T.SMS) walks the tiles in waves;
     the last wave's idle blocks still count, so the cost is the waves times a tile's area. The
     other tile must save a tenth (a smaller tile computes less per shared-memory byte: at equal
-    slots it is the slower). On an H100 (docs/PERFORMANCE.md, 2026-12-06 10:40), f16 linear
+    slots it is the slower). On an H100 (docs/PERFORMANCE.md, 2026-12-06 10:27), f16 linear
     layers with GELU of 192 x 128 against 128 x 256 tiles: 6304 x 768 x 3072 (slots 0.75)
     0.072 against 0.128 ms, 6304 x 3072 x 768 (0.9) 0.083 against 0.119 ms; 4096 x 4096 x 1024
     (1.13) 0.096 against 0.073 ms, 4096 x 11008 x 4096 (1.02) 0.629 against 0.575 ms."""

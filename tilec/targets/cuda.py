@@ -2745,7 +2745,7 @@ def _for_arch(target, options: dict):
         clusters = split_k.wgmma_pairs(True)
         # 192 x 128 tiles, 4 stages, three consumer warpgroups (64 x 128 accumulators each),
         # where they waste less of the last wave of tiles than 128 x 256 (passes/tile.
-        # fuller_waves; linear layers on an H100, docs/PERFORMANCE.md 2026-12-06 10:40). Not
+        # fuller_waves; linear layers on an H100, docs/PERFORMANCE.md 2026-12-06 10:27). Not
         # beside another tile of the TILEC_WGMMA knob (what it measures is that tile alone)
         waves = split_k.wgmma_waves(wgmma == (128, 256, 64, 4, 2, False, 1))
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
