@@ -2704,7 +2704,8 @@ def _for_arch(target, options: dict):
         # 128 x 256 tiles, K tiles of 64 (one 128-byte swizzle row), 4 stages (192 KiB of
         # shared memory), two consumer warpgroups of 64 x 256 accumulators each (128 registers
         # of a thread's 232) and a producer warpgroup
-        wgmma = split_k.wgmma_tile((128, 256, 64, 4, 2, False, 1))
+        default = (128, 256, 64, 4, 2, False, 1)
+        wgmma = split_k.wgmma_tile(default)
         # attention: 128 query rows (64 per consumer warpgroup), 128 keys per stage, 3 stages of
         # K and V tiles (224 KiB with the Q tile at D = 128; 2 stages measured 0.65x cuDNN
         # against 0.92x); FlashAttention-3's order, each warpgroup's softmax beside its previous
@@ -2747,7 +2748,7 @@ def _for_arch(target, options: dict):
         # where they waste less of the last wave of tiles than 128 x 256 (passes/tile.
         # fuller_waves; linear layers on an H100, docs/PERFORMANCE.md 2026-12-06 10:27). Not
         # beside another tile of the TILEC_WGMMA knob (what it measures is that tile alone)
-        waves = split_k.wgmma_waves(wgmma == (128, 256, 64, 4, 2, False, 1))
+        waves = split_k.wgmma_waves(wgmma == default)
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
                                                  wgmma_pairs=clusters and wgmma[6:] == (1,),
                                                  wgmma_waves=(192, 128, 64, 4, 3, False, 1)
