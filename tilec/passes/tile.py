@@ -1160,12 +1160,11 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         waves = target.resources.wgmma_waves
         if waves and not fp8 and not pingpong:
             # the other block tile first, where it wastes less of the last wave of tiles
+            # (the condition holds the SM count: known at run time only, it never folds)
             wm, wn, wk, wstages, wconsumers, *_ = waves
-            when = fuller_waves(M, N, batch, (bm, bn), (wm, wn))
-            if when != Dim.const(0):
-                hopper.insert(0, ("_tma_waves", None if when == Dim.const(1) else when,
-                                  GemmVariant((wm, wn, wk), 128 * (wconsumers + 1), wstages,
-                                              wgmma=True)))
+            hopper.insert(0, ("_tma_waves", fuller_waves(M, N, batch, (bm, bn), (wm, wn)),
+                              GemmVariant((wm, wn, wk), 128 * (wconsumers + 1), wstages,
+                                          wgmma=True)))
         if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch:
             # where B's rows start off 128-byte lines, clusters of 2 sharing its tiles first
             hopper.insert(0, ("_tma_pairs", None, replace(tma, cluster=2)))

@@ -2752,7 +2752,7 @@ def _for_arch(target, options: dict):
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
                                                  wgmma_pairs=clusters and wgmma[6:] == (1,),
                                                  wgmma_waves=(192, 128, 64, 4, 3, False, 1)
-                                                 if waves and wgmma else (),
+                                                 if waves else (),
                                                  wgmma_fp8=wgmma_fp8, fp8_promote=promote,
                                                  fp8_pairs=pairs, deferred_epilogue=deferred,
                                                  wgmma_attention=attention))
