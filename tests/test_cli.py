@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -403,6 +404,8 @@ def test_run_reports_gflops_for_products():
     r = tilec("run", SAMPLES / "gemm_bias_relu.tile", "--dims", "M=64,N=64,K=64")
     assert r.returncode == 0, r.stderr
     assert "GB/s" in r.stdout and "GFLOP/s" in r.stdout, r.stdout
+    # a short kernel is timed in batches of calls (calls_per_sample)
+    assert re.search(r"ms per call \(median of 5 samples of \d+ calls\)", r.stdout), r.stdout
 
 
 def test_one_library_and_header_per_file_or_per_kernel(tmp_path):
@@ -532,6 +535,24 @@ def test_cpu_timing_waits_for_spinning_threads_to_park():
     waited = wait_until_quiet()
     t.join()
     assert 0.2 < waited < 0.9
+
+
+def test_timing_samples_batch_short_calls():
+    """A timed sample of a short kernel is a batch of calls lasting SAMPLE_SECONDS (at most
+    MAX_BATCH calls); each sample reports seconds per call; a failing call ends the timing."""
+    from tilec.runner import MAX_BATCH, SAMPLE_SECONDS, calls_per_sample
+    from tilec.runtimes.cpu import Runtime
+    assert calls_per_sample([SAMPLE_SECONDS / 40]) == 40
+    assert calls_per_sample([SAMPLE_SECONDS * 3]) == 1
+    assert calls_per_sample([SAMPLE_SECONDS / 1e6]) == MAX_BATCH
+    assert calls_per_sample([]) == calls_per_sample([0.0]) == 1
+    calls = []
+
+    def call():
+        calls.append(1)
+        return 0 if len(calls) < 9 else 3
+    times = Runtime().time(call, 3, 4)
+    assert len(calls) == 9 and len(times) == 3 and all(t >= 0 for t in times)
 
 
 @pytest.mark.parametrize("arch,machine,tuned", [("x86-64-v3", "x86_64", True),

@@ -316,7 +316,9 @@ def run(state, file, target, arch, kernel, dims, seed, out, force, per_kernel):
             status = "ok" if r.errors[name] <= r.tolerances[name] else "MISMATCH"
             click.echo(f"{g.name} [{dim_text}] seed={seed} {name}: max rel error "
                        f"{r.errors[name]:.2e} (tolerance {r.tolerances[name]:.0e}) {status}")
-        click.echo(f"{g.name}: {r.seconds * 1e3:.3f} ms (median of 5), {r.rates()}")
+        batches = f" of {r.calls} calls" if r.calls > 1 else ""
+        click.echo(f"{g.name}: {r.seconds * 1e3:.3f} ms per call (median of {r.samples} "
+                   f"samples{batches}), {r.rates()}")
         failed |= not r.ok
     if failed:
         raise SystemExit(1)

@@ -4,6 +4,7 @@ numpy reference interpreter, and time it."""
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import statistics
 from dataclasses import dataclass
@@ -176,6 +177,8 @@ class RunResult:
     seconds: float
     flops: int = 0  # matrix-product flops of the call
     bytes: int = 0  # bytes of the inputs and outputs (each read or written once)
+    samples: int = 0  # timed samples (seconds is their median)
+    calls: int = 1  # calls per sample (seconds is per call)
 
     @property
     def ok(self) -> bool:
@@ -304,6 +307,19 @@ def reduced_precision(m, g: Graph, target) -> bool:
                                       for s in T.walk_stmts(g.tile.body))
 
 
+SAMPLE_SECONDS = 1e-3  # a timed sample's length at least (a batch of calls to a short kernel)
+MAX_BATCH = 1000
+
+
+def calls_per_sample(probe: list) -> int:
+    """Calls per timed sample, from `probe` (the seconds of one call): enough that a sample
+    lasts SAMPLE_SECONDS, so a short kernel's time is not its launch's host time and the clock's
+    resolution (consecutive calls overlap the host's work for the next with the device's)."""
+    if not probe or probe[0] <= 0:
+        return 1
+    return max(1, min(MAX_BATCH, math.ceil(SAMPLE_SECONDS / probe[0])))
+
+
 def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
                runtime: str = "cpu", full_ints: bool = False, reduced: bool = False) -> RunResult:
     """Call kernel `g` of the library on fresh random inputs in the target runtime's memory,
@@ -327,7 +343,8 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
     try:
         c.check()
         got = c.outputs()  # the first call's results (copies), compared below
-        times = c.rt.time(c, repeat)
+        batch = calls_per_sample(c.rt.time(c, 1)) if repeat > 1 else 1
+        times = c.rt.time(c, repeat, batch)
     finally:
         c.rt.close()
     if ref is None:
@@ -340,4 +357,4 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
             for p in g.outputs}
     flops, nbytes = work(g, dims)
     return RunResult(g.name, dims, errors, tols, statistics.median(times) if times else 0.0,
-                     flops, nbytes)
+                     flops, nbytes, len(times), batch)

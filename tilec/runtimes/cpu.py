@@ -51,16 +51,19 @@ class Runtime:
     def trailing_args(self) -> list:
         return []
 
-    def time(self, call, repeat: int) -> list:
+    def time(self, call, repeat: int, batch: int = 1) -> list:
+        """Seconds per call: `repeat` samples of `batch` calls each, by the host's clock."""
         if repeat > 1:
             wait_until_quiet()
         out = []
         for _ in range(repeat):
             t0 = time.perf_counter()
-            status = call()
-            out.append(time.perf_counter() - t0)
-            if status != 0:
-                return out
+            for _ in range(batch):
+                status = call()
+                if status != 0:
+                    out.append(time.perf_counter() - t0)
+                    return out
+            out.append((time.perf_counter() - t0) / batch)
         return out
 
     def close(self):
