@@ -18,6 +18,11 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
              issue's peer), cuBLASLt's bias+ReLU epilogue (torch._addmm_activation), eager and
              torch.compile
                                                         [>= 0.6x cuBLASLt; fused faster than unfused by > 2%]
+  linear     bf16 gelu_tanh(X @ W.T + bias), 8192x4096x4096, vs cuBLAS F.linear, eager and torch.compile
+  linear3    f16 gelu(X @ W.T + bias) of X [B, S, K] at ViT-B, BERT-large, Llama-7B and decode sizes,
+             then without the GELU, vs F.linear (+ gelu) and torch.compile                [no goal]
+  decode     f16 X @ W.T + bias of 1, 8 and 16 rows through Llama-7B-sized weights (4096x4096,
+             11008x4096, 4096x11008), vs cuBLAS F.linear and the copy ceiling (W read once) [no goal]
   softmax    softmax(X, -1), f16 32768x8192, vs torch.softmax and torch.compile
   rmsnorm    X * rsqrt(mean(X^2, -1) + eps) * w, same size, vs F.rms_norm and torch.compile
   chain      silu(X * 0.5 + 1) * X, same size, vs eager and torch.compile
@@ -827,11 +832,24 @@ def case_linear3(bench: Bench) -> None:
                      f"{label} no gelu")
 
 
+def case_decode(bench: Bench) -> None:
+    """Decode-size linears: M tokens (1, 8, 16) through Llama-7B-sized weights (the attention
+    projections, the MLP's up and down), f16 Y = X @ W.T + bias, against cuBLAS's F.linear and the
+    copy ceiling: each call reads W once, so it is memory-bound (no goal: informational)."""
+    bench.section("decode", "f16 Y = X @ W.T + bias, X: [M, 1, K], W: [N, K]")
+    for M in (1, 8, 16):
+        for K, N in ((4096, 4096), (4096, 11008), (11008, 4096)):
+            X, W, bias = randn(M, 1, K, scale=0.5), randn(N, K, scale=0.5), randn(N)
+            nbytes = (X.numel() + W.numel() + bias.numel() + M * N) * X.element_size()
+            linear_layer(bench, "linear3_bias", torch.nn.functional.linear, X, W, bias,
+                         (M, 1, K, N), f"M={M} K={K} N={N}", Work(bytes=nbytes))
+
+
 def linear_layer(bench: Bench, kernel: str, fn: Callable, X: torch.Tensor, W: torch.Tensor,
-                 bias: torch.Tensor, dims: tuple, label: str) -> None:
+                 bias: torch.Tensor, dims: tuple, label: str, work: Work | None = None) -> None:
     """tilec's `kernel` (Y = fn(X, W, bias), nn.Linear's weights [out, in]; `dims` its dimension
     arguments) against cuBLAS's F.linear alone, eager `fn` and torch.compile, on rotated copies
-    of the operands."""
+    of the operands; rated by `work` (default: the product's flops)."""
     ref = fn(X.float(), W.float(), bias.float()).to(X.dtype)
     out_shape = (*X.shape[:-1], W.shape[0])
     n = n_copies((X.numel() + W.numel() + math.prod(out_shape)) * X.element_size(), bench.l2,
@@ -846,8 +864,8 @@ def linear_layer(bench: Bench, kernel: str, fn: Callable, X: torch.Tensor, W: to
     eager = [] if plain else [bench.peer("eager F.linear + gelu", lambda: rotate(
         [functools.partial(fn, x, w, b) for x, w, b, _ in sets]))]
     comp = bench.compiled(fn, [(x, w, b) for x, w, b, _ in sets])
-    flops = 2 * X.numel() // X.shape[-1] * W.shape[0] * W.shape[1]
-    bench.compare(f"{label}{rot(n)}", Work(flops=flops), [tc, lin, *eager, comp], {}, ref)
+    work = work or Work(flops=2 * X.numel() // X.shape[-1] * W.shape[0] * W.shape[1])
+    bench.compare(f"{label}{rot(n)}", work, [tc, lin, *eager, comp], {}, ref)
 
 
 def memory_bound(bench: Bench, kernel: str, inputs: list, ref: torch.Tensor, peers: list[Entry]) -> None:
@@ -1046,6 +1064,7 @@ def case_attention(bench: Bench) -> None:
 
 CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32,
          "epilogue": case_epilogue, "linear": case_linear, "linear3": case_linear3,
+         "decode": case_decode,
          "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16,
          "w4a16_kmajor": case_w4a16_kmajor, "attention": case_attention}
