@@ -76,17 +76,27 @@ def config(target) -> tuple:
     return target.resources.split_k if knob is None or not target.resources.split_k else knob
 
 
-def decode_variants(target) -> tuple:
+def decode_variants(target, weight_bits: int = 16) -> tuple:
     """The target's decode-size GEMM variants, or `TILEC_DECODE_TILE`'s single one
-    ("MAX_M,BMxBNxBK,threads,stages", e.g. "16,16x256x64,256,4")."""
+    ("MAX_M,BMxBNxBK,threads,stages", e.g. "16,16x256x64,256,4", taken as it is). A target's
+    tile is narrowed (BN halved, down to 8 columns per warp) until one K tile of the weights,
+    `weight_bits` each in memory, is at most `decode_weight_bytes`."""
     def field(x: str):
         return tuple(int(v) for v in x.split("x")) if "x" in x else int(x)
     knob = _knob("TILEC_DECODE_TILE", "MAX_M,BMxBNxBK,threads,stages", 4, field)
     if knob is None:
-        return target.resources.gemm_variants
+        return tuple(_narrowed(v, weight_bits, target.resources.decode_weight_bytes)
+                     for v in target.resources.gemm_variants)
     if knob and not (isinstance(knob[1], tuple) and len(knob[1]) == 3):
         raise error(f"TILEC_DECODE_TILE: the tile is BMxBNxBK, not {knob[1]!r}")
     return (knob,) if knob else ()
+
+
+def _narrowed(variant: tuple, weight_bits: int, limit: int) -> tuple:
+    max_m, (bm, bn, bk), threads, stages = variant
+    while limit and bn * bk * weight_bits > 8 * limit and bn // 2 >= 8 * (threads // 32):
+        bn //= 2
+    return max_m, (bm, bn, bk), threads, stages
 
 
 def gemm_tile(target):

@@ -1110,6 +1110,15 @@ def _transposed(g: Graph, oid: int) -> bool:
     return op.kind == "transpose"
 
 
+def _weight_bits(g: Graph, oid: int) -> int:
+    """Bits per value of GEMM operand `oid` (B) as it is read from memory: a dequantization's
+    quantized values, a converted or transposed operand's source."""
+    op = g.op_map()[oid]
+    while op.kind in ("cast", "copy", "transpose", "dequant"):
+        op = g.op_map()[op.args[0]]
+    return itemsize_bits(op.type.dtype)
+
+
 def _index_masked(g: Graph, grp: Group) -> bool:
     """Does a `where` of the group select by a condition computed from `index` (a mask on
     positions, e.g. causal)?"""
@@ -1172,8 +1181,8 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         return hopper + [("", None, None)]
     K = g.op_map()[mm.args[0]].type.shape[-1]
     split = split_k.config(target) or None
-    decode = [(max_m, GemmVariant(tile_, threads, stages, split))
-              for max_m, tile_, threads, stages in split_k.decode_variants(target)]
+    decode = [(max_m, GemmVariant(tile_, threads, stages, split)) for max_m, tile_, threads, stages
+              in split_k.decode_variants(target, _weight_bits(g, mm.args[1]))]
     on_mma = dequant4_for_gemv_mma(g.op_map(), mm.args[1], target)
     kmajor = kmajor_gemv(g.op_map(), mm.args[1], target)
     gemv = split_k.gemv_config(target, on_mma, kmajor)
