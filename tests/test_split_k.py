@@ -335,29 +335,31 @@ schedule tuned:
 
 
 def decode_weight_tiles(text: str, target: str = "cuda") -> dict:
-    """{decode kernel: values of one stage of its staged weight tile} of text's first kernel."""
+    """{decode kernel: (values of one stage of its staged weight tile, threads)} of text's
+    first kernel."""
     out = {}
     for k in compile_text(text, "k.tile", target)[2].programs[0].kernels:
         if "_m16" in k.name and not k.name.endswith("_sum"):
             b = [a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc) and a.name == "B_s"]
-            out[k.name] = b[0].shape[-1].value * b[0].shape[-2].value
+            out[k.name] = (b[0].shape[-1].value * b[0].shape[-2].value, k.threads)
     return out
 
 
-def test_decode_tiles_hold_at_most_16_kib_of_weights_per_k_tile(monkeypatch):
+def test_decode_tiles_hold_at_most_8_kib_of_weights_per_k_tile(monkeypatch):
     """CUDA's decode tile is narrowed until one K tile of the weights, as they are in memory, is
-    at most 16 KiB: 16-bit weights (transposed or not) get 64 columns, 4-bit ones keep 128; the
-    HIP tile already fits; TILEC_DECODE_TILE is taken as it is."""
+    at most 8 KiB, with a warp per 8 columns: 16-bit weights (transposed or not) get 32 columns
+    on 4 warps, 4-bit ones keep 128 on 8, 32-bit ones stop at 32; the HIP tile already fits;
+    TILEC_DECODE_TILE is taken as it is."""
     w4 = (SAMPLES / "w4a16.tile").read_text()
-    assert set(decode_weight_tiles(LINEAR_T).values()) == {128 * 64}
-    assert set(decode_weight_tiles(w4).values()) == {128 * 128}
+    assert set(decode_weight_tiles(LINEAR_T).values()) == {(128 * 32, 128)}
+    assert set(decode_weight_tiles(w4).values()) == {(128 * 128, 256)}
     plain = "kernel p(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:\n    C = A @ B\n"
-    assert set(decode_weight_tiles(plain).values()) == {128 * 64}
-    assert set(decode_weight_tiles(plain, "hip").values()) == {32 * 128}
-    assert split_k._narrowed((16, (16, 128, 128), 256, 4), 32, 16384) == \
-        (16, (16, 64, 128), 256, 4), "not below 8 columns per warp"
+    assert set(decode_weight_tiles(plain).values()) == {(128 * 32, 128)}
+    assert set(decode_weight_tiles(plain, "hip").values()) == {(32 * 128, 256)}
+    assert split_k.narrowed((16, (16, 128, 128), 256, 4), 32, 8192) == \
+        (16, (16, 32, 128), 128, 4), "not below 32 columns"
     monkeypatch.setenv("TILEC_DECODE_TILE", "16,16x128x128,256,4")
-    assert set(decode_weight_tiles(LINEAR_T).values()) == {128 * 128}
+    assert set(decode_weight_tiles(LINEAR_T).values()) == {(128 * 128, 256)}
 
 
 W4A16_F32 = """

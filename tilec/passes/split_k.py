@@ -79,24 +79,31 @@ def config(target) -> tuple:
 def decode_variants(target, weight_bits: int = 16) -> tuple:
     """The target's decode-size GEMM variants, or `TILEC_DECODE_TILE`'s single one
     ("MAX_M,BMxBNxBK,threads,stages", e.g. "16,16x256x64,256,4", taken as it is). A target's
-    tile is narrowed (BN halved, down to 8 columns per warp) until one K tile of the weights,
-    `weight_bits` each in memory, is at most `decode_weight_bytes`."""
+    tile is narrowed until one K tile of the weights, `weight_bits` each in memory, is at most
+    `decode_weight_bytes` (narrowed)."""
     def field(x: str):
         return tuple(int(v) for v in x.split("x")) if "x" in x else int(x)
     knob = _knob("TILEC_DECODE_TILE", "MAX_M,BMxBNxBK,threads,stages", 4, field)
     if knob is None:
-        return tuple(_narrowed(v, weight_bits, target.resources.decode_weight_bytes)
+        return tuple(narrowed(v, weight_bits, target.resources.decode_weight_bytes)
                      for v in target.resources.gemm_variants)
     if knob and not (isinstance(knob[1], tuple) and len(knob[1]) == 3):
         raise error(f"TILEC_DECODE_TILE: the tile is BMxBNxBK, not {knob[1]!r}")
     return (knob,) if knob else ()
 
 
-def _narrowed(variant: tuple, weight_bits: int, limit: int) -> tuple:
+NARROWEST = 32  # columns of a narrowed decode tile at least (4 warps of 8)
+
+
+def narrowed(variant: tuple, weight_bits: int, limit: int) -> tuple:
+    """Decode variant `variant` with BN halved until a K tile of its weights is at most `limit`
+    bytes (0: as it is) or BN is NARROWEST, and its threads cut to one warp per 8 columns: a
+    decode GEMM streams the weights once, and more, smaller blocks keep more of them in flight
+    on every SM."""
     max_m, (bm, bn, bk), threads, stages = variant
-    while limit and bn * bk * weight_bits > 8 * limit and bn // 2 >= 8 * (threads // 32):
+    while limit and bn * bk * weight_bits > 8 * limit and bn // 2 >= NARROWEST:
         bn //= 2
-    return max_m, (bm, bn, bk), threads, stages
+    return max_m, (bm, bn, bk), min(threads, bn // 8 * 32), stages
 
 
 def gemm_tile(target):

@@ -38,8 +38,8 @@ class Resources:
     # (condition on M, (M, N, K), threads, stages): GEMM variants the launcher picks from by the
     # dims at run time, tried in order before the default tile (decode sizes, skinny problems)
     gemm_variants: tuple = ()
-    # ... their BN halved until one K tile of the weights (as stored in memory) is at most
-    # this many bytes; 0 = as given
+    # ... their BN halved (down to 32 columns, with a warp per 8 of them) until one K tile of
+    # the weights, as they are in memory, is at most this many bytes; 0 = as given
     decode_weight_bytes: int = 0
     # ((M, N, K), blocks per thread): a GEMM whose grid of that (larger) tile still gives each
     # of the threads a call may use (the launcher's `tilec_threads`) that many blocks takes it,

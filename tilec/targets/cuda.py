@@ -2783,11 +2783,11 @@ CUDA = Target(
         gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32), row_tile=False,
         # M <= 16 (decode): 16-row tiles, 8 warps splitting N, deep K tiles (16 x 128 x 128 was
         # the fastest of six W4A16 tiles measured with split-K, docs/PERFORMANCE.md), at most
-        # 16 KiB of weights per K tile: 16-bit weights take 16 x 64 x 128 (on an H100, 4-19%
-        # faster than 128 columns at 6 of 9 Llama-7B decode shapes, 1 row to 16; 0-5% slower
-        # at 3)
+        # 8 KiB of weights per K tile: 16-bit weights take 16 x 32 x 128 on 4 warps (Llama-7B
+        # decode shapes of 1, 8 and 16 rows on an H100: 0.020-0.041 ms against 0.021-0.053
+        # for 128 columns and 0.022-0.046 for 64, docs/PERFORMANCE.md 2026-12-06 13:45)
         gemm_variants=((16, (16, 128, 128), 256, 4),),
-        decode_weight_bytes=16384,
+        decode_weight_bytes=8192,
         # split decode GEMMs over K when their grid has fewer than 512 tiles (about 4 blocks for
         # each of the 132 SMs of an H100/H200, 2 resident at once: 128 registers, no spills),
         # at least 4 K tiles per split
