@@ -313,8 +313,9 @@ MAX_BATCH = 1000
 
 def calls_per_sample(probe: list) -> int:
     """Calls per timed sample, from `probe` (the seconds of one call): enough that a sample
-    lasts SAMPLE_SECONDS, so a short kernel's time is not its launch's host time and the clock's
-    resolution (consecutive calls overlap the host's work for the next with the device's)."""
+    lasts SAMPLE_SECONDS (at most MAX_BATCH). A short kernel is then timed over many calls,
+    each issued while the last runs, instead of one call whose time is mostly the host's
+    (ctypes, the launcher) and the clock's resolution."""
     if not probe or probe[0] <= 0:
         return 1
     return max(1, min(MAX_BATCH, math.ceil(SAMPLE_SECONDS / probe[0])))

@@ -78,9 +78,9 @@ def config(target) -> tuple:
 
 def decode_variants(target, weight_bits: int = 16) -> tuple:
     """The target's decode-size GEMM variants, or `TILEC_DECODE_TILE`'s single one
-    ("MAX_M,BMxBNxBK,threads,stages", e.g. "16,16x256x64,256,4", taken as it is). A target's
-    tile is narrowed until one K tile of the weights, `weight_bits` each in memory, is at most
-    `decode_weight_bytes` (narrowed)."""
+    ("MAX_M,BMxBNxBK,threads,stages", e.g. "16,16x256x64,256,4", taken as it is). The
+    target's tiles are `narrowed` to its `decode_weight_bytes` per K tile of the weights, whose
+    values take `weight_bits` each in memory."""
     def field(x: str):
         return tuple(int(v) for v in x.split("x")) if "x" in x else int(x)
     knob = _knob("TILEC_DECODE_TILE", "MAX_M,BMxBNxBK,threads,stages", 4, field)

@@ -58,12 +58,13 @@ class Runtime:
         out = []
         for _ in range(repeat):
             t0 = time.perf_counter()
-            for _ in range(batch):
+            n, status = 0, 0
+            while n < batch and status == 0:  # (a failing call ends the sample)
                 status = call()
-                if status != 0:
-                    out.append(time.perf_counter() - t0)
-                    return out
-            out.append((time.perf_counter() - t0) / batch)
+                n += 1
+            out.append((time.perf_counter() - t0) / n)
+            if status != 0:
+                break
         return out
 
     def close(self):

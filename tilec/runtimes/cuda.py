@@ -109,15 +109,15 @@ class Runtime:
                 return out
             for _ in range(repeat):
                 self.rt.cudaEventRecord(start, ctypes.c_void_p(0))
-                for _ in range(batch):
+                n, status = 0, 0
+                while n < batch and status == 0:  # (a failing call ends the sample)
                     status = call()
-                    if status != 0:
-                        break
+                    n += 1
                 self.rt.cudaEventRecord(end, ctypes.c_void_p(0))
                 self._check(self.rt.cudaEventSynchronize(end), "the kernel")
                 ms = ctypes.c_float()
                 self.rt.cudaEventElapsedTime(ctypes.byref(ms), start, end)
-                out.append(ms.value / 1e3 / batch)
+                out.append(ms.value / 1e3 / n)
                 if status != 0:
                     break
         finally:
