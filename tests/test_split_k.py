@@ -96,10 +96,13 @@ SPLIT_CASES = [
     (LINEAR, dict(M=5, N=130, K=1100)),  # ragged K: the last split is short; bias + relu after
     ((SAMPLES / "batched_matmul.tile").read_text(), dict(B=2, M=7, N=40, K=1030)),  # batch in z
     (LINEAR_T, dict(M=2, N=70, K=1100)),  # weights stored [N, K]: the B tile is transposed
+    # 8-bit weights: a decode tile of 64 columns (8 KiB of them per K tile), ragged N and K
+    ("kernel q(A: i8[M, K], Bw: i8[K, N], s: f32[N]) -> C: f16[M, N]:\n"
+     "    C = f32(A @ Bw) * s\n", dict(M=3, N=100, K=1100)),
 ]
 
 
-SPLIT_IDS = ["w4a16", "w4a16_gemv", "linear_gemv", "linear", "batched", "linear_t"]
+SPLIT_IDS = ["w4a16", "w4a16_gemv", "linear_gemv", "linear", "batched", "linear_t", "int8"]
 
 
 @pytest.mark.parametrize("text,dims", SPLIT_CASES, ids=SPLIT_IDS)
@@ -348,7 +351,8 @@ def decode_weight_tiles(text: str, target: str = "cuda") -> dict:
 def test_decode_tiles_hold_at_most_8_kib_of_weights_per_k_tile(monkeypatch):
     """CUDA's decode tile is narrowed until one K tile of the weights, as they are in memory, is
     at most 8 KiB, with a warp per 8 columns: 16-bit weights (transposed or not) get 32 columns
-    on 4 warps, 4-bit ones keep 128 on 8, 32-bit ones stop at 32; the HIP tile already fits;
+    on 4 warps, 8-bit ones 64 on 8, 4-bit ones keep 128 on 8, 32-bit ones stop at 32; the HIP
+    tile already fits;
     TILEC_DECODE_TILE is taken as it is."""
     w4 = (SAMPLES / "w4a16.tile").read_text()
     assert set(decode_weight_tiles(LINEAR_T).values()) == {(128 * 32, 128)}
@@ -356,6 +360,8 @@ def test_decode_tiles_hold_at_most_8_kib_of_weights_per_k_tile(monkeypatch):
     plain = "kernel p(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:\n    C = A @ B\n"
     assert set(decode_weight_tiles(plain).values()) == {(128 * 32, 128)}
     assert set(decode_weight_tiles(plain, "hip").values()) == {(32 * 128, 256)}
+    int8 = SPLIT_CASES[SPLIT_IDS.index("int8")][0]
+    assert set(decode_weight_tiles(int8).values()) == {(128 * 64, 256)}
     assert split_k.narrowed((16, (16, 128, 128), 256, 4), 32, 8192) == \
         (16, (16, 32, 128), 128, 4), "not below 32 columns"
     monkeypatch.setenv("TILEC_DECODE_TILE", "16,16x128x128,256,4")
