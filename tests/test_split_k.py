@@ -99,10 +99,14 @@ SPLIT_CASES = [
     # 8-bit weights: a decode tile of 64 columns (8 KiB of them per K tile), ragged N and K
     ("kernel q(A: i8[M, K], Bw: i8[K, N], s: f32[N]) -> C: f16[M, N]:\n"
      "    C = f32(A @ Bw) * s\n", dict(M=3, N=100, K=1100)),
+    # f32 weights on the scalar units: the narrowest decode tile (32 columns on 4 warps)
+    ("kernel q(A: f32[M, K], Bw: f32[K, N]) -> C: f32[M, N]:\n    C = A @ Bw\n",
+     dict(M=3, N=100, K=1100)),
 ]
 
 
-SPLIT_IDS = ["w4a16", "w4a16_gemv", "linear_gemv", "linear", "batched", "linear_t", "int8"]
+SPLIT_IDS = ["w4a16", "w4a16_gemv", "linear_gemv", "linear", "batched", "linear_t", "int8",
+             "f32"]
 
 
 @pytest.mark.parametrize("text,dims", SPLIT_CASES, ids=SPLIT_IDS)
