@@ -15,7 +15,8 @@ what=${1:-all}; shift || true
 bench_args=("$@")
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv | tee "$OUT/gpu.txt"
 nvcc --version | tail -2 | tee -a "$OUT/gpu.txt"
-git rev-parse --short HEAD 2>/dev/null | tee -a "$OUT/gpu.txt"
+# (TILEC_COMMIT where set, as bench/gpu.py: the device's copy of the tree may carry a stale .git)
+echo "${TILEC_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
 # the SM clock, power and throttle reasons every 200 ms while this script runs (bench/gpu.py prints
 # the UTC time of each section, to line the two up)
 source bench/clock_log.sh
