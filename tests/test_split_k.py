@@ -356,8 +356,7 @@ def test_decode_tiles_hold_at_most_8_kib_of_weights_per_k_tile(monkeypatch):
     """CUDA's decode tile is narrowed until one K tile of the weights, as they are in memory, is
     at most 8 KiB, with a warp per 8 columns: 16-bit weights (transposed or not) get 32 columns
     on 4 warps, 8-bit ones 64 on 8, 4-bit ones keep 128 on 8, 32-bit ones stop at 32; the HIP
-    tile already fits;
-    TILEC_DECODE_TILE is taken as it is."""
+    tile already fits; TILEC_DECODE_TILE is taken as it is."""
     w4 = (SAMPLES / "w4a16.tile").read_text()
     assert set(decode_weight_tiles(LINEAR_T).values()) == {(128 * 32, 128)}
     assert set(decode_weight_tiles(w4).values()) == {(128 * 128, 256)}
