@@ -1069,14 +1069,7 @@ def fp8_product(g: Graph, mm) -> bool:
     """Are both operands of matmul op `mm` of one fp8 dtype (possibly transposed or converted on
     chip): the products the fp8 wgmma may take (wgmma_kernel checks the rest), which sum in the
     tensor cores' precision (runner.reduced_precision)?"""
-    ops = g.op_map()
-
-    def source(oid):
-        op = ops[oid]
-        while op.kind in ("cast", "transpose", "copy") and op.args:
-            op = ops[op.args[0]]
-        return op.type.dtype
-    a, b = (source(x) for x in mm.args)
+    a, b = (_source(g, x).type.dtype for x in mm.args)
     return a == b and a in FP8
 
 
@@ -1102,21 +1095,25 @@ class NotWgmma(Exception):
     an fp8 operand that is not K-major, ...): that variant is left out."""
 
 
+def _source(g: Graph, oid: int, through=("cast", "transpose", "copy")):
+    """The op whose values operand `oid` reads through ops of the kinds `through` (conversions
+    and views computed on chip)."""
+    ops = g.op_map()
+    op = ops[oid]
+    while op.kind in through and op.args:
+        op = ops[op.args[0]]
+    return op
+
+
 def _transposed(g: Graph, oid: int) -> bool:
     """Is operand `oid` a transposed view (read across its rows)?"""
-    op = g.op_map()[oid]
-    while op.kind in ("cast", "copy"):
-        op = g.op_map()[op.args[0]]
-    return op.kind == "transpose"
+    return _source(g, oid, ("cast", "copy")).kind == "transpose"
 
 
 def _weight_bits(g: Graph, oid: int) -> int:
     """Bits per value of GEMM operand `oid` (B) as it is read from memory: a dequantization's
     quantized values, a converted or transposed operand's source."""
-    op = g.op_map()[oid]
-    while op.kind in ("cast", "copy", "transpose", "dequant"):
-        op = g.op_map()[op.args[0]]
-    return itemsize_bits(op.type.dtype)
+    return itemsize_bits(_source(g, oid, ("cast", "copy", "transpose", "dequant")).type.dtype)
 
 
 def _index_masked(g: Graph, grp: Group) -> bool:
