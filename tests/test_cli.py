@@ -555,6 +555,29 @@ def test_timing_samples_batch_short_calls():
     assert len(calls) == 9 and len(times) == 3 and all(t >= 0 for t in times)
 
 
+def test_cuda_timing_divides_each_sample_by_its_calls():
+    """The CUDA runtime's samples are the events' time over the calls between them (a failing
+    call ends the timing): checked on a stand-in for libcudart whose events always read 2 ms."""
+    from tilec.runtimes import cuda
+
+    class Events:
+        def cudaEventElapsedTime(self, ms, start, end):
+            ms._obj.value = 2.0
+            return 0
+
+        def __getattr__(self, name):  # (the other runtime calls succeed)
+            return lambda *args: 0
+    rt = cuda.Runtime.__new__(cuda.Runtime)
+    rt.rt = Events()
+    calls = []
+
+    def call():
+        calls.append(1)
+        return 0 if len(calls) < 7 else 5
+    assert rt.time(call, 3, 4) == pytest.approx([2e-3 / 4, 2e-3 / 3])
+    assert len(calls) == 7
+
+
 @pytest.mark.parametrize("arch,machine,tuned", [("x86-64-v3", "x86_64", True),
                                                 ("x86-64-v4", "aarch64", True),
                                                 ("native", "x86_64", True),

@@ -343,7 +343,7 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
     c = _Call(lib_path, g, inputs, dims, runtime)
     try:
         c.check()
-        got = c.outputs()  # the first call's results (copies), compared below
+        got = c.outputs()  # the first call's results (copies), compared below; it warmed up
         batch = calls_per_sample(c.rt.time(c, 1)) if repeat > 1 else 1
         times = c.rt.time(c, repeat, batch)
     finally:

@@ -98,15 +98,14 @@ class Runtime:
 
     def time(self, call, repeat: int, batch: int = 1) -> list:
         """Seconds per call: `repeat` samples, each `batch` calls between two CUDA events on the
-        default stream (after one warm-up call). In a batch the host issues the next call while
-        the device runs the last, so a short kernel is not timed with the host's idle gaps."""
+        default stream (the caller's checked call came first: the warm-up). In a batch the host
+        issues the next call while the device runs the last, so a short kernel is not timed with
+        the host's idle gaps."""
         start, end = ctypes.c_void_p(), ctypes.c_void_p()
         self._check(self.rt.cudaEventCreate(ctypes.byref(start)), "cudaEventCreate")
         self._check(self.rt.cudaEventCreate(ctypes.byref(end)), "cudaEventCreate")
         out = []
         try:
-            if call() != 0:
-                return out
             for _ in range(repeat):
                 self.rt.cudaEventRecord(start, ctypes.c_void_p(0))
                 n, status = 0, 0
