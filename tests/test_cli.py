@@ -540,10 +540,11 @@ def test_cpu_timing_waits_for_spinning_threads_to_park():
 def test_timing_samples_batch_short_calls():
     """A timed sample of a short kernel is a batch of calls lasting SAMPLE_SECONDS (at most
     MAX_BATCH calls); each sample reports seconds per call; a failing call ends the timing."""
-    from tilec.runner import MAX_BATCH, SAMPLE_SECONDS, calls_per_sample
+    from tilec.runner import MAX_BATCH, PROBE_SECONDS, SAMPLE_SECONDS, calls_per_sample, probe
     from tilec.runtimes.cpu import Runtime
     assert calls_per_sample([SAMPLE_SECONDS / 40]) == 40
     assert calls_per_sample([SAMPLE_SECONDS * 3]) == 1
+    assert calls_per_sample([SAMPLE_SECONDS * 8, SAMPLE_SECONDS / 40]) == 40  # (the fastest)
     assert calls_per_sample([SAMPLE_SECONDS / 1e6]) == MAX_BATCH
     assert calls_per_sample([]) == calls_per_sample([0.0]) == 1
     calls = []
@@ -553,6 +554,12 @@ def test_timing_samples_batch_short_calls():
         return 0 if len(calls) < 9 else 3
     times = Runtime().time(call, 3, 4)
     assert len(calls) == 9 and len(times) == 3 and all(t >= 0 for t in times)
+
+    # the probe goes on past slow first calls (a machine waking up) until one is shorter than
+    # a sample, for PROBE_SECONDS at most
+    slow = [SAMPLE_SECONDS * 8] * 3 + [SAMPLE_SECONDS / 50] * 5
+    assert probe(lambda: [slow.pop(0)]) == [SAMPLE_SECONDS * 8] * 3 + [SAMPLE_SECONDS / 50]
+    assert probe(lambda: [PROBE_SECONDS / 2]) == [PROBE_SECONDS / 2] * 2
 
 
 def test_cuda_timing_divides_each_sample_by_its_calls():

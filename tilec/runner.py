@@ -309,16 +309,34 @@ def reduced_precision(m, g: Graph, target) -> bool:
 
 SAMPLE_SECONDS = 1e-3  # a timed sample's length at least (a batch of calls to a short kernel)
 MAX_BATCH = 1000
+PROBE_SECONDS = 0.05  # calls timed alone to size the batches: at most this long in all
 
 
-def calls_per_sample(probe: list) -> int:
-    """Calls per timed sample, from `probe` (the seconds of one call): enough that a sample
-    lasts SAMPLE_SECONDS (at most MAX_BATCH). A short kernel is then timed over many calls,
-    each issued while the last runs, instead of one call whose time is mostly the host's
-    (ctypes, the launcher) and the clock's resolution."""
-    if not probe or probe[0] <= 0:
+def probe(time_one) -> list:
+    """Seconds of single calls (`time_one()` times one and returns [seconds]) to size the timed
+    batches: until one is shorter than a sample, for PROBE_SECONDS at most. The first calls of
+    a short kernel can be slow for the machine's reasons, not the kernel's: on a 2-core VM, a
+    4 us kernel's calls took 4-16 ms each for the first 40 ms after a build (other threads
+    held its cores), so one probe alone would have timed it one call per sample, mostly the
+    host's overhead."""
+    seen = []
+    while sum(seen) < PROBE_SECONDS:
+        t = time_one()
+        seen += t
+        if t[0] < SAMPLE_SECONDS:
+            break
+    return seen
+
+
+def calls_per_sample(probes: list) -> int:
+    """Calls per timed sample, from `probes` (seconds of single calls; the fastest counts):
+    enough that a sample lasts SAMPLE_SECONDS (at most MAX_BATCH). A short kernel is then
+    timed over many calls, each issued while the last runs, instead of one call whose time is
+    mostly the host's (ctypes, the launcher) and the clock's resolution."""
+    fastest = min(probes, default=0.0)
+    if fastest <= 0:
         return 1
-    return max(1, min(MAX_BATCH, math.ceil(SAMPLE_SECONDS / probe[0])))
+    return max(1, min(MAX_BATCH, math.ceil(SAMPLE_SECONDS / fastest)))
 
 
 def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
@@ -344,7 +362,7 @@ def run_kernel(lib_path, g: Graph, dims: dict, seed: int, repeat: int = 5,
     try:
         c.check()
         got = c.outputs()  # the first call's results (copies), compared below; it warmed up
-        batch = calls_per_sample(c.rt.time(c, 1)) if repeat > 1 else 1
+        batch = calls_per_sample(probe(lambda: c.rt.time(c, 1))) if repeat > 1 else 1
         times = c.rt.time(c, repeat, batch)
     finally:
         c.rt.close()
