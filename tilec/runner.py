@@ -309,15 +309,15 @@ def reduced_precision(m, g: Graph, target) -> bool:
 
 SAMPLE_SECONDS = 1e-3  # a timed sample's length at least (a batch of calls to a short kernel)
 MAX_BATCH = 1000
-PROBE_SECONDS = 0.05  # calls timed alone to size the batches: at most this long in all
+PROBE_SECONDS = 0.25  # calls timed alone to size the batches: at most this long in all
 
 
 def probe(time_one) -> list:
     """Seconds of single calls (`time_one()` times one and returns [seconds]) to size the timed
     batches: until one is shorter than a sample, for PROBE_SECONDS at most. The first calls of
     a short kernel can be slow for the machine's reasons, not the kernel's: on a 2-core VM, a
-    4 us kernel's calls took 4-16 ms each for the first 40 ms after a build (other threads
-    held its cores), so one probe alone would have timed it one call per sample, mostly the
+    4 us kernel's calls took 4-16 ms each for the first 50 ms after a build (other threads
+    held its cores, a scheduler tick at a time), so one probe alone would have timed it one call per sample, mostly the
     host's overhead."""
     seen = []
     while sum(seen) < PROBE_SECONDS:
