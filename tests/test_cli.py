@@ -141,6 +141,9 @@ def test_run_checks_against_the_reference():
     assert "softmax_rows [R=37,C=300] seed=7 Y: max rel error" in r.stdout and " ok" in r.stdout
     r = tilec("run", SAMPLES / "softmax.tile", "--dims", "Q=3")
     assert r.returncode == 1 and "has a dimension 'Q' (dimensions: C, R)" in r.stderr
+    # (--kernel narrows the run: the message names the kernel, not the file)
+    r = tilec("run", SAMPLES / "rmsnorm.tile", "--kernel", "rmsnorm", "--dims", "Q=3")
+    assert r.returncode == 1 and "kernel rmsnorm has no dimension 'Q' (dimensions: C, R)" in r.stderr
     r = tilec("run", SAMPLES / "softmax.tile", "--dims", "R=x")
     assert r.returncode == 1 and "--dims expects NAME=INT" in r.stderr
 

@@ -289,7 +289,10 @@ def run(state, file, target, arch, kernel, dims, seed, out, force, per_kernel):
     known = {s for g in m0.graphs for s in g.symbols}
     for name in given:
         if name not in known:
-            raise TilecError(f"no kernel in {state['src'].display} has a dimension '{name}' "
+            names = ", ".join(g.name for g in m0.graphs)
+            which = (f"no kernel in {state['src'].display} has a" if not kernel else
+                     f"kernel {names} has no" if len(m0.graphs) == 1 else f"kernels {names} have no")
+            raise TilecError(f"{which} dimension '{name}' "
                              f"(dimensions: {', '.join(sorted(known)) or 'none'})")
     chosen = {}
     for g in m0.graphs:  # dims are checked before anything is built

@@ -317,8 +317,8 @@ def probe(time_one) -> list:
     batches: until one is shorter than a sample, for PROBE_SECONDS at most. The first calls of
     a short kernel can be slow for the machine's reasons, not the kernel's: on a 2-core VM, a
     4 us kernel's calls took 4-16 ms each for the first 50 ms after a build (other threads
-    held its cores, a scheduler tick at a time), so one probe alone would have timed it one call per sample, mostly the
-    host's overhead."""
+    held its cores, a scheduler tick at a time), so one probe alone would have timed it one
+    call per sample, mostly the host's overhead."""
     seen = []
     while sum(seen) < PROBE_SECONDS:
         t = time_one()
