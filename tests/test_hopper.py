@@ -153,6 +153,13 @@ def test_a_second_tile_runs_where_it_fills_the_waves_better(monkeypatch):
         with monkeypatch.context() as mp:
             mp.setenv(var, value)
             assert not any(k.name.endswith("_waves") for k in _kernels(GEMMS))
+    # the knob's own tile (192 columns: wgmma n192), and one the registers cannot hold
+    monkeypatch.setenv("TILEC_WGMMA_WAVES", "192x192")
+    k = next(k for k in _kernels(GEMMS) if k.name == "hop_bias_relu_k0_tma_waves")
+    assert k.threads == 512 and "warpgroups 3 of 64x192" in T.print_kernel(k)
+    monkeypatch.setenv("TILEC_WGMMA_WAVES", "192x256")
+    with pytest.raises(TilecError, match="TILEC_WGMMA_WAVES='192x256'"):
+        _kernels(GEMMS)
 
 
 @pytest.mark.parametrize("options, sched", [

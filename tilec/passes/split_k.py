@@ -202,11 +202,22 @@ def wgmma_pairs(default: bool) -> bool:
     return _switch("TILEC_WGMMA_PAIRS", default)
 
 
-def wgmma_waves(default: bool) -> bool:
-    """`TILEC_WGMMA_WAVES` (1 or 0): whether 16-bit GEMMs take a variant of 192 x 128 tiles where
-    it wastes less of the last wave (resources.wgmma_waves), in place of the target's choice,
-    for measuring on a device."""
-    return _switch("TILEC_WGMMA_WAVES", default)
+def wgmma_waves(default: tuple) -> tuple:
+    """`TILEC_WGMMA_WAVES` (1, 0 or BMxBN): the block tile of the variant that 16-bit GEMMs take
+    where it wastes less of the last wave (resources.wgmma_waves): the target's (1), none (0),
+    or BM x BN (BM 128 or 192, one consumer warpgroup per 64 rows; BN 128, 192 or 256; at most
+    192 x 192: the accumulators' registers), 4 stages, for measuring on a device."""
+    env = os.environ.get("TILEC_WGMMA_WAVES", "").strip()
+    if "x" not in env:
+        return default if _switch("TILEC_WGMMA_WAVES", True) else ()
+    try:
+        bm, bn = (int(v) for v in env.split("x"))
+    except ValueError:
+        bm = bn = 0
+    if bm not in (128, 192) or bn not in (128, 192, 256) or bm * bn > 192 * 192:
+        raise error(f"TILEC_WGMMA_WAVES={env!r}: expected 1, 0 or BMxBN (BM 128 or 192, BN "
+                    "128, 192 or 256, at most 192x192)")
+    return (bm, bn, 64, 4, bm // 64, False, 1)
 
 
 def merge_rows(default: bool) -> bool:

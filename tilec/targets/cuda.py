@@ -2748,11 +2748,10 @@ def _for_arch(target, options: dict):
         # where they waste less of the last wave of tiles than 128 x 256 (passes/tile.
         # fuller_waves; linear layers on an H100, docs/PERFORMANCE.md 2026-12-06 10:27). Not
         # beside another tile of the TILEC_WGMMA knob (what it measures is that tile alone)
-        waves = split_k.wgmma_waves(wgmma == default)
+        waves = split_k.wgmma_waves((192, 128, 64, 4, 3, False, 1) if wgmma == default else ())
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
                                                  wgmma_pairs=clusters and wgmma[6:] == (1,),
-                                                 wgmma_waves=(192, 128, 64, 4, 3, False, 1)
-                                                 if waves else (),
+                                                 wgmma_waves=waves,
                                                  wgmma_fp8=wgmma_fp8, fp8_promote=promote,
                                                  fp8_pairs=pairs, deferred_epilogue=deferred,
                                                  wgmma_attention=attention))

@@ -1726,6 +1726,28 @@ TILEC_DEV void fence_regs(uint32_t* a) {
     "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),  \
     "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
 
+// (192-column GEMM tiles)
+#define TILEC_WGMMA_D96  \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"  \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"  \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"  \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"  \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"  \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define TILEC_WGMMA_OUT96  \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),  \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),  \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),  \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),  \
+    "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),  \
+    "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),  \
+    "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),  \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
+    "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),  \
+    "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),  \
+    "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),  \
+    "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+
 // D[64 x W] (f32, this warpgroup's registers: R of them, the lists TILEC_WGMMA_D<R> and
 // TILEC_WGMMA_OUT<R>) = A * B + (scale_d ? D : 0), K values per step: A and B by shared-memory
 // descriptors (operands A and B of the asm, then P: scale_d); TRANS: the operands' transposes
@@ -1741,6 +1763,7 @@ TILEC_DEV void fence_regs(uint32_t* a) {
 #define TILEC_WGMMA_N128(K, DT, TRANS) TILEC_WGMMA_SS_ASM("128", 64, "%64", "%65", "%66", K, DT, TRANS)
 // (attention's 176-key tiles)
 #define TILEC_WGMMA_N176(K, DT, TRANS) TILEC_WGMMA_SS_ASM("176", 88, "%88", "%89", "%90", K, DT, TRANS)
+#define TILEC_WGMMA_N192(K, DT, TRANS) TILEC_WGMMA_SS_ASM("192", 96, "%96", "%97", "%98", K, DT, TRANS)
 #define TILEC_WGMMA_N256(K, DT, TRANS)  \
     TILEC_WGMMA_SS_ASM("256", 128, "%128", "%129", "%130", K, DT, TRANS)
 
@@ -1748,9 +1771,9 @@ TILEC_DEV void fence_regs(uint32_t* a) {
 // 32 bytes of each row).
 enum WgmmaType { WG_F16, WG_BF16, WG_E4M3, WG_E5M2 };
 
-// The wgmma of one k-step for a tile of N columns (64, 128, 176 or 256) and the operand type DT:
+// The wgmma of one k-step for a tile of N columns (64, 128, 176, 192 or 256) and the operand type DT:
 // sm_90a code (elsewhere a stub that traps: the launcher runs it on H100/H200 devices alone).
-// (%35, %67, %91, %131: the TB operand of each width's list; TA the next)
+// (%35, %67, %91, %99, %131: the TB operand of each width's list; TA the next)
 #define TILEC_WGMMA_SS(N_)  \
     if constexpr (DT == WG_F16) TILEC_WGMMA_N##N_("16", "f16", TILEC_WGMMA_TB##N_);  \
     else if constexpr (DT == WG_BF16) TILEC_WGMMA_N##N_("16", "bf16", TILEC_WGMMA_TB##N_);  \
@@ -1759,16 +1782,19 @@ enum WgmmaType { WG_F16, WG_BF16, WG_E4M3, WG_E5M2 };
 #define TILEC_WGMMA_TB64 ", %36, %35"
 #define TILEC_WGMMA_TB128 ", %68, %67"
 #define TILEC_WGMMA_TB176 ", %92, %91"
+#define TILEC_WGMMA_TB192 ", %100, %99"
 #define TILEC_WGMMA_TB256 ", %132, %131"
 
 template <int N, int TA, int TB, int DT>
 TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
-    static_assert(N == 64 || N == 128 || N == 176 || N == 256,
-                  "wgmma tiles of 64, 128, 176 or 256 columns");
+    static_assert(N == 64 || N == 128 || N == 176 || N == 192 || N == 256,
+                  "wgmma tiles of 64, 128, 176, 192 or 256 columns");
     static_assert(DT <= WG_BF16 || (TA == 0 && TB == 0), "fp8 wgmma operands are K-major");
 #ifdef TILEC_SM90A
     if constexpr (N == 256) {
         TILEC_WGMMA_SS(256)
+    } else if constexpr (N == 192) {
+        TILEC_WGMMA_SS(192)
     } else if constexpr (N == 176) {
         TILEC_WGMMA_SS(176)
     } else if constexpr (N == 128) {
@@ -1828,12 +1854,14 @@ TILEC_DEV void wgmma_rs(float* d, const uint32_t* a, uint64_t b, int scale_d) {
 #undef TILEC_WGMMA_TB64
 #undef TILEC_WGMMA_TB128
 #undef TILEC_WGMMA_TB176
+#undef TILEC_WGMMA_TB192
 #undef TILEC_WGMMA_TB256
 #undef TILEC_WGMMA_N64
 #undef TILEC_WGMMA_RS_N64
 #undef TILEC_WGMMA_N128
 #undef TILEC_WGMMA_RS_N128
 #undef TILEC_WGMMA_N176
+#undef TILEC_WGMMA_N192
 #undef TILEC_WGMMA_N256
 #undef TILEC_WGMMA_RS_N256
 #undef TILEC_WGMMA_D32
@@ -1844,6 +1872,8 @@ TILEC_DEV void wgmma_rs(float* d, const uint32_t* a, uint64_t b, int scale_d) {
 #undef TILEC_WGMMA_OUT128
 #undef TILEC_WGMMA_D88
 #undef TILEC_WGMMA_OUT88
+#undef TILEC_WGMMA_D96
+#undef TILEC_WGMMA_OUT96
 
 // Shared tiles of wgmma operands are rows of 128 bytes (one swizzle row): P elements of E, in
 // k-steps of KS (32 bytes: 16 16-bit values or 32 fp8 values); wider tiles are panels of P
