@@ -566,6 +566,68 @@ def test_matrix_unit_gemv_asks_l2_for_whole_lines_of_weights():
         assert "ld.global.nc.L2::128B.b32" in body
 
 
+def test_a_calls_later_kernels_are_dependent_launches(monkeypatch):
+    """A call's kernels after its first (a later launch slot, or a variant's later part) are
+    launched by tilec::launch_after (a programmatic dependent launch where the device and the
+    kernel's code allow it) and wait for the one before at their first statement, before any
+    memory access; every kernel followed by another lets it launch early. A call of one
+    kernel, and the HIP target, do neither; the wait is compiled for sm_90 on only."""
+    from tilec.targets.cuda import launch_order
+    text = ("kernel two(A: f32[M, K], B: f32[K, N], C: f32[N, P]) -> D: f32[M, P]:\n"
+            "    D = (A @ B) @ C\n"
+            "kernel one(X: f32[R, C]) -> Y: f32[R, C]:\n"
+            "    Y = softmax(X, axis=-1)\n")
+    src, _, m = compile_text(text, "pdl.tile", "cuda", options=SM90)
+    prog = next(p for p in m.programs if p.name == "two")
+    order = launch_order(prog)
+    slots = prog.slots()
+    assert len(slots) == 2
+    for si, variants in enumerate(slots):
+        for v in variants:
+            for pi, k in enumerate(v):  # (the GEMV variants split K: two parts)
+                assert order[k.name] == (si > 0 or pi > 0, si == 0 or pi < len(v) - 1), k.name
+    single = next(p for p in m.programs if p.name == "one")
+    assert set(launch_order(single).values()) == {(False, False)}
+    files = driver.render(src, m, "cuda", SM90)
+    cu = files["two.cu"] + files["one.cu"]
+
+    def section(start: str, name: str):
+        at = cu.index(start)
+        return cu[cu.index("{", at) + 1:cu.index("\n}\n", at)]
+    for k in prog.kernels + single.kernels:
+        after, before = order.get(k.name, (False, False))
+        body = section(f" {k.name}(const", k.name).lstrip()
+        launcher = section(f"static int tilec_launch_{k.name}(", k.name)
+        assert body.startswith("tilec::wait_for_prior();") == after, (k.name, body[:100])
+        assert body.count("wait_for_prior") == after
+        assert ("tilec::allow_dependents();" in body) == before, k.name
+        assert (f"tilec::launch_after({k.name}," in launcher) == after, k.name
+        assert ("<<<" in launcher) == (not after), k.name
+    with monkeypatch.context() as mp:  # (the benchmarking knob: plain launches)
+        mp.setenv("TILEC_DEPENDENT_LAUNCH", "0")
+        plain = "".join(v for n, v in driver.render(src, m, "cuda", SM90).items()
+                        if n.endswith(".cu"))
+        assert "launch_after(" not in plain and "wait_for_prior()" not in plain
+        mp.setenv("TILEC_DEPENDENT_LAUNCH", "2")
+        with pytest.raises(TilecError, match="TILEC_DEPENDENT_LAUNCH"):
+            driver.render(src, m, "cuda", SM90)
+    hip_src, _, hip_m = compile_text(text, "pdl.tile", "hip")
+    hip = "".join(driver.render(hip_src, hip_m, "hip", None).values())
+    assert "wait_for_prior" not in hip and "allow_dependents" not in hip
+    need_nvcc()
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text_ in files.items():
+            Path(tmp, name).write_text(text_)
+        for arch, some in (("sm_80", False), ("sm_90", True)):
+            r = subprocess.run(["nvcc", f"-arch={arch}", "-std=c++17", "-ptx", "two.cu", "-o",
+                                f"{arch}.ptx"], cwd=tmp, capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr
+            ptx = Path(tmp, f"{arch}.ptx").read_text()
+            assert ("griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx) \
+                == some, arch
+
+
 def test_divisions_of_dimensions_are_computed_by_the_launcher():
     """64-bit divisions of dimensions alone (a split's rows per chunk, its number of splits, the
     grid) are kernel-level Lets of the lowered Tile IR (host_scalars) that the launcher computes

@@ -239,7 +239,7 @@ static int tilec_launch_gemm_bias_relu_k0_tma_pairs(const tilec_f16* __restrict_
     if (tilec::allow_smem(gemm_bias_relu_k0_tma_pairs, 229440, tilec_smem_ready) != cudaSuccess) return TILEC_ERR_LAUNCH;
     static std::atomic<int> tilec_resident[64];
     const int64_t tilec_clusters = tilec_g0 * ((tilec_g1 + 1) / 2) * tilec_g2;
-    if (tilec::launch_pairs(gemm_bias_relu_k0_tma_pairs, tilec_clusters, 384, 229440, tilec_stream, tilec_resident, tilec_map_A, tilec_map_B, tilec_map_C, A, B, bias, C, M, K, N, host2, tilec_g0, tilec_g1, tilec_g2) != cudaSuccess) return TILEC_ERR_LAUNCH;
+    if (tilec::launch_pairs(gemm_bias_relu_k0_tma_pairs, tilec_clusters, 384, 229440, tilec_stream, tilec_resident, nullptr, tilec_map_A, tilec_map_B, tilec_map_C, A, B, bias, C, M, K, N, host2, tilec_g0, tilec_g1, tilec_g2) != cudaSuccess) return TILEC_ERR_LAUNCH;
     return cudaGetLastError() == cudaSuccess ? TILEC_OK : TILEC_ERR_LAUNCH;
 }
 

@@ -226,6 +226,12 @@ def merge_rows(default: bool) -> bool:
     return _switch("TILEC_MERGE_ROWS", default)
 
 
+def dependent_launches(default: bool) -> bool:
+    """`TILEC_DEPENDENT_LAUNCH` (1 or 0): whether a call's later kernels are dependent launches
+    (targets/cuda.launch_order), in place of the default (on), for measuring on a device."""
+    return _switch("TILEC_DEPENDENT_LAUNCH", default)
+
+
 def deferred_epilogue(default: bool) -> bool:
     """`TILEC_DEFER_EPILOGUE` (1 or 0): whether a persistent warp-specialized GEMM stores each
     tile under the next tile's first wgmmas (resources.deferred_epilogue), in place of the

@@ -2413,7 +2413,8 @@ _COLLECTIVE = (T.Reduce, T.Allreduce, T.Barrier, T.Gemm, T.GemmLoad, T.GemvMma, 
 
 
 # ---- whole-program rendering ----------------------------------------------------------------
-def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
+def render_kernel(k: T.TileKernel, symbols, target, renderer=None, after: bool = False,
+                  before: bool = False) -> dict:
     # the Lets of dimensions alone (host_scalars pass) and the grid: computed by the launcher
     host = host_scalars.host_lets(k)
     body = tuple(st for st in k.body if not any(st is h for h in host))
@@ -2508,8 +2509,15 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None) -> dict:
         ids.append(f"const int tilec_warp = tilec_tid >> {warp.bit_length() - 1};")
     if ids or "tilec_tid" in reads:
         ids.insert(0, "const int tilec_tid = (int)threadIdx.x;")
+    # where the call launches another kernel before this one, or after it: dependent launches
+    # (tilec_cuda.h, launch_after), each kernel's first statements
+    order = (["    tilec::wait_for_prior();  // (until the call's previous kernel has finished: "
+              "its results are visible)"] if after else []) + \
+        (["    tilec::allow_dependents();  // (the call's next kernel may launch: it waits for "
+          "this one to finish)"] if before else [])
     return dict(name=k.name, comment=k.comment, params=params, kparams=kparams, bounds=bounds,
-                grid=grid, maps=maps, launch=launch_lines(k, off, args), smem_decl=smem_lines(k, off),
+                grid=grid, maps=maps, launch=launch_lines(k, off, args, after), order=order,
+                smem_decl=smem_lines(k, off),
                 block=block, guard=guard, ids=ids,
                 host=[(cname(h.name), em.expr(h.value)) for h in host],
                 int32_bounds=[cname(n) for n in sorted(em.int32_bounds)],
@@ -2525,7 +2533,16 @@ def variant_guards(k: T.TileKernel) -> list:
     return [f"tilec::aligned16({cname(n)})" for n in k.aligned] + ["tilec::sm90a_device()"]
 
 
-def launch_lines(k: T.TileKernel, smem: int, args: list) -> list:
+def launch_order(prog: T.TileProgram) -> dict:
+    """Each kernel's place among a call's launches: name -> (after, before), whether the call
+    launches another kernel before it, and after it (the parts of a variant in order, then the
+    next launch slot's)."""
+    slots = prog.slots()
+    return {k.name: (si > 0 or pi > 0, si < len(slots) - 1 or pi < len(v) - 1)
+            for si, variants in enumerate(slots) for v in variants for pi, k in enumerate(v)}
+
+
+def launch_lines(k: T.TileKernel, smem: int, args: list, after: bool = False) -> list:
     """The launcher's lines from the grid sizes (tilec_g0..2) on: the grid (one block per tile,
     or a persistent one: as many blocks or clusters of blocks as the device holds at once), the
     shared-memory limit, the launch and its status."""
@@ -2537,10 +2554,13 @@ def launch_lines(k: T.TileKernel, smem: int, args: list) -> list:
     if c > 1:
         return [f"// a persistent grid of clusters of {c} blocks (as many as fit at once) walks "
                 f"the tiles, {c} at a time"] + allow + [
-                "static std::atomic<int> tilec_resident[64];",
+                "static std::atomic<int> tilec_resident[64];"] + \
+            (["static std::atomic<int> tilec_after[64];  // (a dependent launch where it may be)"]
+             if after else []) + [
                 f"const int64_t tilec_clusters = tilec_g0 * ((tilec_g1 + {c - 1}) / {c}) * tilec_g2;",
                 f"if (tilec::launch_pairs({k.name}, tilec_clusters, {k.threads}, {smem}, tilec_stream, "
-                f"tilec_resident, {', '.join(args)}) != cudaSuccess) return TILEC_ERR_LAUNCH;", done]
+                f"tilec_resident, {'tilec_after' if after else 'nullptr'}, {', '.join(args)}) != "
+                "cudaSuccess) return TILEC_ERR_LAUNCH;", done]
     if k.persistent:
         out = [f"// a persistent grid: {k.blocks_per_sm} block(s) per SM walk the tiles",
                "const int64_t tilec_tiles = tilec_g0 * tilec_g1 * tilec_g2;",
@@ -2554,6 +2574,12 @@ def launch_lines(k: T.TileKernel, smem: int, args: list) -> list:
             "if (tilec_y > 65535) return TILEC_ERR_UNSUPPORTED;"]
     if smem > 48 * 1024:
         out += allow
+    if after:  # (the call launched another kernel before this one)
+        return out + ["static std::atomic<int> tilec_after[64];  // (a dependent launch where it "
+                      "may be)",
+                      f"if (tilec::launch_after({k.name}, dim3((unsigned)tilec_x, (unsigned)tilec_y), "
+                      f"{k.threads}, {smem}, tilec_stream, tilec_after, {', '.join(args)}) != "
+                      "cudaSuccess) return TILEC_ERR_LAUNCH;", "return TILEC_OK;"]
     return out + [f"{k.name}<<<dim3((unsigned)tilec_x, (unsigned)tilec_y), {k.threads}, {smem}, "
                   f"tilec_stream>>>({', '.join(args)});", done]
 
@@ -2670,7 +2696,10 @@ def render(target, src, m, env, banner, options) -> dict:
                                machine={T.SMS: "(int64_t)std::max(tilec::sm_count(), 1)"},
                                guards=variant_guards,
                                refusable=lambda k: bool(k.warp_specialize))
-        ctx["kernels"] = [render_kernel(k, g.symbols, target) for k in prog.kernels]
+        order = launch_order(prog) if split_k.dependent_launches(True) else {}
+        ctx["kernels"] = [render_kernel(k, g.symbols, target, None,
+                                        *order.get(k.name, (False, False)))
+                          for k in prog.kernels]
         ctx.update(device_context(target, "CUDA", "cudaStream_t"))
         return ctx
     files, libs = render_libraries(

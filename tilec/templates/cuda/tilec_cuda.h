@@ -1370,6 +1370,73 @@ inline cudaError_t allow_smem(F* kernel, size_t bytes, std::atomic<unsigned>& do
     return e;
 }
 
+// ==== Dependent launches (compute capability 9.0 on) =========================================
+// A call's kernels after its first are launched as programmatic dependent launches where the
+// device and the kernel's code allow it: the next kernel's blocks are launched while the last
+// blocks of the one before still run (each block of that one has said so at its start:
+// allow_dependents), and wait at their own start (wait_for_prior) until it has finished and its
+// writes are visible. The wait comes before any access to memory, so the kernels' order is
+// exactly that of plain launches; what the overlap saves is the second launch's latency.
+TILEC_DEV void wait_for_prior() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+TILEC_DEV void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether `kernel` may be launched as a dependent launch on the current device: compute
+// capability 9.0 or later, and the kernel's code compiled for it (its PTX version, so that code
+// compiled for sm_80 and run on a later GPU, which has no wait_for_prior, is launched plainly).
+// Once per device for each kernel (`known`: 0 not asked yet, 1 no, 2 yes).
+template <typename F>
+inline bool dependent_launch(F* kernel, std::atomic<int>* known) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    std::atomic<int>& k = known[dev & 63];
+    int v = k.load(std::memory_order_relaxed);
+    if (v == 0) {
+        int major = 0;
+        cudaFuncAttributes a;
+        const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ==
+                            cudaSuccess && major >= 9 &&
+                        cudaFuncGetAttributes(&a, kernel) == cudaSuccess && a.ptxVersion >= 90;
+        v = ok ? 2 : 1;
+        k.store(v, std::memory_order_relaxed);
+    }
+    return v == 2;
+}
+
+// Launch `kernel` after the call's previous kernel in `stream`: a programmatic dependent launch
+// where dependent_launch allows it (CUDA 12 and later), else a plain one. A CUDA error code.
+template <typename F, typename... Args>
+inline cudaError_t launch_after(F* kernel, dim3 grid, unsigned threads, size_t smem,
+                                cudaStream_t stream, std::atomic<int>* known, Args... args) {
+#if CUDART_VERSION >= 12000
+    if (dependent_launch(kernel, known)) {
+        cudaLaunchConfig_t cfg;
+        std::memset(&cfg, 0, sizeof(cfg));
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(threads);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        return cudaLaunchKernelEx(&cfg, kernel, args...);
+    }
+#else
+    (void)known;
+#endif
+    kernel<<<grid, threads, smem, stream>>>(args...);
+    return cudaGetLastError();
+}
+
 // ==== Hopper (sm_90a): mbarriers, the tensor memory accelerator (TMA), wgmma ================
 // What the warp-specialized GEMM kernels tilec builds for --arch sm_90a use (docs/CUDA.md,
 // "Hopper"). A producer warp fills `stages` shared-memory stages by TMA; each stage completes on
@@ -2073,20 +2140,25 @@ inline bool sm90a_device() {
 
 // Launch `kernel` on a persistent grid of clusters of 2 blocks: as many clusters as the device
 // holds at once (cudaOccupancyMaxActiveClusters, once per device and kernel: `resident`), at
-// most `clusters`. Returns a CUDA error code.
+// most `clusters`; `after` (null for a call's first kernel): as launch_after. Returns a CUDA
+// error code.
 template <typename F, typename... Args>
 inline cudaError_t launch_pairs(F* kernel, int64_t clusters, int threads, size_t smem,
-                                cudaStream_t stream, std::atomic<int>* resident, Args... args) {
+                                cudaStream_t stream, std::atomic<int>* resident,
+                                std::atomic<int>* after, Args... args) {
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
     cudaLaunchConfig_t cfg;
     std::memset(&cfg, 0, sizeof(cfg));
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 2;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
+    // (after: the launch follows another kernel of the call, a dependent one where it may be)
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.blockDim = dim3((unsigned)threads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
@@ -2102,6 +2174,7 @@ inline cudaError_t launch_pairs(F* kernel, int64_t clusters, int threads, size_t
     }
     const int64_t grid = clusters < n ? clusters : n;
     cfg.gridDim = dim3(2 * (unsigned)grid);
+    if (after && dependent_launch(kernel, after)) cfg.numAttrs = 2;
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 #endif  // CUDART_VERSION >= 12000
