@@ -27,5 +27,4 @@ def test_random_gemm_fusion(rng, seed, dims):
     text = program(rng)
     note(f"\n{text}\n# tilec run prog.tile --dims "
          f"{','.join(f'{k}={v}' for k, v in dims.items())} --seed {seed}")
-    results = check_text(text, dims=dims, seed=seed)
-    assert results and all(r.ok for r in results.values()), results
+    check_text(text, dims=dims, seed=seed)  # (asserts every output within its tolerance)

@@ -2550,13 +2550,14 @@ def launch_lines(k: T.TileKernel, smem: int, args: list, after: bool = False) ->
     allow = ["static std::atomic<unsigned> tilec_smem_ready{0};",
              f"if (tilec::allow_smem({call}) != cudaSuccess) return TILEC_ERR_LAUNCH;"]
     done = "return cudaGetLastError() == cudaSuccess ? TILEC_OK : TILEC_ERR_LAUNCH;"
+    # (after another kernel of the call: whether its launch may be a dependent one, per device)
+    known = ["static std::atomic<int> tilec_after[64];  // (a dependent launch where it may be)"] \
+        if after else []
     c = k.cluster
     if c > 1:
         return [f"// a persistent grid of clusters of {c} blocks (as many as fit at once) walks "
                 f"the tiles, {c} at a time"] + allow + [
-                "static std::atomic<int> tilec_resident[64];"] + \
-            (["static std::atomic<int> tilec_after[64];  // (a dependent launch where it may be)"]
-             if after else []) + [
+                "static std::atomic<int> tilec_resident[64];"] + known + [
                 f"const int64_t tilec_clusters = tilec_g0 * ((tilec_g1 + {c - 1}) / {c}) * tilec_g2;",
                 f"if (tilec::launch_pairs({k.name}, tilec_clusters, {k.threads}, {smem}, tilec_stream, "
                 f"tilec_resident, {'tilec_after' if after else 'nullptr'}, {', '.join(args)}) != "
@@ -2575,11 +2576,10 @@ def launch_lines(k: T.TileKernel, smem: int, args: list, after: bool = False) ->
     if smem > 48 * 1024:
         out += allow
     if after:  # (the call launched another kernel before this one)
-        return out + ["static std::atomic<int> tilec_after[64];  // (a dependent launch where it "
-                      "may be)",
-                      f"if (tilec::launch_after({k.name}, dim3((unsigned)tilec_x, (unsigned)tilec_y), "
-                      f"{k.threads}, {smem}, tilec_stream, tilec_after, {', '.join(args)}) != "
-                      "cudaSuccess) return TILEC_ERR_LAUNCH;", "return TILEC_OK;"]
+        return out + known + [
+            f"if (tilec::launch_after({k.name}, dim3((unsigned)tilec_x, (unsigned)tilec_y), "
+            f"{k.threads}, {smem}, tilec_stream, tilec_after, {', '.join(args)}) != "
+            "cudaSuccess) return TILEC_ERR_LAUNCH;", "return TILEC_OK;"]
     return out + [f"{k.name}<<<dim3((unsigned)tilec_x, (unsigned)tilec_y), {k.threads}, {smem}, "
                   f"tilec_stream>>>({', '.join(args)});", done]
 
@@ -2697,9 +2697,10 @@ def render(target, src, m, env, banner, options) -> dict:
                                guards=variant_guards,
                                refusable=lambda k: bool(k.warp_specialize))
         order = launch_order(prog) if split_k.dependent_launches(True) else {}
-        ctx["kernels"] = [render_kernel(k, g.symbols, target, None,
-                                        *order.get(k.name, (False, False)))
-                          for k in prog.kernels]
+        ctx["kernels"] = []
+        for k in prog.kernels:
+            after, before = order.get(k.name, (False, False))
+            ctx["kernels"].append(render_kernel(k, g.symbols, target, after=after, before=before))
         ctx.update(device_context(target, "CUDA", "cudaStream_t"))
         return ctx
     files, libs = render_libraries(

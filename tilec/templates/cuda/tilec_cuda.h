@@ -1410,6 +1410,33 @@ inline bool dependent_launch(F* kernel, std::atomic<int>* known) {
     return v == 2;
 }
 
+#if CUDART_VERSION >= 12000
+// cudaLaunchKernelEx's configuration: `grid` blocks of `threads`, `smem` bytes of dynamic
+// shared memory, on `stream`, with the `n` attributes at `attrs`.
+inline cudaLaunchConfig_t launch_config(dim3 grid, unsigned threads, size_t smem,
+                                        cudaStream_t stream, cudaLaunchAttribute* attrs,
+                                        unsigned n) {
+    cudaLaunchConfig_t cfg;
+    std::memset(&cfg, 0, sizeof(cfg));
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attrs;
+    cfg.numAttrs = n;
+    return cfg;
+}
+
+// The attribute that makes a launch a programmatic dependent one.
+inline cudaLaunchAttribute dependent_attribute() {
+    cudaLaunchAttribute a;
+    std::memset(&a, 0, sizeof(a));
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+    return a;
+}
+#endif
+
 // Launch `kernel` after the call's previous kernel in `stream`: a programmatic dependent launch
 // where dependent_launch allows it (CUDA 12 and later), else a plain one. A CUDA error code.
 template <typename F, typename... Args>
@@ -1417,17 +1444,8 @@ inline cudaError_t launch_after(F* kernel, dim3 grid, unsigned threads, size_t s
                                 cudaStream_t stream, std::atomic<int>* known, Args... args) {
 #if CUDART_VERSION >= 12000
     if (dependent_launch(kernel, known)) {
-        cudaLaunchConfig_t cfg;
-        std::memset(&cfg, 0, sizeof(cfg));
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = grid;
-        cfg.blockDim = dim3(threads);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = stream;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cudaLaunchAttribute attr[1] = {dependent_attribute()};
+        const cudaLaunchConfig_t cfg = launch_config(grid, threads, smem, stream, attr, 1);
         return cudaLaunchKernelEx(&cfg, kernel, args...);
     }
 #else
@@ -2103,21 +2121,14 @@ inline cudaError_t launch_pairs(F* kernel, int64_t clusters, int threads, size_t
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
-    cudaLaunchConfig_t cfg;
-    std::memset(&cfg, 0, sizeof(cfg));
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = 2;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     // (after: the launch follows another kernel of the call, a dependent one where it may be)
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cfg.blockDim = dim3((unsigned)threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[1] = dependent_attribute();
+    cudaLaunchConfig_t cfg = launch_config(dim3(1), (unsigned)threads, smem, stream, attr, 1);
     int n = resident[dev & 63].load(std::memory_order_relaxed);
     if (n == 0) {
         cfg.gridDim = dim3(2 * (unsigned)sm_count());
