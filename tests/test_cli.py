@@ -144,6 +144,9 @@ def test_run_checks_against_the_reference():
     # (--kernel narrows the run: the message names the kernel, not the file)
     r = tilec("run", SAMPLES / "rmsnorm.tile", "--kernel", "rmsnorm", "--dims", "Q=3")
     assert r.returncode == 1 and "kernel rmsnorm has no dimension 'Q' (dimensions: C, R)" in r.stderr
+    r = tilec("run", SAMPLES / "rmsnorm.tile", "--kernel", "rmsnorm", "--kernel", "rmsnorm_f32",
+              "--dims", "Q=3")
+    assert r.returncode == 1 and "kernels rmsnorm, rmsnorm_f32 have no dimension 'Q'" in r.stderr
     r = tilec("run", SAMPLES / "softmax.tile", "--dims", "R=x")
     assert r.returncode == 1 and "--dims expects NAME=INT" in r.stderr
 
