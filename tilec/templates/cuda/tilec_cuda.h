@@ -1416,8 +1416,7 @@ inline bool dependent_launch(F* kernel, std::atomic<int>* known) {
 inline cudaLaunchConfig_t launch_config(dim3 grid, unsigned threads, size_t smem,
                                         cudaStream_t stream, cudaLaunchAttribute* attrs,
                                         unsigned n) {
-    cudaLaunchConfig_t cfg;
-    std::memset(&cfg, 0, sizeof(cfg));
+    cudaLaunchConfig_t cfg = {};  // (value-initialized: no memset of a type with constructors)
     cfg.gridDim = grid;
     cfg.blockDim = dim3(threads);
     cfg.dynamicSmemBytes = smem;
@@ -1429,8 +1428,7 @@ inline cudaLaunchConfig_t launch_config(dim3 grid, unsigned threads, size_t smem
 
 // The attribute that makes a launch a programmatic dependent one.
 inline cudaLaunchAttribute dependent_attribute() {
-    cudaLaunchAttribute a;
-    std::memset(&a, 0, sizeof(a));
+    cudaLaunchAttribute a = {};
     a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     a.val.programmaticStreamSerializationAllowed = 1;
     return a;
