@@ -38,13 +38,17 @@ kernel packed(P: i4[R, N], Q: u4[R, N]) -> (C4: i8[R, N], D4: u8[R, N], M4: i8[R
     M4 = max(abs(P) * 3, axis=-1)
     E4 = i16(Q * N) + i16(P * R)
 
+kernel products4(P: i4[M, K], Q: u4[K, N], U: u4[M, K]) -> (C: i32[M, N], D: i32[M, N]):
+    C = P @ Q
+    D = U @ Q
+
 kernel casts(A: i32[N], X: f32[N]) -> (C: i8[N], D: u8[N], E: i16[N]):
     C = i8(A)
     D = u8(A) + 200
     E = i16(X * 100000.0)
 """
 
-DIMS = [dict(N=1000, R=7, C=300), dict(N=17, R=3, C=5000)]
+DIMS = [dict(N=1000, R=7, C=300, M=33, K=101), dict(N=17, R=3, C=5000, M=130, K=64)]
 
 
 def test_wrap_semantics_of_the_reference():
@@ -83,6 +87,21 @@ def test_integer_programs_match_the_reference_exactly_on_gpu():
         res = check_text(WRAP, dims, target="cuda", options={"arch": ("sm_90",)}, full_ints=True)
         for name, r in res.items():
             assert all(e == 0 for e in r.errors.values()), (name, r.errors)
+
+
+def test_a_product_of_4_bit_integers_multiplies_them_as_i8_into_i32():
+    """`A @ B` of 4-bit integers returns i32, as of i8 (it returned the 4-bit dtype, and the GPU
+    targets failed inside the compiler on its 4-bit operand tiles): each operand converts to i8
+    first, which holds every 4-bit value, and the targets multiply i8 tiles."""
+    from tilec import driver
+    for a, b in (("u4", "u4"), ("i4", "i4"), ("i4", "u4"), ("u4", "i8")):
+        text = f"kernel p(A: {a}[M, K], B: {b}[K, N]) -> C: i32[M, N]:\n    C = A @ B\n"
+        m0 = driver.frontend(driver.Source("p.tile", text))
+        (mm,) = [o for o in m0.graphs[0].ops if o.kind == "matmul"]
+        assert mm.type.dtype == "i32" and \
+            [m0.graphs[0].ops[x].type.dtype for x in mm.args] == ["i8", "i8"], (a, b)
+        for target in ("cpu", "cuda", "hip"):
+            driver.compile_module(m0, target)
 
 
 def test_integer_powers_are_exact_integer_code_on_every_target():
