@@ -36,7 +36,7 @@ TOKENS = ["kernel", "schedule", "target", "cuda", "cpu", "assume", "->", ":", "(
           '"""', "with grid(", "shared", "fragment", "copy", "gemm", "parallel(", "pipelined(",
           "range(", "reduce(", "fill(", "clear(", "swizzle(", "threads=", "stages=", "tile M=",
           "fuse off", "if", "else:", "for", "in", "as", "\u00e9", "\ufeff", "\x00"]
-EXAMPLES = int(os.environ.get("TILEC_FUZZ_EXAMPLES", "120"))
+EXAMPLES = int(os.environ.get("TILEC_FUZZ_EXAMPLES", "1000"))
 SECONDS = 20  # per input: a sample-sized program checks in well under a second
 USER_ERROR = re.compile(r"^\S+?(:\d+:\d+)?: error: ", re.M)
 
