@@ -446,10 +446,10 @@ class KernelBuilder:
         if batch is None:
             raise error(f"matmul batch axes {_shape(a.type.shape[:-2])} and "
                         f"{_shape(b.type.shape[:-2])} do not broadcast", e.loc)
-        # (4-bit integers multiply as i8: every 4-bit value is one, and the product, as i8's,
-        # is exact in i32; the targets keep 4-bit tiles packed, for dequant's weights)
-        dt = {"u4": "i8", "i4": "i8"}.get(promote(a.type.dtype, b.type.dtype),
-                                        promote(a.type.dtype, b.type.dtype))
+        dt = promote(a.type.dtype, b.type.dtype)
+        # 4-bit integers multiply as i8, which holds every 4-bit value, into i32 as i8's products
+        # do (the GPU targets keep 4-bit tiles packed, for dequant's weights, and multiply none)
+        dt = {"u4": "i8", "i4": "i8"}.get(dt, dt)
         a, b = self.cast(a, dt, e.loc), self.cast(b, dt, e.loc)
         out = {"f16": "f32", "bf16": "f32", "fp8e4m3": "f32", "fp8e5m2": "f32", "i8": "i32",
                "u8": "i32", "i16": "i32"}.get(dt, dt)
