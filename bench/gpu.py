@@ -13,7 +13,7 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
              torch._scaled_mm (cuBLASLt's fp8 GEMM) with the same per-tensor scales, its sums
              promoted to f32 as tilec's (use_fast_accum=True, the tensor cores' sums: information)
                                                                    [Hopper: 8192^3 >= 0.9x _scaled_mm]
-  tf32       C = A @ B of f32 4096^3 under `precision tf32`, vs torch.mm in tf32 and in f32    [no goal]
+  tf32       C = A @ B and A @ W.T of f32 4096^3 under `precision tf32`, vs torch.mm in tf32 and f32 [no goal]
   epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs torch.addmm + relu_ (the
              issue's peer), cuBLASLt's bias+ReLU epilogue (torch._addmm_activation), eager and
              torch.compile
@@ -89,6 +89,7 @@ ABI = {
     "gemm_bf16": ("TT", 1, "M K N"),
     "gemm_at_f16": ("TT", 1, "K M N"),
     "gemm_tf32": ("TT", 1, "M K N"),
+    "gemm_tf32_bt": ("TT", 1, "M K N"),
     "gemm_fp8": ("TTf", 1, "M K N"),
     "gemm_bias_relu": ("TTT", 1, "M K N"),
     "gemm_bias_relu_unfused": ("TTT", 1, "M K N"),
@@ -714,21 +715,32 @@ def mm_tf32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, tf32: bool) -> No
     torch.mm(a, b, out=c)
 
 
-def case_tf32(bench: Bench) -> None:
-    """f32 GEMM under `precision tf32` against cuBLAS in tf32 and in f32 (no goal: informational)."""
+def tf32_one(bench: Bench, kernel: str, bt: bool) -> None:
+    """f32 4096^3 C = A @ B (`bt`: A @ W.T) under `precision tf32` against torch.mm in tf32 and f32."""
     M = K = N = 4096
-    bench.section("tf32", f"f32 C = A @ B under precision tf32, M=K=N={M}")
+    form = "A @ W.T" if bt else "A @ B"
+    bench.section("tf32", f"f32 C = {form} under precision tf32, M=K=N={M}")
+    # (with bt, B holds W: [N, K], read transposed)
     A, B = randn(M, K, dtype=torch.float32, scale=0.5), randn(K, N, dtype=torch.float32, scale=0.5)
-    ref = (A.double() @ B.double()).float()
+    ref = (A.double() @ (B.double().t() if bt else B.double())).float()
     n = n_copies((M * K + K * N + M * N) * 4, bench.l2, bench.args.copies)
     sets = [(a, b, torch.empty(M, N, dtype=torch.float32, device="cuda")) for a, b in copies_of(n, A, B)]
-    tc = bench.tilec_entry("gemm_tf32", lambda k: [k.bind([a, b], [c], (M, K, N)) for a, b, c in sets],
+    tc = bench.tilec_entry(kernel, lambda k: [k.bind([a, b], [c], (M, K, N)) for a, b, c in sets],
                            [ref], TOL[F16])
-    peers = [bench.peer(f"cuBLAS {'tf32' if t else 'f32'} (torch.mm)",
-                        lambda t=t: rotate([functools.partial(mm_tf32, a, b, c, t) for a, b, c in sets]))
+    peers = [bench.peer(f"cuBLAS {'tf32' if t else 'f32'} (torch.mm{' of W.t()' if bt else ''})",
+                        lambda t=t: rotate([functools.partial(mm_tf32, a, b.t() if bt else b, c, t)
+                                            for a, b, c in sets]))
              for t in (True, False)]
-    bench.compare(f"f32 {M}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, *peers], {}, ref)
+    bench.compare(f"f32 {form} {M}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, *peers], {}, ref)
     torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def case_tf32(bench: Bench) -> None:
+    """f32 GEMM under `precision tf32` against cuBLAS in tf32 and in f32 (no goal: informational):
+    C = A @ B (B row-major: tilec's mma.sync kernel) and C = A @ W.T (both operands K-major: on
+    Hopper, tilec's tf32 wgmma)."""
+    tf32_one(bench, "gemm_tf32", False)
+    tf32_one(bench, "gemm_tf32_bt", True)
 
 
 def fp8_one(bench: Bench, s: int) -> None:

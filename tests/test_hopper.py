@@ -713,6 +713,86 @@ def test_fp8_wgmma_gemms_on_gpu(monkeypatch):
         check_text(GEMMS_FP8, dims, name="hop8_only.tile", target="cuda", options=HOPPER)
 
 
+# tf32: f32 operands under `precision tf32`, K-major (A @ W.T), on wgmma's tf32 form (k-steps of 8)
+GEMMS_TF32 = """
+kernel hop_tf32(X: f32[M, K], W: f32[N, K], b: f32[N]) -> C: f32[M, N]:
+    C = gelu(X @ W.T + b)
+
+kernel hop_tf32_batched(A: f32[Z, M, K], W: f32[Z, N, K]) -> C: f32[Z, M, N]:
+    C = A @ W.T * 0.5
+
+schedule hop_tf32:
+    target cuda:
+        precision tf32
+
+schedule hop_tf32_batched:
+    target cuda:
+        precision tf32
+"""
+
+
+def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma():
+    """K-major f32 operands under `precision tf32` go through TMA into wgmma: the 16-bit tile's
+    bytes (K tiles of 32 values), the gemm marked tf32, TMA's 16-byte rows a run-time condition.
+    A row-major B (tf32 wgmma takes K-major operands only) and `precision ieee` keep the
+    mma.sync or FMA kernels."""
+    ks = {k.name: k for k in _kernels(GEMMS_TF32)}
+    for name, tile in (("hop_tf32_k0_tma", "[4, 128, 32]"), ("hop_tf32_batched_k0_tma",
+                                                              "[4, 128, 32]"),
+                       ("hop_tf32_k0_tma_waves", "[4, 192, 32]")):
+        k = ks[name]
+        assert k.warp_specialize and k.persistent
+        text = T.print_kernel(k)
+        assert f"A_s = shared(f32, {tile})" in text, text
+        assert "transpose_b=True, precision=tf32)" in text
+        assert "% 4 == 0" in str(k.when)  # (16-byte rows: K a multiple of 4 values)
+    plain = GEMMS_TF32.replace("X @ W.T", "X @ W").replace("W: f32[N, K]", "W: f32[K, N]")
+    assert not any(k.warp_specialize for k in _kernels(plain) if k.name.startswith("hop_tf32_k0"))
+    ieee = GEMMS_TF32.split("schedule")[0]
+    assert not any(k.warp_specialize for k in _kernels(ieee))
+
+
+@pytest.mark.nvcc
+def test_tf32_gemms_compile_to_tf32_wgmma():
+    """The tf32 variants' PTX multiplies with wgmma's tf32 form (k-steps of 8), warning-free
+    and without spills."""
+    need_nvcc()
+    ptx = ""
+    for f, r, folder in nvcc_each(GEMMS_TF32, "hop32.tile", [
+            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o",
+            "--keep"], HOPPER):
+        assert "warning" not in r.stderr.lower(), r.stderr
+        ptx += kept_ptx(folder, f, "compute_90a")
+        report = ptxas_lines(r.stderr)
+        assert report and not any(spills for _, spills in report.values()), r.stderr
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k8\.f32\.tf32\.tf32", ptx)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k8\.f32\.tf32\.tf32", ptx)
+    assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.bulk.tensor.3d" in ptx
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("suffix", ["_tma", "_tma_waves", "_tma_pairs"])
+def test_tf32_wgmma_gemms_on_gpu(monkeypatch, suffix):
+    """Each tf32 warp-specialized variant alone (a failing launch condition is an error), at
+    sizes that are and are not tile multiples (K a multiple of 4: TMA's 16-byte rows; the
+    cluster variant where W's rows start off 128-byte lines): within tf32's tolerance, and
+    visibly rounded (exact f32 products are off by ~1e-7), so the tensor cores ran."""
+    need_gpu()
+    _tma_variants_only(monkeypatch, suffix)
+    text = GEMMS_TF32
+    if suffix == "_tma_pairs":  # (no batched form: clusters pair M tiles of one matrix)
+        text = GEMMS_TF32.split("kernel hop_tf32_batched")[0] + "schedule hop_tf32:" + \
+            GEMMS_TF32.split("schedule hop_tf32:")[1].split("schedule")[0]
+    for dims in (dict(M=256, N=512, K=256, Z=2), dict(M=200, N=136, K=84, Z=1),
+                 dict(M=1, N=8, K=4, Z=3), dict(M=1000, N=264, K=532, Z=2),
+                 dict(M=2100, N=2000, K=1028, Z=1)):
+        if suffix == "_tma_pairs" and dims["K"] % 32 == 0:
+            continue
+        for name, r in check_text(text, dims, name="hop32_only.tile", target="cuda",
+                                  options=HOPPER).items():
+            assert r.errors["C"] > 1e-6, (name, dims, r.errors)
+
+
 @pytest.mark.gpu
 def test_gemm_samples_on_gpu_for_sm90a():
     """The GEMM samples built for sm_90a (the TMA variant where the strides allow it, the

@@ -377,7 +377,7 @@ class GroupLowering:
             cfg = self.gemm_config
             (bm, bn, bk), threads, stages, split, gemv = (cfg.tile, cfg.threads, cfg.stages,
                                                           cfg.split, cfg.gemv_unroll)
-            if cfg.wgmma and mma_dt is None:
+            if cfg.wgmma and mma_dt is None and not tf32:
                 raise NotWgmma()
         bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
         grid = [dim_to_expr(N.cdiv(bn)), dim_to_expr(M.cdiv(bm))]
@@ -479,10 +479,11 @@ class GroupLowering:
 
     def wgmma_kernel(self, grid, bvars, threads, body, swizzle) -> TileKernel:
         """The warp-specialized GEMM kernel (resources.wgmma): both operands tile copies of 16-bit
-        tensors in memory (either of them transposed), or of fp8 ones (K-major: A not
-        transposed, B transposed), whose row strides TMA can take (16-byte multiples: the
-        variant's run-time condition, with every extent, and the product of the leading dims of
-        a tensor of more than 3, below 2^31 for TMA's 32-bit coordinates); else NotWgmma. The
+        tensors in memory (either of them transposed), or of fp8 ones, or of f32 ones under
+        `precision tf32` (those two K-major: A not transposed, B transposed), whose row strides
+        TMA can take (16-byte multiples: the variant's run-time condition, with every extent,
+        and the product of the leading dims of a tensor of more than 3, below 2^31 for TMA's
+        32-bit coordinates); else NotWgmma. The
         variant in clusters of 2 (GemmVariant.cluster) adds its own: B's rows off 128-byte
         lines."""
         loop = next(s for s in body if isinstance(s, For) and s.kind == "pipelined")
@@ -505,9 +506,11 @@ class GroupLowering:
                         (f", clusters of {cluster}" if cluster > 1 else ""), swizzle)
         params = {p.name: p for p in k.params}
         srcs = [c.src.buf for c in copies]
-        if any(params[n].dtype not in SIXTEEN + FP8 for n in srcs) or \
-                (params[srcs[0]].dtype in FP8 and (gemm.transpose_a or not gemm.transpose_b)):
-            # (fp8: K-major operands only)
+        tf32 = a_dt == "f32" and self.target.tf32(self.sched)
+        if any(params[n].dtype not in SIXTEEN + FP8 + (("f32",) if tf32 else ()) for n in srcs) \
+                or (params[srcs[0]].dtype not in SIXTEEN and
+                    (gemm.transpose_a or not gemm.transpose_b)):
+            # (fp8 and tf32: K-major operands only)
             raise NotWgmma()
         when = tma_conditions(params, srcs, None)
         if when is False:
@@ -1073,6 +1076,13 @@ def fp8_product(g: Graph, mm) -> bool:
     return a == b and a in FP8
 
 
+def tf32_product(g: Graph, mm, target, sched) -> bool:
+    """Does matmul op `mm` multiply f32 tensors into f32 on the matrix units in tf32 (`precision
+    tf32` in schedule `sched`, on a target with tf32 units)?"""
+    return target.tf32(sched) and mm.type.dtype == "f32" and \
+        all(_source(g, x).type.dtype == "f32" for x in mm.args)
+
+
 def fuller_waves(M: Dim, N: Dim, batch, tile: tuple, other: tuple) -> Dim:
     """When does block tile `other` run an M x N GEMM (times the batch) in fewer tile-slots than
     `tile`? A persistent grid of one block per multiprocessor (T.SMS) walks the tiles in waves;
@@ -1161,7 +1171,9 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     if target.resources.wgmma and sched.warp_specialize is not False:
         fp8 = fp8_product(g, mm)
         bm, bn, bk, stages, consumers, pingpong, _ = wgmma_config(target, fp8)
-        tma = GemmVariant((bm, bn, bk), 128 * (consumers + 1), stages, wgmma=True)
+        # (f32 operands under `precision tf32`: the 16-bit K tile's bytes, half its values)
+        per_k = 2 if tf32_product(g, mm, target, sched) else 1
+        tma = GemmVariant((bm, bn, bk // per_k), 128 * (consumers + 1), stages, wgmma=True)
         hopper = [("_tma", None, tma)]
         waves = target.resources.wgmma_waves
         if waves and not fp8 and not pingpong:
@@ -1169,7 +1181,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
             # (the condition holds the SM count: known at run time only, it never folds)
             wm, wn, wk, wstages, wconsumers, *_ = waves
             hopper.insert(0, ("_tma_waves", fuller_waves(M, N, batch, (bm, bn), (wm, wn)),
-                              GemmVariant((wm, wn, wk), 128 * (wconsumers + 1), wstages,
+                              GemmVariant((wm, wn, wk // per_k), 128 * (wconsumers + 1), wstages,
                                           wgmma=True)))
         if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch:
             # where B's rows start off 128-byte lines, clusters of 2 sharing its tiles first

@@ -77,9 +77,15 @@ def kind(dtype: str) -> str:
 
 
 def wgmma_type(dtype: str) -> str:
-    """The tilec_cuda.h WgmmaType of wgmma operands of a dtype."""
+    """The tilec_cuda.h WgmmaType of wgmma operands of a dtype (f32: a `precision tf32` gemm's,
+    multiplied as tf32)."""
     return "tilec::sm90::WG_" + {"f16": "F16", "bf16": "BF16", "fp8e4m3": "E4M3",
-                                 "fp8e5m2": "E5M2"}[dtype]
+                                 "fp8e5m2": "E5M2", "f32": "TF32"}[dtype]
+
+
+def wgmmas(bk: int, dtype: str) -> int:
+    """wgmmas of a K tile of `bk` values of `dtype`: one per 32 bytes of each row."""
+    return bk * BYTES[dtype] // 32
 
 
 def bits_kind(dtype: str) -> str:
@@ -858,7 +864,8 @@ class CudaRenderer(CStyleRenderer):
             halves = c.layout.rows // 64
             self.emit(f"// this warpgroup's tile: {g.a}{'.T' if g.transpose_a else ''} "
                       f"({halves} x 64 rows) times {g.b} "
-                      f"({'rows of N' if b_mn else 'rows of K'}), {halves * bk // 16} wgmmas", d + 1)
+                      f"({'rows of N' if b_mn else 'rows of K'}), {halves * wgmmas(bk, a.dtype)} wgmmas",
+                      d + 1)
             for h in range(halves):
                 self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}" +
                           (f" + {h * c.layout.cols // 2}" if h else "") + ", "
@@ -867,7 +874,7 @@ class CudaRenderer(CStyleRenderer):
                           f", {cname(g.b)} + tilec_s * {b.layout.size()});", d + 1)
         else:
             self.emit(f"// this warpgroup's 64 rows of {g.a}{'.T' if g.transpose_a else ''} "
-                      f"times {g.b} ({'rows of N' if b_mn else 'rows of K'}), {bk // 16} wgmmas",
+                      f"times {g.b} ({'rows of N' if b_mn else 'rows of K'}), {wgmmas(bk, a.dtype)} wgmmas",
                       d + 1)
             self.emit(f"tilec::sm90::wgmma_tile<{tparams}>({cname(g.c)}, "
                       f"{self.ws_operands(g, 'tilec_s')});", d + 1)
@@ -932,7 +939,7 @@ class CudaRenderer(CStyleRenderer):
         self.emit("tilec::sm90::wgmma_fence();", d + 1)
         first = f"{kv} % {group} == 0" if group > 1 else None
         self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b} (rows of "
-                  f"{'K' if g.transpose_b else 'N'}), {bk * BYTES[a.dtype] // 32} wgmmas, into "
+                  f"{'K' if g.transpose_b else 'N'}), {wgmmas(bk, a.dtype)} wgmmas, into "
                   "the partial" + (" (a group's first K tile starts it)" if first else ""), d + 1)
         self.emit(f"tilec::sm90::wgmma_tile<{c.layout.cols}, {bk}, "
                   f"{str(not g.transpose_b).lower()}, {wgmma_type(a.dtype)}>(tilec_part, "
@@ -1277,7 +1284,8 @@ class CudaRenderer(CStyleRenderer):
         if a.scope == "shared":
             a_ptr = cname(g.a) + (f" + {stage} * {a.layout.size()}" if g.a_stage is not None else "")
             rows = a.layout.rows
-            self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b}, {bk // 16} wgmmas", d)
+            self.emit(f"// this warpgroup's 64 rows of {g.a} times {g.b}, {wgmmas(bk, b.dtype)} "
+                      "wgmmas", d)
             self.emit(f"tilec::sm90::wgmma_tile<{c.layout.cols}, {bk}, {str(b_mn).lower()}, {bf}, "
                       f"{rows}>({cname(g.c)}, {a_ptr} + (tilec_warp / 4) * {64 * 64}, {b_ptr});", d)
         else:
@@ -2493,12 +2501,13 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None, after: bool =
     ids = []
     if "tilec_lane" in reads:
         ids.append(f"const int tilec_lane = tilec_tid & {warp - 1};")
-    # only where the wgmma operands are 16-bit: fp8 operands' descriptors are rebuilt per k-step,
-    # and in uniform registers the fp8 GEMM measured 0.78-0.85x torch._scaled_mm at 8192^3
-    # against 0.96x without the broadcast (H100, two A/B calls: docs/PERFORMANCE.md)
-    sixteen = all(em.allocs[g.b].dtype in SIXTEEN for g in T.walk_stmts(k.body)
+    # only where the wgmma operands are 16-bit (or tf32), whose descriptors move by constant
+    # offsets: fp8 operands' descriptors are rebuilt per k-step, and in uniform registers the fp8
+    # GEMM measured 0.78-0.85x torch._scaled_mm at 8192^3 against 0.96x without the broadcast
+    # (H100, two A/B calls: docs/PERFORMANCE.md)
+    uniform = all(em.allocs[g.b].dtype in SIXTEEN + ("f32",) for g in T.walk_stmts(k.body)
                   if isinstance(g, T.Gemm) and g.b in em.allocs)
-    if "tilec_warp" in reads and k.warp_specialize and sixteen:
+    if "tilec_warp" in reads and k.warp_specialize and uniform:
         ids += ["// (broadcast from lane 0: the compiler then knows every lane holds the same "
                 "warp index, and",
                 "// keeps what derives from it, such as a warpgroup's 16-bit wgmma descriptors, "

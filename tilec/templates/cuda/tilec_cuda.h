@@ -1804,9 +1804,12 @@ TILEC_DEV void fence_regs(uint32_t* a) {
 #define TILEC_WGMMA_N256(K, DT, TRANS)  \
     TILEC_WGMMA_SS_ASM("256", 128, "%128", "%129", "%130", K, DT, TRANS)
 
-// The operand types of a wgmma: 16-bit floats (k-steps of 16) and fp8 (k-steps of 32: the same
-// 32 bytes of each row).
-enum WgmmaType { WG_F16, WG_BF16, WG_E4M3, WG_E5M2 };
+// The operand types of a wgmma: 16-bit floats (k-steps of 16), fp8 (k-steps of 32) and f32 read
+// as tf32 (k-steps of 8; the tensor cores ignore each value's low 13 mantissa bits): the same 32
+// bytes of each row.
+enum WgmmaType { WG_F16, WG_BF16, WG_E4M3, WG_E5M2, WG_TF32 };
+// Bytes of one value of a WgmmaType.
+constexpr TILEC_DEV int wgmma_bytes(int dt) { return dt <= WG_BF16 ? 2 : dt == WG_TF32 ? 4 : 1; }
 
 // The wgmma of one k-step for a tile of N columns (64, 128, 176, 192 or 256) and the operand type DT:
 // sm_90a code (elsewhere a stub that traps: the launcher runs it on H100/H200 devices alone).
@@ -1815,7 +1818,8 @@ enum WgmmaType { WG_F16, WG_BF16, WG_E4M3, WG_E5M2 };
     if constexpr (DT == WG_F16) TILEC_WGMMA_N##N_("16", "f16", TILEC_WGMMA_TB##N_);  \
     else if constexpr (DT == WG_BF16) TILEC_WGMMA_N##N_("16", "bf16", TILEC_WGMMA_TB##N_);  \
     else if constexpr (DT == WG_E4M3) TILEC_WGMMA_N##N_("32", "e4m3", "");  \
-    else TILEC_WGMMA_N##N_("32", "e5m2", "");
+    else if constexpr (DT == WG_E5M2) TILEC_WGMMA_N##N_("32", "e5m2", "");  \
+    else TILEC_WGMMA_N##N_("8", "tf32", "");
 #define TILEC_WGMMA_TB64 ", %36, %35"
 #define TILEC_WGMMA_TB128 ", %68, %67"
 #define TILEC_WGMMA_TB176 ", %92, %91"
@@ -1826,7 +1830,7 @@ template <int N, int TA, int TB, int DT>
 TILEC_DEV void wgmma(float* d, uint64_t a, uint64_t b, int scale_d) {
     static_assert(N == 64 || N == 128 || N == 176 || N == 192 || N == 256,
                   "wgmma tiles of 64, 128, 176, 192 or 256 columns");
-    static_assert(DT <= WG_BF16 || (TA == 0 && TB == 0), "fp8 wgmma operands are K-major");
+    static_assert(DT <= WG_BF16 || (TA == 0 && TB == 0), "fp8 and tf32 wgmma operands are K-major");
 #ifdef TILEC_SM90A
     if constexpr (N == 256) {
         TILEC_WGMMA_SS(256)
@@ -1913,7 +1917,7 @@ TILEC_DEV void wgmma_rs(float* d, const uint32_t* a, uint64_t b, int scale_d) {
 #undef TILEC_WGMMA_OUT96
 
 // Shared tiles of wgmma operands are rows of 128 bytes (one swizzle row): P elements of E, in
-// k-steps of KS (32 bytes: 16 16-bit values or 32 fp8 values); wider tiles are panels of P
+// k-steps of KS (32 bytes: 16 16-bit values, 32 fp8 or 8 f32); wider tiles are panels of P
 // columns, one after the other.
 template <typename E> constexpr __host__ __device__ int panel_cols() { return 128 / (int)sizeof(E); }
 template <typename E> constexpr __host__ __device__ int kstep() { return 32 / (int)sizeof(E); }
@@ -1945,9 +1949,9 @@ template <int BK, bool MN> constexpr TILEC_DEV uint32_t operand_lead() { return 
 template <int BN, int BK, bool B_MN, int DT, int A_ROWS = 128, bool A_MN = false, typename E>
 TILEC_DEV void wgmma_tile(float* acc, const E* a, const E* b, int scale_d = 1) {
     constexpr int P = panel_cols<E>(), KS = kstep<E>();
-    static_assert(sizeof(E) == (DT <= WG_BF16 ? 2 : 1), "the operand type's storage");
+    static_assert(sizeof(E) == wgmma_bytes(DT), "the operand type's storage");
     static_assert(BK % KS == 0 && (BK <= P || BK % P == 0), "K in whole panels");
-    static_assert(!A_MN || DT <= WG_BF16, "fp8 wgmma operands are K-major");
+    static_assert(!A_MN || DT <= WG_BF16, "fp8 and tf32 wgmma operands are K-major");
     const uint64_t da = desc_sw128(a, operand_lead<BK, A_MN>());
     const uint64_t db = desc_sw128(b, operand_lead<BK, B_MN>());
 #pragma unroll
