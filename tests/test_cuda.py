@@ -819,6 +819,25 @@ def test_random_programs_with_fp8_outputs_on_gpu(seed):
     check_text(text, None, name="rnd.tile", target="cuda", options=GPU_OPTIONS)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("seed", range(24))
+def test_random_gemm_fusions_on_gpu(seed):
+    """Random KernelBench-style GEMM fusions (tests/random_gemm_fusions.py: prologues,
+    transposes, batches, epilogue chains, row reductions) against the reference, at sizes whose
+    rows suit TMA (the Hopper kernels under sm_90a), sizes that do not, and M = 1; every other
+    f32 program under `precision tf32` (tf32 wgmma where its operands are K-major)."""
+    import random
+
+    from random_gemm_fusions import program
+    need_gpu()
+    text = program(random.Random(seed))
+    if "f32[" in text.split("->")[0].split(",")[0] and seed % 2:
+        text += "\nschedule g:\n    target cuda:\n        precision tf32\n"
+    for dims in ({"M": 200, "K": 264, "N": 136, "B": 2}, {"M": 33, "K": 70, "N": 129, "B": 2},
+                 {"M": 1, "K": 96, "N": 40, "B": 1}):
+        check_text(text, dims, name=f"rgf{seed}.tile", target="cuda", options=GPU_OPTIONS)
+
+
 def cuda_dump(path) -> str:
     """`tilec dump-ir --stage tiled --target cuda` of a sample."""
     m0 = driver.frontend(driver.Source(path.name, path.read_text()))
