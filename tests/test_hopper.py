@@ -752,6 +752,20 @@ def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma():
     assert not any(k.warp_specialize for k in _kernels(ieee))
 
 
+def test_tf32_gemm_tiles_compute_what_the_reference_does():
+    """The tiled Tile IR of the tf32 variants (K tiles of 32 values), run by the Tile IR
+    interpreter at sizes that are and are not tile multiples, within tf32's tolerance (the
+    interpreter multiplies exactly)."""
+    m0 = driver.frontend(driver.Source("hop32.tile", GEMMS_TF32))
+    mod = driver.stage_module(m0, "tiled", "cuda", options=HOPPER)
+    for g, prog in zip(mod.graphs, mod.programs):
+        ks = [k for k in prog.kernels if "_tma" in k.name]
+        assert ks
+        for k in ks:
+            for dims in (dict(Z=2, M=130, N=264, K=72), dict(Z=1, M=3, N=8, K=36)):
+                _tiles_match_reference(g, k, dims, "C")
+
+
 @pytest.mark.nvcc
 def test_tf32_gemms_compile_to_tf32_wgmma():
     """The tf32 variants' PTX multiplies with wgmma's tf32 form (k-steps of 8), warning-free
