@@ -14,6 +14,7 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
              promoted to f32 as tilec's (use_fast_accum=True, the tensor cores' sums: information)
                                                                    [Hopper: 8192^3 >= 0.9x _scaled_mm]
   tf32       C = A @ B and A @ W.T of f32 4096^3 under `precision tf32`, vs torch.mm in tf32 and f32 [no goal]
+  f32        the same of exact f32 products (`precision ieee`, the scalar units), vs torch.mm in f32 [no goal]
   epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs torch.addmm + relu_ (the
              issue's peer), cuBLASLt's bias+ReLU epilogue (torch._addmm_activation), eager and
              torch.compile
@@ -88,6 +89,8 @@ ABI = {
     "gemm_f16": ("TT", 1, "M K N"),
     "gemm_bf16": ("TT", 1, "M K N"),
     "gemm_at_f16": ("TT", 1, "K M N"),
+    "gemm_f32": ("TT", 1, "M K N"),
+    "gemm_f32_bt": ("TT", 1, "M K N"),
     "gemm_tf32": ("TT", 1, "M K N"),
     "gemm_tf32_bt": ("TT", 1, "M K N"),
     "gemm_fp8": ("TTf", 1, "M K N"),
@@ -715,22 +718,27 @@ def mm_tf32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, tf32: bool) -> No
     torch.mm(a, b, out=c)
 
 
-def tf32_one(bench: Bench, kernel: str, bt: bool) -> None:
-    """f32 4096^3 C = A @ B (`bt`: A @ W.T) under `precision tf32` against torch.mm in tf32 and f32."""
+def f32_one(bench: Bench, kernel: str, bt: bool, case: str = "tf32") -> None:
+    """f32 4096^3 C = A @ B (`bt`: A @ W.T) in the kernel's precision against torch.mm (a tf32
+    kernel: in tf32 and f32; an exact one: in f32)."""
     M = K = N = 4096
     form = "A @ W.T" if bt else "A @ B"
-    bench.section("tf32", f"f32 C = {form} under precision tf32, M=K=N={M}")
+    bench.section(case, f"f32 C = {form}{' under precision tf32' if 'tf32' in kernel else ''}, "
+                        f"M=K=N={M}")
     # (with bt, B holds W: [N, K], read transposed)
     A, B = randn(M, K, dtype=torch.float32, scale=0.5), randn(K, N, dtype=torch.float32, scale=0.5)
     ref = (A.double() @ (B.double().t() if bt else B.double())).float()
     n = n_copies((M * K + K * N + M * N) * 4, bench.l2, bench.args.copies)
     sets = [(a, b, torch.empty(M, N, dtype=torch.float32, device="cuda")) for a, b in copies_of(n, A, B)]
+    tf32 = "tf32" in kernel  # (exact f32 products: within f32's tolerance of the f64 product)
     tc = bench.tilec_entry(kernel, lambda k: [k.bind([a, b], [c], (M, K, N)) for a, b, c in sets],
-                           [ref], TOL[F16])
+                           [ref], TOL[F16] if tf32 else 1e-4)
+    # (cuBLAS in tf32 and f32 for a tf32 kernel; in f32 alone for an exact one, tf32's errors
+    # being over its tolerance)
     peers = [bench.peer(f"cuBLAS {'tf32' if t else 'f32'} (torch.mm{' of W.t()' if bt else ''})",
                         lambda t=t: rotate([functools.partial(mm_tf32, a, b.t() if bt else b, c, t)
                                             for a, b, c in sets]))
-             for t in (True, False)]
+             for t in ((True, False) if tf32 else (False,))]
     bench.compare(f"f32 {form} {M}^3{rot(n)}", Work(flops=2 * M * N * K), [tc, *peers], {}, ref)
     torch.backends.cuda.matmul.allow_tf32 = False
 
@@ -739,8 +747,15 @@ def case_tf32(bench: Bench) -> None:
     """f32 GEMM under `precision tf32` against cuBLAS in tf32 and in f32 (no goal: informational):
     C = A @ B (B row-major: tilec's mma.sync kernel) and C = A @ W.T (both operands K-major: on
     Hopper, tilec's tf32 wgmma)."""
-    tf32_one(bench, "gemm_tf32", False)
-    tf32_one(bench, "gemm_tf32_bt", True)
+    f32_one(bench, "gemm_tf32", False)
+    f32_one(bench, "gemm_tf32_bt", True)
+
+
+def case_f32(bench: Bench) -> None:
+    """f32 GEMM of exact f32 products (the scalar units: `precision ieee`, the default) against
+    cuBLAS's f32 (no goal: informational)."""
+    f32_one(bench, "gemm_f32", False, "f32")
+    f32_one(bench, "gemm_f32_bt", True, "f32")
 
 
 def fp8_one(bench: Bench, s: int) -> None:
@@ -1074,7 +1089,7 @@ def case_attention(bench: Bench) -> None:
             attention_one(bench, *shape[:3], D, False, goal=False)
 
 
-CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32,
+CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32, "f32": case_f32,
          "epilogue": case_epilogue, "linear": case_linear, "linear3": case_linear3,
          "decode": case_decode,
          "softmax": case_softmax, "rmsnorm": case_rmsnorm,

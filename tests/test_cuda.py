@@ -1241,6 +1241,52 @@ def test_tf32_operand_padding_puts_each_fragment_load_in_32_banks(cols, operand,
     assert len(banks) == 32
 
 
+@pytest.mark.parametrize("dtype, elem", [("f32", 4), ("f64", 8), ("i8", 1), ("i32", 4)])
+@pytest.mark.parametrize("cols", [16, 32, 64, 128])
+@pytest.mark.parametrize("operand,transposed", [("a", False), ("a", True), ("b", False), ("b", True)])
+def test_scalar_gemm_operands_read_each_load_from_distinct_banks(dtype, elem, cols, operand,
+                                                                 transposed):
+    """gemm_simt's loads at one k (lane (g, c): A's row g, or a transposed B's row 2c + v) hit
+    distinct banks in the layout the pass gives the tile, padded or XOR-swizzled (both forms
+    checked), for every operand orientation; tiles whose rows are k keep their plain rows."""
+    from tilec.passes.layout import simt_pad
+    g = T.Gemm("A", "B", "C", transpose_a=transposed, transpose_b=transposed)
+    name = "A" if operand == "a" else "B"
+    pad = simt_pad(cols, elem, g, name)
+    rows_are_k = (operand == "a") == transposed
+    if rows_are_k:
+        assert pad == 0
+        return
+    assert pad * elem % 16 == 0  # (0: the plain rows are conflict-free already)
+    rows = range(8) if operand == "a" else (0, 2, 4, 6)
+    per = 16 // elem if elem < 16 else 1  # (elements of a 16-byte chunk)
+
+    def swizzled(r, c):  # tilec_cuda.h's SwizzledTile
+        cpr = cols // per
+        s = min(cpr, 8)
+        return r * cols + ((c // per) ^ ((r // (8 // s)) % s)) * per + c % per
+
+    for offset in (lambda r, c: r * (cols + pad) + c, swizzled):
+        for k in range(cols):
+            banks = [(offset(r, k) * elem // 4 + w) % 32 for r in rows
+                     for w in range(max(elem // 4, 1))]
+            assert len(set(banks)) == len(banks), (offset, k, banks)
+
+
+def test_scalar_gemm_tiles_are_swizzled():
+    """An f32 GEMM's A tile (rows of M) and a transposed B's (rows of N) are XOR-swizzled; a
+    row-major B's (rows of K) stays plain; TILEC_SIMT_SHARED=pad pads them instead."""
+    text = ("kernel g(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]:\n    C = A @ B\n\n"
+            "kernel h(A: f32[M, K], W: f32[N, K]) -> C: f32[M, N]:\n    C = A @ W.T\n")
+    dump = driver.print_stage(driver.stage_module(driver.frontend(driver.Source(
+        "s.tile", text)), "lowered", "cuda", options=SM90), "lowered")
+    g_k0 = dump[dump.index("kernel g_k0("):dump.index("kernel h_")]
+    h_k0 = dump[dump.index("kernel h_k0("):]
+    assert re.search(r"A_s = shared\(f32, \[3, 64, 32\]\)  # layout: shared, 16-byte chunks XOR", g_k0)
+    assert re.search(r"B_s = shared\(f32, \[3, 32, 128\]\)  # layout: shared, row-major\n", g_k0)
+    assert re.search(r"B_s = shared\(f32, \[3, 128, 32\]\)  # layout: shared, 16-byte chunks XOR", h_k0)
+
+
 @pytest.mark.nvcc
 def test_tf32_gemms_run_tf32_mma_warning_free_without_spills():
     """The PTX of every tiled GEMM kernel of a `precision tf32` program multiplies with tf32

@@ -13,7 +13,9 @@ it touches (`by=`), so each thread runs exactly the iterations whose registers i
   extent (a streamed row) is walked in a loop.
 * Shared buffers that feed the matrix units are XOR-swizzled in 16-byte chunks (or padded where
   a row is not a power-of-two number of chunks), so cp.async writes and ldmatrix reads are free
-  of bank conflicts.
+  of bank conflicts; operands of products on the scalar units (f32 under `precision ieee`, f64,
+  integers) whose rows are M or N are padded so that the rows one load reads fall in different
+  banks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import replace
 from ..ir import tile as T
 from ..ir.layout import MmaLayout, SharedLayout, VecLayout, VecRows, WgmmaLayout, warp_grids
 from ..ir.types import DTYPES, PACKED
+from . import split_k
 from .rewrite import loads_in, map_stmts, multiple_of, stores_in
 
 
@@ -269,10 +272,46 @@ class Assign:
         mma = a.dtype in self.target.resources.mma_dtypes and \
             any(a.name in (g.a, g.b) for g in gemms)
         chunks = cols * elem // 16 if cols * elem % 16 == 0 else 0
+        simt = [g for g in gemms if a.name in (g.a, g.b)]
+        if simt and not mma and chunks:
+            # (rows of M or N on the scalar units: 16-byte chunks XOR-swizzled by row take no
+            # more memory than the tile, where padding the rows cost the f32 GEMM's 64 x 32 + 32
+            # x 128 tiles of 3 stages their third block per SM)
+            pad = self.simt_pad(cols, elem, simt[0], a.name)
+            form = split_k.simt_shared("swizzle")
+            if pad and form == "swizzle" and (chunks in (1, 2, 4) or chunks % 8 == 0):
+                return SharedLayout(rows, cols, elem, True)
+            if pad and form != "plain":
+                return SharedLayout(rows, cols, elem, False, pad)
         if mma and chunks and (chunks in (1, 2, 4) or chunks % 8 == 0):
             return SharedLayout(rows, cols, elem, True)
         pad = 16 // elem if mma and cols * elem % 16 == 0 else 0
         return SharedLayout(rows, cols, elem, False, pad)
+
+
+    def simt_pad(self, cols: int, elem: int, g: T.Gemm, name: str) -> int:
+        """The row padding of a shared operand of gemm `g` on the scalar units (simt_pad); 0
+        for none (a target whose scalar gemm reads in another pattern)."""
+        return simt_pad(cols, elem, g, name)
+
+
+def simt_pad(cols: int, elem: int, g: T.Gemm, name: str) -> int:
+    """The row padding (in elements, whole 16-byte chunks: cp.async fills the rows) of a shared
+    operand of CUDA's gemm_simt `g` (tilec_cuda.h) that puts each of its loads in distinct banks.
+    At one k, lane (g, c) reads A's rows g (+ 8 and 16 apart, load by load) and, B transposed,
+    B's rows 2c + v: unpadded rows of 32 words all fall in one bank (8 and 4 ways). Tiles
+    whose rows are k (B, or A transposed) are read along a row, conflict-free as they are."""
+    rows_are_k = (name == g.a and g.transpose_a) or (name == g.b and not g.transpose_b)
+    if rows_are_k:
+        return 0
+    rows = range(8) if name == g.a else (0, 2, 4, 6)
+    step = max(16 // elem, 1)
+    for pad in range(0, 32 * step, step):
+        stride = (cols + pad) * elem  # bytes
+        banks = [(r * stride // 4 + w) % 32 for r in rows for w in range(max(elem // 4, 1))]
+        if len(set(banks)) == len(banks):
+            return pad
+    return 0
 
 
 def tf32_pad(cols: int, g: T.Gemm, name: str) -> int:

@@ -31,6 +31,9 @@ class MfmaAssign(layout.Assign):
         return layout.best_grid(rows, cols, self.warps, self.rows_in_warp,
                                 self.target.resources.mma[:2], pair=32)
 
+    def simt_pad(self, cols: int, elem: int, g: T.Gemm, name: str) -> int:
+        return 0  # (HIP's gemm_simt reads in the MFMA layout's pattern, not CUDA's)
+
     def acc_layout(self, rows: int, cols: int, rows_in_warp: bool):
         assert rows_in_warp == self.rows_in_warp
         return MfmaLayout(rows, cols, *self.grids[(rows, cols)], tile=self.tile)

@@ -189,6 +189,19 @@ def _switch(name: str, default: bool) -> bool:
     return bool(knob and knob[0])
 
 
+def simt_shared(default: str) -> str:
+    """`TILEC_SIMT_SHARED` (swizzle, pad or plain): how the layout pass keeps the shared operands
+    of products on the scalar units conflict-free where their rows are M or N (passes/layout.py
+    simt_pad): 16-byte chunks XOR-swizzled by row, rows padded, or neither (the form before),
+    in place of the default, for measuring on a device."""
+    env = os.environ.get("TILEC_SIMT_SHARED", "").strip()
+    if not env:
+        return default
+    if env not in ("swizzle", "pad", "plain"):
+        raise error(f"TILEC_SIMT_SHARED={env!r}: expected swizzle, pad or plain")
+    return env
+
+
 def fp8_pairs(default: bool) -> bool:
     """`TILEC_FP8_PAIRS` (1 or 0): whether the promoted fp8 K loop takes its K tiles in pairs
     (resources.fp8_pairs), in place of the target's choice, for measuring on a device."""
