@@ -1273,18 +1273,28 @@ def test_scalar_gemm_operands_read_each_load_from_distinct_banks(dtype, elem, co
             assert len(set(banks)) == len(banks), (offset, k, banks)
 
 
-def test_scalar_gemm_tiles_are_swizzled():
-    """An f32 GEMM's A tile (rows of M) and a transposed B's (rows of N) are XOR-swizzled; a
-    row-major B's (rows of K) stays plain; TILEC_SIMT_SHARED=pad pads them instead."""
+@pytest.mark.parametrize("form, layout", [("", "row-major, rows padded by 4"),
+                                          ("swizzle", "16-byte chunks XOR-swizzled by row"),
+                                          ("plain", "row-major")])
+def test_scalar_gemm_tiles_are_padded(monkeypatch, form, layout):
+    """An f32 GEMM's A tile (rows of M) and a transposed B's (rows of N) have padded rows; a
+    row-major B's (rows of K) stays plain; TILEC_SIMT_SHARED=swizzle swizzles them instead,
+    plain keeps them plain."""
+    if form:
+        monkeypatch.setenv("TILEC_SIMT_SHARED", form)
     text = ("kernel g(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]:\n    C = A @ B\n\n"
             "kernel h(A: f32[M, K], W: f32[N, K]) -> C: f32[M, N]:\n    C = A @ W.T\n")
     dump = driver.print_stage(driver.stage_module(driver.frontend(driver.Source(
         "s.tile", text)), "lowered", "cuda", options=SM90), "lowered")
     g_k0 = dump[dump.index("kernel g_k0("):dump.index("kernel h_")]
     h_k0 = dump[dump.index("kernel h_k0("):]
-    assert re.search(r"A_s = shared\(f32, \[3, 64, 32\]\)  # layout: shared, 16-byte chunks XOR", g_k0)
-    assert re.search(r"B_s = shared\(f32, \[3, 32, 128\]\)  # layout: shared, row-major\n", g_k0)
-    assert re.search(r"B_s = shared\(f32, \[3, 128, 32\]\)  # layout: shared, 16-byte chunks XOR", h_k0)
+    assert f"A_s = shared(f32, [3, 64, 32])  # layout: shared, {layout}\n" in g_k0
+    assert "B_s = shared(f32, [3, 32, 128])  # layout: shared, row-major\n" in g_k0
+    assert f"B_s = shared(f32, [3, 128, 32])  # layout: shared, {layout}\n" in h_k0
+    monkeypatch.setenv("TILEC_SIMT_SHARED", "padded")
+    with pytest.raises(TilecError, match="TILEC_SIMT_SHARED='padded': expected pad, swizzle or plain"):
+        driver.stage_module(driver.frontend(driver.Source("s.tile", text)), "lowered", "cuda",
+                            options=SM90)
 
 
 @pytest.mark.nvcc

@@ -274,11 +274,12 @@ class Assign:
         chunks = cols * elem // 16 if cols * elem % 16 == 0 else 0
         simt = [g for g in gemms if a.name in (g.a, g.b)]
         if simt and not mma and chunks:
-            # (rows of M or N on the scalar units: 16-byte chunks XOR-swizzled by row take no
-            # more memory than the tile, where padding the rows cost the f32 GEMM's 64 x 32 + 32
-            # x 128 tiles of 3 stages their third block per SM)
+            # (rows of M or N on the scalar units: padded rows keep the loads of neighbouring k
+            # values paired, ld.shared.v2, with no address arithmetic; an XOR swizzle would
+            # take no more memory, but its XORs split some of those pairs, and the f32 GEMM's
+            # blocks are held to 2 per SM by their registers anyway)
             pad = self.simt_pad(cols, elem, simt[0], a.name)
-            form = split_k.simt_shared("swizzle")
+            form = split_k.simt_shared("pad")
             if pad and form == "swizzle" and (chunks in (1, 2, 4) or chunks % 8 == 0):
                 return SharedLayout(rows, cols, elem, True)
             if pad and form != "plain":

@@ -190,15 +190,15 @@ def _switch(name: str, default: bool) -> bool:
 
 
 def simt_shared(default: str) -> str:
-    """`TILEC_SIMT_SHARED` (swizzle, pad or plain): how the layout pass keeps the shared operands
+    """`TILEC_SIMT_SHARED` (pad, swizzle or plain): how the layout pass keeps the shared operands
     of products on the scalar units conflict-free where their rows are M or N (passes/layout.py
-    simt_pad): 16-byte chunks XOR-swizzled by row, rows padded, or neither (the form before),
+    simt_pad): rows padded, 16-byte chunks XOR-swizzled by row, or neither (the form before),
     in place of the default, for measuring on a device."""
     env = os.environ.get("TILEC_SIMT_SHARED", "").strip()
     if not env:
         return default
     if env not in ("swizzle", "pad", "plain"):
-        raise error(f"TILEC_SIMT_SHARED={env!r}: expected swizzle, pad or plain")
+        raise error(f"TILEC_SIMT_SHARED={env!r}: expected pad, swizzle or plain")
     return env
 
 
