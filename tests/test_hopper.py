@@ -295,6 +295,7 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
     *[("TILEC_FP8_PROMOTE", v, GEMMS_FP8) for v in ("100", "-128", "x", "128,2")],
     *[("TILEC_FP8_PAIRS", v, GEMMS_FP8) for v in ("2", "x", "1,1")],
     *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_WGMMA_PAIRS", "TILEC_WGMMA_WAVES",
+                                  "TILEC_WGMMA_TF32",
                                   "TILEC_MERGE_ROWS")
       for v in ("2", "x", "1,0")]])
 def test_a_malformed_knob_is_a_user_error(monkeypatch, var, value, text):
@@ -731,11 +732,11 @@ schedule hop_tf32_batched:
 """
 
 
-def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma():
+def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma(monkeypatch):
     """K-major f32 operands under `precision tf32` go through TMA into wgmma: the 16-bit tile's
     bytes (K tiles of 32 values), the gemm marked tf32, TMA's 16-byte rows a run-time condition.
-    A row-major B (tf32 wgmma takes K-major operands only) and `precision ieee` keep the
-    mma.sync or FMA kernels."""
+    A row-major B (tf32 wgmma takes K-major operands only), `precision ieee` and
+    TILEC_WGMMA_TF32=0 keep the mma.sync or FMA kernels."""
     ks = {k.name: k for k in _kernels(GEMMS_TF32)}
     for name, tile in (("hop_tf32_k0_tma", "[4, 128, 32]"), ("hop_tf32_batched_k0_tma",
                                                               "[4, 128, 32]"),
@@ -750,6 +751,8 @@ def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma():
     assert not any(k.warp_specialize for k in _kernels(plain) if k.name.startswith("hop_tf32_k0"))
     ieee = GEMMS_TF32.split("schedule")[0]
     assert not any(k.warp_specialize for k in _kernels(ieee))
+    monkeypatch.setenv("TILEC_WGMMA_TF32", "0")
+    assert not any(k.warp_specialize for k in _kernels(GEMMS_TF32))
 
 
 def test_tf32_gemm_tiles_compute_what_the_reference_does():

@@ -202,6 +202,13 @@ def simt_shared(default: str) -> str:
     return env
 
 
+def wgmma_tf32(default: bool) -> bool:
+    """`TILEC_WGMMA_TF32` (1 or 0): whether K-major f32 products under `precision tf32` take the
+    warp-specialized kernels on tf32 wgmma (resources.wgmma_tf32) or stay on tf32 mma.sync, in
+    place of the target's choice."""
+    return _switch("TILEC_WGMMA_TF32", default)
+
+
 def fp8_pairs(default: bool) -> bool:
     """`TILEC_FP8_PAIRS` (1 or 0): whether the promoted fp8 K loop takes its K tiles in pairs
     (resources.fp8_pairs), in place of the target's choice, for measuring on a device."""

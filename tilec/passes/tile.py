@@ -506,7 +506,7 @@ class GroupLowering:
                         (f", clusters of {cluster}" if cluster > 1 else ""), swizzle)
         params = {p.name: p for p in k.params}
         srcs = [c.src.buf for c in copies]
-        tf32 = a_dt == "f32" and self.target.tf32(self.sched)
+        tf32 = a_dt == "f32" and self.target.tf32(self.sched) and self.target.resources.wgmma_tf32
         if any(params[n].dtype not in SIXTEEN + FP8 + (("f32",) if tf32 else ()) for n in srcs) \
                 or (params[srcs[0]].dtype not in SIXTEEN and
                     (gemm.transpose_a or not gemm.transpose_b)):
@@ -1077,9 +1077,9 @@ def fp8_product(g: Graph, mm) -> bool:
 
 
 def tf32_product(g: Graph, mm, target, sched) -> bool:
-    """Does matmul op `mm` multiply f32 tensors into f32 on the matrix units in tf32 (`precision
-    tf32` in schedule `sched`, on a target with tf32 units)?"""
-    return target.tf32(sched) and mm.type.dtype == "f32" and \
+    """Does matmul op `mm` multiply f32 tensors into f32 in tf32 on the warp-specialized kernels
+    (`precision tf32` in schedule `sched`, on a target whose wgmma takes tf32)?"""
+    return target.tf32(sched) and target.resources.wgmma_tf32 and mm.type.dtype == "f32" and \
         all(_source(g, x).type.dtype == "f32" for x in mm.args)
 
 

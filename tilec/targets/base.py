@@ -56,6 +56,9 @@ class Resources:
     # where `wgmma` takes no cluster: a variant in clusters of 2 first, for 16-bit GEMMs whose
     # B rows start off 128-byte lines (run-time strides)
     wgmma_pairs: bool = False
+    # f32 products under `precision tf32` with both operands K-major take the warp-specialized
+    # kernels too, on wgmma's tf32 form
+    wgmma_tf32: bool = False
     # the same for GEMMs of fp8 operands (K in values: the same 128-byte rows hold twice as
     # many); () = `wgmma`'s
     wgmma_fp8: tuple = ()

@@ -2783,6 +2783,9 @@ def _for_arch(target, options: dict):
         # (half the requests) 0.198 ms. Only there: 4096^3 takes 0.185 ms in clusters, 0.180
         # without
         clusters = split_k.wgmma_pairs(True)
+        # f32 `X @ W.T` under `precision tf32` on tf32 wgmma (K tiles of 32 values, the 16-bit
+        # tile's bytes); `A @ B` stays on tf32 mma.sync (tf32 wgmma takes K-major operands only)
+        tf32 = split_k.wgmma_tf32(True)
         # 192 x 128 tiles, 4 stages, three consumer warpgroups (64 x 128 accumulators each),
         # where they waste less of the last wave of tiles than 128 x 256 (passes/tile.
         # fuller_waves; linear layers on an H100, docs/PERFORMANCE.md 2026-12-06 10:27). Not
@@ -2790,6 +2793,7 @@ def _for_arch(target, options: dict):
         waves = split_k.wgmma_waves((192, 128, 64, 4, 3, False, 1) if wgmma == default else ())
         return replace(target, resources=replace(target.resources, wgmma=wgmma,
                                                  wgmma_pairs=clusters and wgmma[6:] == (1,),
+                                                 wgmma_tf32=tf32,
                                                  wgmma_waves=waves,
                                                  wgmma_fp8=wgmma_fp8, fp8_promote=promote,
                                                  fp8_pairs=pairs, deferred_epilogue=deferred,
