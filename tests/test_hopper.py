@@ -736,7 +736,9 @@ def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma(monkeypatch):
     """K-major f32 operands under `precision tf32` go through TMA into wgmma: the 16-bit tile's
     bytes (K tiles of 32 values), the gemm marked tf32, TMA's 16-byte rows a run-time condition.
     A row-major B (tf32 wgmma takes K-major operands only), `precision ieee` and
-    TILEC_WGMMA_TF32=0 keep the mma.sync or FMA kernels."""
+    TILEC_WGMMA_TF32=0 (the default until the variant has run on a GPU) keep the mma.sync or FMA
+    kernels."""
+    monkeypatch.setenv("TILEC_WGMMA_TF32", "1")
     ks = {k.name: k for k in _kernels(GEMMS_TF32)}
     for name, tile in (("hop_tf32_k0_tma", "[4, 128, 32]"), ("hop_tf32_batched_k0_tma",
                                                               "[4, 128, 32]"),
@@ -755,10 +757,11 @@ def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma(monkeypatch):
     assert not any(k.warp_specialize for k in _kernels(GEMMS_TF32))
 
 
-def test_tf32_gemm_tiles_compute_what_the_reference_does():
+def test_tf32_gemm_tiles_compute_what_the_reference_does(monkeypatch):
     """The tiled Tile IR of the tf32 variants (K tiles of 32 values), run by the Tile IR
     interpreter at sizes that are and are not tile multiples, within tf32's tolerance (the
     interpreter multiplies exactly)."""
+    monkeypatch.setenv("TILEC_WGMMA_TF32", "1")
     m0 = driver.frontend(driver.Source("hop32.tile", GEMMS_TF32))
     mod = driver.stage_module(m0, "tiled", "cuda", options=HOPPER)
     for g, prog in zip(mod.graphs, mod.programs):
@@ -770,10 +773,11 @@ def test_tf32_gemm_tiles_compute_what_the_reference_does():
 
 
 @pytest.mark.nvcc
-def test_tf32_gemms_compile_to_tf32_wgmma():
+def test_tf32_gemms_compile_to_tf32_wgmma(monkeypatch):
     """The tf32 variants' PTX multiplies with wgmma's tf32 form (k-steps of 8), warning-free
     and without spills."""
     need_nvcc()
+    monkeypatch.setenv("TILEC_WGMMA_TF32", "1")
     ptx = ""
     for f, r, folder in nvcc_each(GEMMS_TF32, "hop32.tile", [
             "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o",
@@ -795,6 +799,7 @@ def test_tf32_wgmma_gemms_on_gpu(monkeypatch, suffix):
     cluster variant where W's rows start off 128-byte lines): within tf32's tolerance, and
     visibly rounded (exact f32 products are off by ~1e-7), so the tensor cores ran."""
     need_gpu()
+    monkeypatch.setenv("TILEC_WGMMA_TF32", "1")
     _tma_variants_only(monkeypatch, suffix)
     text = GEMMS_TF32
     if suffix == "_tma_pairs":  # (no batched form: clusters pair M tiles of one matrix)

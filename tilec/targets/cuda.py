@@ -2784,8 +2784,9 @@ def _for_arch(target, options: dict):
         # without
         clusters = split_k.wgmma_pairs(True)
         # f32 `X @ W.T` under `precision tf32` on tf32 wgmma (K tiles of 32 values, the 16-bit
-        # tile's bytes); `A @ B` stays on tf32 mma.sync (tf32 wgmma takes K-major operands only)
-        tf32 = split_k.wgmma_tf32(True)
+        # tile's bytes); `A @ B` stays on tf32 mma.sync (tf32 wgmma takes K-major operands only).
+        # Off until it has run on a GPU (compiled, its Tile IR interpreted: docs/CUDA.md)
+        tf32 = split_k.wgmma_tf32(False)
         # 192 x 128 tiles, 4 stages, three consumer warpgroups (64 x 128 accumulators each),
         # where they waste less of the last wave of tiles than 128 x 256 (passes/tile.
         # fuller_waves; linear layers on an H100, docs/PERFORMANCE.md 2026-12-06 10:27). Not
