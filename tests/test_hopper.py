@@ -54,6 +54,24 @@ kernel hop_e5m2_batched(A: fp8e5m2[Z, M, K], W: fp8e5m2[Z, N, K]) -> C: f32[Z, M
 """
 
 
+# tf32: f32 operands under `precision tf32`, K-major (A @ W.T), on wgmma's tf32 form (k-steps of 8)
+GEMMS_TF32 = """
+kernel hop_tf32(X: f32[M, K], W: f32[N, K], b: f32[N]) -> C: f32[M, N]:
+    C = gelu(X @ W.T + b)
+
+kernel hop_tf32_batched(A: f32[Z, M, K], W: f32[Z, N, K]) -> C: f32[Z, M, N]:
+    C = A @ W.T * 0.5
+
+schedule hop_tf32:
+    target cuda:
+        precision tf32
+
+schedule hop_tf32_batched:
+    target cuda:
+        precision tf32
+"""
+
+
 def _kernels(text: str, options=HOPPER) -> list:
     """The CUDA kernels of `text` built with `options` (None: the default architectures)."""
     _, _, m = compile_text(text, "hop.tile", "cuda", options=options)
@@ -597,6 +615,22 @@ def test_clusters_share_the_b_tile_by_multicast(monkeypatch):
         assert "by = 2 * (" in body and "tilec::launch_pairs(" in cu
 
 
+@pytest.mark.parametrize("text, name", [(GEMMS_A_K_MAJOR, "hop_bf16_bt"), (GEMMS_TF32, "hop_tf32")])
+def test_each_block_of_a_pair_loads_its_half_of_a_one_panel_b_tile(monkeypatch, text, name):
+    """A one-panel B tile (rows of K: 64 16-bit or 32 f32 columns) is shared out as halves of
+    its rows: block 1's box lands half a stage after block 0's, at half the tile's rows (f32's
+    panel is 32 columns wide: the f32 half starts 128 x 32 values in, not 128 x 64)."""
+    monkeypatch.setenv("TILEC_WGMMA_TF32", "1")
+    src, _, m = compile_text(text, "hop.tile", "cuda", options=HOPPER)
+    cu = driver.render(src, m, "cuda", HOPPER)[f"{name}.cu"]
+    body = cu[cu.index(f"{name}_k0_tma_pairs("):]
+    body = body[:body.index("\n}\n")]
+    stage = int(re.search(r"tma_load_2d_multicast\(B_s \+ tilec_s \* (\d+),", body)[1])
+    halves = re.findall(r"if \(tilec_rank == (\d)\) tilec::sm90::tma_load_2d_multicast\(B_s \+ "
+                        r"tilec_s \* \d+( \+ \d+)?, .*?\(int32_t\)\(bx \* 256\)( \+ 128)?, 3\);", body)
+    assert halves == [("0", "", ""), ("1", f" + {stage // 2}", " + 128")], halves
+
+
 @pytest.mark.parametrize("knob", ["128x320,4", "128x128,6,pingpong,cluster2", "256x128,4,pingpong",
                                   "192x256,3", "128x256,1", "128x256", "128x256,4,fast"])
 def test_a_malformed_wgmma_knob_is_a_user_error(monkeypatch, knob):
@@ -712,24 +746,6 @@ def test_fp8_wgmma_gemms_on_gpu(monkeypatch):
                  dict(M=1, N=8, K=16, Z=3), dict(M=1000, N=264, K=528, Z=2),
                  dict(M=2100, N=2000, K=1024, Z=1)):
         check_text(GEMMS_FP8, dims, name="hop8_only.tile", target="cuda", options=HOPPER)
-
-
-# tf32: f32 operands under `precision tf32`, K-major (A @ W.T), on wgmma's tf32 form (k-steps of 8)
-GEMMS_TF32 = """
-kernel hop_tf32(X: f32[M, K], W: f32[N, K], b: f32[N]) -> C: f32[M, N]:
-    C = gelu(X @ W.T + b)
-
-kernel hop_tf32_batched(A: f32[Z, M, K], W: f32[Z, N, K]) -> C: f32[Z, M, N]:
-    C = A @ W.T * 0.5
-
-schedule hop_tf32:
-    target cuda:
-        precision tf32
-
-schedule hop_tf32_batched:
-    target cuda:
-        precision tf32
-"""
 
 
 def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma(monkeypatch):

@@ -1382,7 +1382,7 @@ class CudaRenderer(CStyleRenderer):
         box_rows = rows // 2 if shared and cols == pw else rows
         boxes = [(p * rows * pw, pw * p, 0) for p in range(cols // pw)]
         if box_rows < rows:
-            boxes = [(h * box_rows * 64, 0, h * box_rows) for h in range(2)]
+            boxes = [(h * box_rows * pw, 0, h * box_rows) for h in range(2)]
         self.ws_maps[c.src.buf] = (box_rows, rank)
         for n, (at, dx, dy) in enumerate(boxes):
             coords = coords_of(dx, dy)
