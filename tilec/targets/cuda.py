@@ -2784,9 +2784,10 @@ def _for_arch(target, options: dict):
         # without
         clusters = split_k.wgmma_pairs(True)
         # f32 `X @ W.T` under `precision tf32` on tf32 wgmma (K tiles of 32 values, the 16-bit
-        # tile's bytes); `A @ B` stays on tf32 mma.sync (tf32 wgmma takes K-major operands only).
-        # Off until it has run on a GPU (compiled, its Tile IR interpreted: docs/CUDA.md)
-        tf32 = split_k.wgmma_tf32(False)
+        # tile's bytes): 4096^3 0.349 ms against cuBLAS tf32's 0.346 on an H200, where tf32
+        # mma.sync takes 0.97 (docs/PERFORMANCE.md, 2026-12-06 23:00); `A @ B` stays on tf32
+        # mma.sync (tf32 wgmma takes K-major operands only)
+        tf32 = split_k.wgmma_tf32(True)
         # 192 x 128 tiles, 4 stages, three consumer warpgroups (64 x 128 accumulators each),
         # where they waste less of the last wave of tiles than 128 x 256 (passes/tile.
         # fuller_waves; linear layers on an H100, docs/PERFORMANCE.md 2026-12-06 10:27). Not
