@@ -289,7 +289,6 @@ class Assign:
         pad = 16 // elem if mma and cols * elem % 16 == 0 else 0
         return SharedLayout(rows, cols, elem, False, pad)
 
-
     def simt_pad(self, cols: int, elem: int, g: T.Gemm, name: str) -> int:
         """The row padding of a shared operand of gemm `g` on the scalar units (simt_pad); 0
         for none (a target whose scalar gemm reads in another pattern)."""

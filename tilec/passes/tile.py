@@ -483,9 +483,8 @@ class GroupLowering:
         `precision tf32` (those two K-major: A not transposed, B transposed), whose row strides
         TMA can take (16-byte multiples: the variant's run-time condition, with every extent,
         and the product of the leading dims of a tensor of more than 3, below 2^31 for TMA's
-        32-bit coordinates); else NotWgmma. The
-        variant in clusters of 2 (GemmVariant.cluster) adds its own: B's rows off 128-byte
-        lines."""
+        32-bit coordinates); else NotWgmma. The variant in clusters of 2 (GemmVariant.cluster)
+        adds its own: B's rows off 128-byte lines."""
         loop = next(s for s in body if isinstance(s, For) and s.kind == "pipelined")
         *copies, gemm = loop.body
         if len(copies) != 2 or not all(isinstance(c, Copy) for c in copies) or \
