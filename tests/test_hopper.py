@@ -615,15 +615,21 @@ def test_clusters_share_the_b_tile_by_multicast(monkeypatch):
         assert "by = 2 * (" in body and "tilec::launch_pairs(" in cu
 
 
-@pytest.mark.parametrize("text, name", [(GEMMS_A_K_MAJOR, "hop_bf16_bt")])
-def test_each_block_of_a_pair_loads_its_half_of_a_one_panel_b_tile(text, name):
-    """A one-panel B tile (rows of K: 128 bytes of each) is shared out as halves of its rows:
-    block 1's box lands half a stage after block 0's, at half the tile's rows (a tile's panel
-    width in values, which is 32 for f32: the offset once assumed 64, and tf32's pairs variant,
-    since left out, computed wrong results on an H200)."""
+@pytest.mark.parametrize("text, name, knob, kernel", [
+    (GEMMS_A_K_MAJOR, "hop_bf16_bt", "", "_tma_pairs"),
+    # (tf32 takes no cluster variant by default: the knob's clusters of 2 reach its tile)
+    (GEMMS_TF32, "hop_tf32", "128x256,4,cluster2", "_tma")])
+def test_each_block_of_a_pair_loads_its_half_of_a_one_panel_b_tile(monkeypatch, text, name, knob,
+                                                                   kernel):
+    """A one-panel B tile (rows of K: 128 bytes of each, 64 16-bit or 32 f32 values) is shared
+    out as halves of its rows: block 1's box lands half a stage after block 0's, at half the
+    tile's rows (the offset once assumed 64-value panels, and tf32 in clusters computed wrong
+    results on an H200)."""
+    if knob:
+        monkeypatch.setenv("TILEC_WGMMA", knob)
     src, _, m = compile_text(text, "hop.tile", "cuda", options=HOPPER)
     cu = driver.render(src, m, "cuda", HOPPER)[f"{name}.cu"]
-    body = cu[cu.index(f"{name}_k0_tma_pairs("):]
+    body = cu[cu.index(f"{name}_k0{kernel}("):]
     body = body[:body.index("\n}\n")]
     stage = int(re.search(r"tma_load_2d_multicast\(B_s \+ tilec_s \* (\d+),", body)[1])
     halves = re.findall(r"if \(tilec_rank == (\d)\) tilec::sm90::tma_load_2d_multicast\(B_s \+ "
