@@ -718,19 +718,19 @@ def mm_tf32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, tf32: bool) -> No
     torch.mm(a, b, out=c)
 
 
-def f32_one(bench: Bench, kernel: str, bt: bool, case: str = "tf32") -> None:
+def f32_one(bench: Bench, kernel: str, bt: bool) -> None:
     """f32 4096^3 C = A @ B (`bt`: A @ W.T) in the kernel's precision against torch.mm (a tf32
-    kernel: in tf32 and f32; an exact one: in f32)."""
+    kernel, case tf32: in tf32 and f32; an exact one, case f32: in f32)."""
     M = K = N = 4096
     form = "A @ W.T" if bt else "A @ B"
-    bench.section(case, f"f32 C = {form}{' under precision tf32' if 'tf32' in kernel else ''}, "
-                        f"M=K=N={M}")
+    tf32 = "tf32" in kernel  # (exact f32 products: within f32's tolerance of the f64 product)
+    bench.section("tf32" if tf32 else "f32",
+                  f"f32 C = {form}{' under precision tf32' if tf32 else ''}, M=K=N={M}")
     # (with bt, B holds W: [N, K], read transposed)
     A, B = randn(M, K, dtype=torch.float32, scale=0.5), randn(K, N, dtype=torch.float32, scale=0.5)
     ref = (A.double() @ (B.double().t() if bt else B.double())).float()
     n = n_copies((M * K + K * N + M * N) * 4, bench.l2, bench.args.copies)
     sets = [(a, b, torch.empty(M, N, dtype=torch.float32, device="cuda")) for a, b in copies_of(n, A, B)]
-    tf32 = "tf32" in kernel  # (exact f32 products: within f32's tolerance of the f64 product)
     tc = bench.tilec_entry(kernel, lambda k: [k.bind([a, b], [c], (M, K, N)) for a, b, c in sets],
                            [ref], TOL[F16] if tf32 else 1e-4)
     # (cuBLAS in tf32 and f32 for a tf32 kernel; in f32 alone for an exact one, tf32's errors
@@ -754,8 +754,8 @@ def case_tf32(bench: Bench) -> None:
 def case_f32(bench: Bench) -> None:
     """f32 GEMM of exact f32 products (the scalar units: `precision ieee`, the default) against
     cuBLAS's f32 (no goal: informational)."""
-    f32_one(bench, "gemm_f32", False, "f32")
-    f32_one(bench, "gemm_f32_bt", True, "f32")
+    f32_one(bench, "gemm_f32", False)
+    f32_one(bench, "gemm_f32_bt", True)
 
 
 def fp8_one(bench: Bench, s: int) -> None:

@@ -261,24 +261,23 @@ class Assign:
 
     def shared_layout(self, a: T.Alloc, gemms) -> SharedLayout:
         rows, cols = self.shape(a.name)[-2:]
-        if self.k.warp_specialize and any(a.name in (g.a, g.b) for g in gemms):
+        users = [g for g in gemms if a.name in (g.a, g.b)]  # (the gemms it is an operand of)
+        if self.k.warp_specialize and users:
             return SharedLayout(rows, cols, DTYPES[a.dtype][1] // 8, True, tma=True)
         if a.dtype in ("u4", "i4"):  # staged packed weights: bytes, row-major
             return SharedLayout(rows, (cols + 1) // 2, 1, False, 0, packed=True)
         elem = max(DTYPES[a.dtype][1] // 8, 1)
-        tf32 = [g for g in gemms if g.tf32 and a.name in (g.a, g.b)]
+        tf32 = [g for g in users if g.tf32]
         if tf32 and cols * elem % 16 == 0:
             return SharedLayout(rows, cols, elem, False, tf32_pad(cols, tf32[0], a.name))
-        mma = a.dtype in self.target.resources.mma_dtypes and \
-            any(a.name in (g.a, g.b) for g in gemms)
+        mma = a.dtype in self.target.resources.mma_dtypes and bool(users)
         chunks = cols * elem // 16 if cols * elem % 16 == 0 else 0
-        simt = [g for g in gemms if a.name in (g.a, g.b)]
-        if simt and not mma and chunks:
+        if users and not mma and chunks:
             # (rows of M or N on the scalar units: padded rows keep the loads of neighbouring k
             # values paired, ld.shared.v2, with no address arithmetic; an XOR swizzle would
             # take no more memory, but its XORs split some of those pairs, and the f32 GEMM's
             # blocks are held to 2 per SM by their registers anyway)
-            pad = self.simt_pad(cols, elem, simt[0], a.name)
+            pad = self.simt_pad(cols, elem, users[0], a.name)
             form = split_k.simt_shared("pad")
             if pad and form == "swizzle" and (chunks in (1, 2, 4) or chunks % 8 == 0):
                 return SharedLayout(rows, cols, elem, True)
@@ -295,14 +294,18 @@ class Assign:
         return simt_pad(cols, elem, g, name)
 
 
+def _rows_are_k(g: T.Gemm, name: str) -> bool:
+    """Are the rows of gemm `g`'s shared operand `name` its K axis (B, or A transposed)?"""
+    return (name == g.a and g.transpose_a) or (name == g.b and not g.transpose_b)
+
+
 def simt_pad(cols: int, elem: int, g: T.Gemm, name: str) -> int:
     """The row padding (in elements, whole 16-byte chunks: cp.async fills the rows) of a shared
     operand of CUDA's gemm_simt `g` (tilec_cuda.h) that puts each of its loads in distinct banks.
     At one k, lane (g, c) reads A's rows g (+ 8 and 16 apart, load by load) and, B transposed,
     B's rows 2c + v: unpadded rows of 32 words all fall in one bank (8 and 4 ways). Tiles
     whose rows are k (B, or A transposed) are read along a row, conflict-free as they are."""
-    rows_are_k = (name == g.a and g.transpose_a) or (name == g.b and not g.transpose_b)
-    if rows_are_k:
+    if _rows_are_k(g, name):
         return 0
     rows = range(8) if name == g.a else (0, 2, 4, 6)
     step = max(16 // elem, 1)
@@ -321,8 +324,7 @@ def tf32_pad(cols: int, g: T.Gemm, name: str) -> int:
     (4 values): where the tile's rows are k (B, or A transposed) the 32 lanes read 4 rows of 8
     consecutive words, in 32 banks when the row stride is 8 mod 16 words; where its rows are m or
     n (A, or B transposed), 8 rows of 4 words, in 32 banks when the stride is 4 mod 8."""
-    rows_are_k = (name == g.a and g.transpose_a) or (name == g.b and not g.transpose_b)
-    want, mod = (8, 16) if rows_are_k else (4, 8)
+    want, mod = (8, 16) if _rows_are_k(g, name) else (4, 8)
     pad = 0
     while (cols + pad) % mod != want:
         pad += 4

@@ -505,7 +505,7 @@ class GroupLowering:
                         (f", clusters of {cluster}" if cluster > 1 else ""), swizzle)
         params = {p.name: p for p in k.params}
         srcs = [c.src.buf for c in copies]
-        tf32 = a_dt == "f32" and self.target.tf32(self.sched) and self.target.resources.wgmma_tf32
+        tf32 = a_dt == "f32" and tf32_on_wgmma(self.target, self.sched)
         if any(params[n].dtype not in SIXTEEN + FP8 + (("f32",) if tf32 else ()) for n in srcs) \
                 or (params[srcs[0]].dtype not in SIXTEEN and
                     (gemm.transpose_a or not gemm.transpose_b)):
@@ -1075,10 +1075,16 @@ def fp8_product(g: Graph, mm) -> bool:
     return a == b and a in FP8
 
 
+def tf32_on_wgmma(target, sched) -> bool:
+    """Do f32 products under schedule `sched` run in tf32 on the target's warp-specialized
+    kernels (`precision tf32`, a target whose wgmma takes tf32)?"""
+    return target.tf32(sched) and target.resources.wgmma_tf32
+
+
 def tf32_product(g: Graph, mm, target, sched) -> bool:
-    """Does matmul op `mm` multiply f32 tensors into f32 in tf32 on the warp-specialized kernels
-    (`precision tf32` in schedule `sched`, on a target whose wgmma takes tf32)?"""
-    return target.tf32(sched) and target.resources.wgmma_tf32 and mm.type.dtype == "f32" and \
+    """Does matmul op `mm` multiply f32 tensors into f32 in tf32 on the warp-specialized
+    kernels?"""
+    return tf32_on_wgmma(target, sched) and mm.type.dtype == "f32" and \
         all(_source(g, x).type.dtype == "f32" for x in mm.args)
 
 
