@@ -617,7 +617,8 @@ def test_clusters_share_the_b_tile_by_multicast(monkeypatch):
 
 @pytest.mark.parametrize("text, name, knob, kernel", [
     (GEMMS_A_K_MAJOR, "hop_bf16_bt", "", "_tma_pairs"),
-    # (tf32 takes no cluster variant by default: the knob's clusters of 2 reach its tile)
+    (GEMMS_TF32, "hop_tf32", "", "_tma_pairs"),
+    # (the knob's clusters of 2 reach the plain tile too)
     (GEMMS_TF32, "hop_tf32", "128x256,4,cluster2", "_tma")])
 def test_each_block_of_a_pair_loads_its_half_of_a_one_panel_b_tile(monkeypatch, text, name, knob,
                                                                    kernel):
@@ -758,10 +759,10 @@ def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma(monkeypatch):
     """K-major f32 operands under `precision tf32` go through TMA into wgmma: the 16-bit tile's
     bytes (K tiles of 32 values), the gemm marked tf32, TMA's 16-byte rows a run-time condition.
     A row-major B (tf32 wgmma takes K-major operands only), `precision ieee` and
-    TILEC_WGMMA_TF32=0 keep the mma.sync or FMA kernels; no tf32 GEMM takes clusters of 2 (not
-    run on a GPU since their fix)."""
+    TILEC_WGMMA_TF32=0 keep the mma.sync or FMA kernels; the unbatched one also takes clusters of
+    2 (B's rows off 128-byte lines), as the 16-bit GEMMs do."""
     ks = {k.name: k for k in _kernels(GEMMS_TF32)}
-    assert not any(n.endswith("_pairs") for n in ks)
+    assert ks["hop_tf32_k0_tma_pairs"].cluster == 2 and "hop_tf32_batched_k0_tma_pairs" not in ks
     for name, tile in (("hop_tf32_k0_tma", "[4, 128, 32]"), ("hop_tf32_batched_k0_tma",
                                                               "[4, 128, 32]"),
                        ("hop_tf32_k0_tma_waves", "[4, 192, 32]")):
@@ -812,17 +813,19 @@ def test_tf32_gemms_compile_to_tf32_wgmma():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("suffix", ["_tma", "_tma_waves"])
+@pytest.mark.parametrize("suffix", ["_tma", "_tma_waves", "_tma_pairs"])
 def test_tf32_wgmma_gemms_on_gpu(monkeypatch, suffix):
     """Each tf32 warp-specialized variant alone (a failing launch condition is an error), at
     sizes that are and are not tile multiples (K a multiple of 4: TMA's 16-byte rows, W's rows
-    on and off 128-byte lines): within tf32's tolerance, and visibly rounded (exact f32
-    products are off by ~1e-7), so the tensor cores ran."""
+    on and off 128-byte lines; in clusters of 2, off them only): within tf32's tolerance, and
+    visibly rounded (exact f32 products are off by ~1e-7), so the tensor cores ran."""
     need_gpu()
     _tma_variants_only(monkeypatch, suffix)
     for dims in (dict(M=256, N=512, K=256, Z=2), dict(M=200, N=136, K=84, Z=1),
                  dict(M=1, N=8, K=4, Z=3), dict(M=1000, N=264, K=532, Z=2),
                  dict(M=2100, N=2000, K=1028, Z=1)):
+        if suffix == "_tma_pairs" and dims["K"] * 4 % 128 == 0:
+            continue  # (clusters of 2 take B's rows off 128-byte lines only)
         for name, r in check_text(GEMMS_TF32, dims, name="hop32_only.tile", target="cuda",
                                   options=HOPPER).items():
             assert r.errors["C"] > 1e-6, (name, dims, r.errors)

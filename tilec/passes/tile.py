@@ -1188,11 +1188,8 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
             hopper.insert(0, ("_tma_waves", fuller_waves(M, N, batch, (bm, bn), (wm, wn)),
                               GemmVariant((wm, wn, wk // per_k), 128 * (wconsumers + 1), wstages,
                                           wgmma=True)))
-        if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch and \
-                per_k == 1:
+        if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch:
             # where B's rows start off 128-byte lines, clusters of 2 sharing its tiles first
-            # (16-bit operands: tf32's, whose half-tile offsets were wrong on an H200 and are
-            # fixed, has not run since; docs/CUDA.md)
             hopper.insert(0, ("_tma_pairs", None, replace(tma, cluster=2)))
     if sched.tile:
         return hopper + [("", None, None)]
