@@ -1248,7 +1248,8 @@ def test_scalar_gemm_operands_read_each_load_from_distinct_banks(dtype, elem, co
                                                                  transposed):
     """gemm_simt's loads at one k (lane (g, c): A's row g, or a transposed B's row 2c + v) hit
     distinct banks in the layout the pass gives the tile, padded or XOR-swizzled (both forms
-    checked), for every operand orientation; tiles whose rows are k keep their plain rows."""
+    checked), for every operand orientation, and so do its 16-byte loads along k; tiles whose
+    rows are k keep their plain rows."""
     from tilec.passes.layout import simt_pad
     g = T.Gemm("A", "B", "C", transpose_a=transposed, transpose_b=transposed)
     name = "A" if operand == "a" else "B"
@@ -1271,6 +1272,14 @@ def test_scalar_gemm_operands_read_each_load_from_distinct_banks(dtype, elem, co
             banks = [(offset(r, k) * elem // 4 + w) % 32 for r in rows
                      for w in range(max(elem // 4, 1))]
             assert len(set(banks)) == len(banks), (offset, k, banks)
+        if elem in (4, 8):
+            # 4- and 8-byte values are read 16 bytes along k at once (ld.shared.v4 / v2, from
+            # k a multiple of `per`): each row's chunk is whole, aligned, in banks of its own
+            for k in range(0, cols, per):
+                chunks = [offset(r, k) * elem for r in rows]
+                assert all(offset(r, k + i) == offset(r, k) + i for r in rows for i in range(per))
+                assert all(c % 16 == 0 for c in chunks)
+                assert len({c // 16 % 8 for c in chunks}) == len(rows), (offset, k, chunks)
 
 
 @pytest.mark.parametrize("form, layout", [("", "row-major, rows padded by 4"),

@@ -368,6 +368,9 @@ template <int ROWS, int COLS, typename T> struct SwizzledTile {
     static TILEC_DEV int advance(int o, int dr, int dc) {
         return (o ^ (((dc / E) % S) * E)) + dr * COLS + (dc / E / S) * S * E;
     }
+    // whether 16 bytes along a row, from a column that is a multiple of E, are consecutive and
+    // aligned (one vector load): the XOR moves whole chunks
+    static constexpr bool ROW_CHUNKS = true;
 };
 template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
     static constexpr int size = ROWS * (COLS + PAD);
@@ -375,6 +378,7 @@ template <int ROWS, int COLS, int PAD, typename T> struct PaddedTile {
     static constexpr int STRIDE = COLS + PAD;
     static TILEC_DEV int offset(int r, int c) { return r * (COLS + PAD) + c; }
     static TILEC_DEV int advance(int o, int dr, int dc) { return o + dr * (COLS + PAD) + dc; }
+    static constexpr bool ROW_CHUNKS = (COLS + PAD) * sizeof(T) % 16 == 0;
 };
 
 // ---- cp.async --------------------------------------------------------------------------------
@@ -835,38 +839,69 @@ TILEC_DEV void gemm_ss_tf32(const float* As, const float* Bs, float* acc) {
 
 // The same product on the scalar units, for dtypes the matrix units do not take (f32 under
 // `precision ieee`, f64, integers) and tiles they cannot split: each thread computes its own
-// accumulator elements, in the same layout.
+// accumulator elements, in the same layout (rows m0 + 16 mi + 8 h, columns n0 + 8 ni + v).
+// An operand whose tile rows are M or N and whose values are 4 or 8 bytes (A, B transposed) is
+// read 16 bytes at a time along k where its layout keeps those bytes together (the rows a whole
+// number of chunks): a k-step of VK values takes one ld.shared.v4 (v2 for 8 bytes) per row of
+// the lane instead of VK scalar loads, the loads that bounded this loop (each feeds only 2 x NI or
+// 2 x MI FMAs). Each accumulator still sums its products in k order, as the scalar loop does.
+template <int V, class K, class L, bool ALONG_K, typename Acc>
+TILEC_DEV void simt_operand(Acc* out, const typename K::storage* s, int row, int k) {
+    if constexpr (V > 1) {
+        typename K::reg r[V];
+        load_vec_whole<V, K, LOAD_ANY>(r, s + L::offset(row, k));
+#pragma unroll
+        for (int v = 0; v < V; ++v) out[v] = (Acc)r[v];
+    } else {
+        out[0] = (Acc)K::load(s[ALONG_K ? L::offset(row, k) : L::offset(k, row)]);
+    }
+}
+// k values of an operand one vector load reads (1: scalar loads): rows of M or N (ALONG_K) of
+// 4- or 8-byte values in a layout of whole 16-byte chunks per row (`make
+// NVCCFLAGS="-O3 -DTILEC_SIMT_VECTOR=0"`: scalar loads throughout, for measuring)
+#ifndef TILEC_SIMT_VECTOR
+#define TILEC_SIMT_VECTOR 1
+#endif
+template <class K, class L, bool ALONG_K, int BK> TILEC_HD constexpr int simt_vec() {
+    constexpr int size = (int)sizeof(typename K::storage), v = 16 / size;
+    return TILEC_SIMT_VECTOR && ALONG_K && L::ROW_CHUNKS && (size == 4 || size == 8) &&
+           BK % v == 0 ? v : 1;
+}
 template <int BM, int BN, int BK, int WARPS_M, int WARPS_N, bool TA, bool TB, class LA, class LB,
           class KA, class KB, typename Acc>
 TILEC_DEV void gemm_simt(const typename KA::storage* As, const typename KB::storage* Bs, Acc* acc) {
     typedef Warps<BM, BN, WARPS_M, WARPS_N> W;
+    constexpr int VA = simt_vec<KA, LA, !TA, BK>(), VB = simt_vec<KB, LB, TB, BK>();
+    constexpr int VK = VA > VB ? VA : VB;  // (1, 2 or 4: each divides VK)
     const int lane = threadIdx.x % 32, m0 = W::m0() + lane / 4, n0 = W::n0() + (lane % 4) * 2;
 #pragma unroll 2
-    for (int k = 0; k < BK; ++k) {
-        Acc a[W::MI][2], b[W::NI][2];
+    for (int k = 0; k < BK; k += VK) {
+        Acc a[W::MI][2][VK];
 #pragma unroll
         for (int mi = 0; mi < W::MI; ++mi)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int r = m0 + mi * 16 + h * 8;
-                a[mi][h] = (Acc)KA::load(As[TA ? LA::offset(k, r) : LA::offset(r, k)]);
-            }
+            for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int ni = 0; ni < W::NI; ++ni)
+                for (int kk = 0; kk < VK; kk += VA)
+                    simt_operand<VA, KA, LA, !TA>(&a[mi][h][kk], As, m0 + mi * 16 + h * 8, k + kk);
+        // (B a column block at a time: its values live across the MI x 2 rows' FMAs only)
 #pragma unroll
-            for (int v = 0; v < 2; ++v) {
-                const int c = n0 + ni * 8 + v;
-                b[ni][v] = (Acc)KB::load(Bs[TB ? LB::offset(c, k) : LB::offset(k, c)]);
-            }
+        for (int ni = 0; ni < W::NI; ++ni) {
+            Acc b[2][VK];
 #pragma unroll
-        for (int mi = 0; mi < W::MI; ++mi)
+            for (int v = 0; v < 2; ++v)
 #pragma unroll
-            for (int ni = 0; ni < W::NI; ++ni)
+                for (int kk = 0; kk < VK; kk += VB)
+                    simt_operand<VB, KB, LB, TB>(&b[v][kk], Bs, n0 + ni * 8 + v, k + kk);
+#pragma unroll
+            for (int mi = 0; mi < W::MI; ++mi)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     Acc& d = acc[(mi * W::NI + ni) * 4 + e];
-                    d = fma_acc(a[mi][e / 2], b[ni][e % 2], d);
+#pragma unroll
+                    for (int kk = 0; kk < VK; ++kk) d = fma_acc(a[mi][e / 2][kk], b[e % 2][kk], d);
                 }
+        }
     }
 }
 
