@@ -1282,6 +1282,60 @@ def test_scalar_gemm_operands_read_each_load_from_distinct_banks(dtype, elem, co
                 assert len({c // 16 % 8 for c in chunks}) == len(rows), (offset, k, chunks)
 
 
+def test_scalar_gemm_warp_grid_reads_the_fewest_operand_values(monkeypatch):
+    """A 64 x 128 accumulator on the scalar units takes 1 x 4 warps (64 x 32 each: a lane reads
+    8 values of A and 8 of B per k), not the matrix units' 2 x 2 (4 + 16); a 16-bit product on
+    mma.sync keeps the matrix units' grid; TILEC_SIMT_GRID=0 gives the f32 one that grid too."""
+    text = ("kernel g(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]:\n    C = A @ B\n\n"
+            "kernel h(A: f16[M, K], B: f16[K, N]) -> C: f32[M, N]:\n    C = A @ B\n")
+
+    def acc_layouts():
+        dump = driver.print_stage(driver.stage_module(driver.frontend(driver.Source(
+            "s.tile", text)), "lowered", "cuda", options=SM90), "lowered")
+        kernels = {k.split("(")[0]: k for k in dump.split("kernel ")}
+        return kernels["g_k0"], kernels["h_k0"]
+    g, h = acc_layouts()
+    assert "acc = fragment(f32, [64, 128])  # layout: mma(warps 1x4, warp tile 64x32" in g
+    assert "acc = fragment(f32, [128, 128])  # layout: mma(warps 2x2, warp tile 64x64" in h
+    monkeypatch.setenv("TILEC_SIMT_GRID", "0")
+    g, h2 = acc_layouts()
+    assert "acc = fragment(f32, [64, 128])  # layout: mma(warps 2x2, warp tile 32x64" in g
+    assert h2 == h
+    monkeypatch.setenv("TILEC_SIMT_GRID", "2")
+    with pytest.raises(TilecError, match="TILEC_SIMT_GRID=2: expected 1 or 0"):
+        acc_layouts()
+
+
+def test_scalar_gemm_of_k_major_operands_takes_two_stages_and_three_blocks(monkeypatch):
+    """X @ W.T on the scalar units (both operands read 16 bytes along K) is pipelined 2 deep and
+    bounded for 3 blocks per SM (registers capped at 168); A @ B keeps 3 stages and one
+    block's bound, and so does one whose schedule sets any of tile, threads or stages;
+    TILEC_SIMT_BLOCKS sets the bound of both."""
+    text = ("kernel g(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]:\n    C = A @ B\n\n"
+            "kernel h(A: f32[M, K], W: f32[N, K]) -> C: f32[M, N]:\n    C = A @ W.T\n\n"
+            "kernel s(A: f32[M, K], W: f32[N, K]) -> C: f32[M, N]:\n    C = A @ W.T\n\n"
+            "schedule s:\n    target cuda:\n        threads 256\n")
+
+    def k0s():
+        _, _, m = compile_text(text, "s.tile", "cuda", options=SM90)
+        return {k.name: k for p in m.programs for k in p.kernels if k.name.endswith("_k0")}
+    ks = k0s()
+    assert (ks["g_k0"].blocks_per_sm, ks["h_k0"].blocks_per_sm, ks["s_k0"].blocks_per_sm) == \
+        (1, 3, 1)
+    stages = {n: next(st.shape[0].value for st in T.walk_stmts(k.body) if isinstance(st, T.Alloc)
+                      and st.scope == "shared" and len(st.shape) == 3) for n, k in ks.items()}
+    assert stages == {"g_k0": 3, "h_k0": 2, "s_k0": 3}
+    src, _, m = compile_text(text, "s.tile", "cuda", options=SM90)
+    cu = driver.render(src, m, "cuda", SM90)
+    assert "__launch_bounds__(128, 3) h_k0(" in cu["h.cu"]
+    assert "__launch_bounds__(128, 1) g_k0(" in cu["g.cu"]
+    monkeypatch.setenv("TILEC_SIMT_BLOCKS", "2")
+    assert {k.blocks_per_sm for k in k0s().values()} == {2}
+    monkeypatch.setenv("TILEC_SIMT_BLOCKS", "9")
+    with pytest.raises(TilecError, match=r"TILEC_SIMT_BLOCKS='9': expected blocks per SM \(1 to 8\)"):
+        k0s()
+
+
 @pytest.mark.parametrize("form, layout", [("", "row-major, rows padded by 4"),
                                           ("swizzle", "16-byte chunks XOR-swizzled by row"),
                                           ("plain", "row-major")])
@@ -1299,7 +1353,7 @@ def test_scalar_gemm_tiles_are_padded(monkeypatch, form, layout):
     h_k0 = dump[dump.index("kernel h_k0("):]
     assert f"A_s = shared(f32, [3, 64, 32])  # layout: shared, {layout}\n" in g_k0
     assert "B_s = shared(f32, [3, 32, 128])  # layout: shared, row-major\n" in g_k0
-    assert f"B_s = shared(f32, [3, 128, 32])  # layout: shared, {layout}\n" in h_k0
+    assert f"B_s = shared(f32, [2, 128, 32])  # layout: shared, {layout}\n" in h_k0
     monkeypatch.setenv("TILEC_SIMT_SHARED", "padded")
     with pytest.raises(TilecError, match="TILEC_SIMT_SHARED='padded': expected pad, swizzle or plain"):
         driver.stage_module(driver.frontend(driver.Source("s.tile", text)), "lowered", "cuda",

@@ -34,22 +34,28 @@ def _const(e) -> int | None:
 
 
 def best_grid(rows: int, cols: int, warps: int, rows_in_warp: bool, tile: tuple = (16, 8),
-              pair: int = 16) -> tuple:
+              pair: int = 16, scalar: bool = False) -> tuple:
     """The best warp grid (the tile pass has checked that one exists: warp_grids): warp tiles
     whose columns are a multiple of `pair` first (CUDA: pairs of n-tiles load with one
-    ldmatrix.x4), then the shortest warp tiles."""
+    ldmatrix.x4), then the shortest warp tiles. `scalar`: a gemm on the scalar units (CUDA's
+    gemm_simt), whose lane reads, per k, 2 values of A per 16 rows of its warp's tile and 2
+    of B per 8 columns: the grid that reads the fewest (64 x 128 on 4 warps: 1 x 4 warps of
+    64 x 32, 8 + 8 values a k, not 2 x 2 of 32 x 64, 4 + 16)."""
     grids = warp_grids(rows, cols, warps, rows_in_warp, tile)
     if not grids:
         raise AssertionError(f"no warp grid of {warps} warps tiles a {rows}x{cols} accumulator")
 
     def key(g):
         wm, wn = g
+        if scalar:
+            return (rows // wm // 8 + cols // wn // 4, -wm)
         return ((cols // wn) % pair != 0, rows // wm + cols // wn, -wm)
     return min(grids, key=key)
 
 
-def mma_layout(rows: int, cols: int, warps: int, rows_in_warp: bool) -> MmaLayout:
-    return MmaLayout(rows, cols, *best_grid(rows, cols, warps, rows_in_warp))
+def mma_layout(rows: int, cols: int, warps: int, rows_in_warp: bool,
+               scalar: bool = False) -> MmaLayout:
+    return MmaLayout(rows, cols, *best_grid(rows, cols, warps, rows_in_warp, scalar=scalar))
 
 
 def _columns_per_access(dtypes) -> int:
@@ -83,10 +89,11 @@ class Assign:
         self.params = {p.name: p for p in k.params if p.kind != "scalar"}
         self.vmax = _columns_per_access(p.dtype for p in self.params.values())
 
-    def acc_layout(self, rows: int, cols: int, rows_in_warp: bool):
+    def acc_layout(self, rows: int, cols: int, rows_in_warp: bool, scalar: bool = False):
         """The register layout of a gemm's rows x cols accumulator (a target's matrix units:
-        mma.sync here; subclasses for others)."""
-        return mma_layout(rows, cols, self.warps, rows_in_warp)
+        mma.sync here, its grid of warps chosen for the scalar units' loads where the gemm runs
+        there; subclasses for others)."""
+        return mma_layout(rows, cols, self.warps, rows_in_warp, scalar)
 
     def shape(self, buf: str) -> tuple:
         return tuple(_const(d) for d in self.allocs[buf].shape)
@@ -206,7 +213,11 @@ class Assign:
                 self.set(g.c, WgmmaLayout(rows, cols, 4, 1, True) if self.k.pingpong else
                          WgmmaLayout(rows, cols, rows // 16, 1))
                 continue
-            self.set(g.c, self.acc_layout(rows, cols, rows_in_warp))
+            a, b = self.allocs[g.a], self.allocs[g.b]
+            scalar = not g.tf32 and not (a.dtype == b.dtype and a.dtype in
+                                         self.target.resources.mma_dtypes) and \
+                split_k.simt_grid(True)
+            self.set(g.c, self.acc_layout(rows, cols, rows_in_warp, scalar))
         self.propagate()
         for f in sorted(self.frags):  # row kernels' cached rows, GEMV accumulators
             if f not in self.lay and len(self.allocs[f].shape) == 2:

@@ -34,7 +34,7 @@ class MfmaAssign(layout.Assign):
     def simt_pad(self, cols: int, elem: int, g: T.Gemm, name: str) -> int:
         return 0  # (HIP's gemm_simt reads in the MFMA layout's pattern, not CUDA's)
 
-    def acc_layout(self, rows: int, cols: int, rows_in_warp: bool):
+    def acc_layout(self, rows: int, cols: int, rows_in_warp: bool, scalar: bool = False):
         assert rows_in_warp == self.rows_in_warp
         return MfmaLayout(rows, cols, *self.grids[(rows, cols)], tile=self.tile)
 

@@ -202,6 +202,26 @@ def simt_shared(default: str) -> str:
     return env
 
 
+def simt_grid(default: bool) -> bool:
+    """`TILEC_SIMT_GRID` (1 or 0): whether the accumulators of products on the scalar units take
+    the grid of warps that reads the fewest operand values (passes/layout.py best_grid) or the
+    matrix units' grid (the form before), for measuring on a device."""
+    return _switch("TILEC_SIMT_GRID", default)
+
+
+def simt_blocks(default: int) -> int:
+    """`TILEC_SIMT_BLOCKS` (a count): the blocks per SM the kernels of products on the scalar
+    units are compiled for (__launch_bounds__: their registers capped to fit), in place of the
+    target's, for measuring on a device."""
+    knob = _knob("TILEC_SIMT_BLOCKS", "blocks per SM (1 to 8)", 1)
+    if knob is None:
+        return default
+    if not knob or not 1 <= knob[0] <= 8:
+        raise error(f"TILEC_SIMT_BLOCKS={os.environ['TILEC_SIMT_BLOCKS'].strip()!r}: expected "
+                    "blocks per SM (1 to 8)")
+    return knob[0]
+
+
 def wgmma_tf32(default: bool) -> bool:
     """`TILEC_WGMMA_TF32` (1 or 0): whether K-major f32 products under `precision tf32` take the
     warp-specialized kernels on tf32 wgmma (resources.wgmma_tf32) or stay on tf32 mma.sync, in

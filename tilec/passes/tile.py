@@ -362,8 +362,10 @@ class GroupLowering:
         # f32 products that `precision tf32` puts on the matrix units take their tile shape
         tf32 = mma_dt is None and self.target.tf32(self.sched) and \
             self.ops[a_id].type.dtype == self.ops[b_id].type.dtype == mm.type.dtype == "f32"
+        scalar = mma_dt is None and not tf32  # (on the scalar units)
         bm, bn, bk, stages, threads = self.target.gemm_config(
-            self.sched, scalar=mma_dt is None and not tf32, operand_bytes=4 if tf32 else 2)
+            self.sched, scalar=scalar, operand_bytes=4 if tf32 else 2)
+        blocks = 1  # (per SM, the kernel's bound)
         sc = self.sched  # (a schedule that sets any of the knob's fields keeps its own)
         knob = split_k.gemm_tile(self.target) if mma_dt is not None and \
             self.gemm_config is None and not (sc.tile or sc.threads or sc.stages or sc.swizzle) \
@@ -377,7 +379,7 @@ class GroupLowering:
             cfg = self.gemm_config
             (bm, bn, bk), threads, stages, split, gemv = (cfg.tile, cfg.threads, cfg.stages,
                                                           cfg.split, cfg.gemv_unroll)
-            if cfg.wgmma and mma_dt is None and not tf32:
+            if cfg.wgmma and scalar:
                 raise NotWgmma()
         bx, by, bz = (self.names.fresh(n) for n in ("bx", "by", "bz"))
         grid = [dim_to_expr(N.cdiv(bn)), dim_to_expr(M.cdiv(bm))]
@@ -418,6 +420,10 @@ class GroupLowering:
             k0 = imul(kt, iconst(bk))
             load_a, ta = self.operand(a_id, As, row0, k0, iconst(bm), iconst(bk), bidx, batch, mma_dt)
             load_b, tb = self.operand(b_id, Bs, k0, col0, iconst(bk), iconst(bn), bidx, batch, mma_dt)
+            if scalar and tb and not ta and split is None and self.gemm_config is None and \
+                    self.target.resources.scalar_gemm_kmajor and \
+                    not (sc.tile or sc.threads or sc.stages):
+                stages, blocks = self.target.resources.scalar_gemm_kmajor
             body = ([] if split is None else lets) + [
                 Alloc(As, "shared", a_dt, (iconst(bk), iconst(bm)) if ta else (iconst(bm), iconst(bk))),
                 Alloc(Bs, "shared", b_dt, (iconst(bn), iconst(bk)) if tb else (iconst(bk), iconst(bn))),
@@ -442,9 +448,12 @@ class GroupLowering:
                             tuple(self.store_outputs(self.grp.outputs, tuple(bidx) + (r, c), guard))))
             if self.gemm_config is not None and self.gemm_config.wgmma:
                 return [self.wgmma_kernel(grid, bvars, threads, body, swizzle)]
-            return [self.kernel(grid, bvars, threads, body,
-                                "GEMV (one row of A) with fused prologue/epilogue" if gemv else
-                                "GEMM with fused prologue/epilogue", swizzle)]
+            k = self.kernel(grid, bvars, threads, body,
+                            "GEMV (one row of A) with fused prologue/epilogue" if gemv else
+                            "GEMM with fused prologue/epilogue", swizzle)
+            if scalar and not gemv:
+                k = replace(k, blocks_per_sm=split_k.simt_blocks(blocks))
+            return [k]
         # split-K: the partial products to the workspace, then their sum and the epilogue
         ws = TensorDecl(self.names.fresh("partials"), mm.type.dtype,
                         tuple(batch) + (sk.count, M, N), "workspace", sk.when)

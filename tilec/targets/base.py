@@ -134,6 +134,9 @@ class Resources:
     row_tile: bool = True  # a schedule's `tile M=` sets the rows per block of row kernels
     # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)
     scalar_gemm_tile: tuple | None = None
+    # (stages, blocks per SM) of that GEMM where both its operands are K-major (X @ W.T: both
+    # read 16 bytes along K), in place of gemm_stages and one block (None: those)
+    scalar_gemm_kmajor: tuple | None = None
 
 
 class Toolchain:
