@@ -2827,7 +2827,8 @@ CUDA = Target(
         gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32), row_tile=False,
         # X @ W.T on the scalar units: 2 stages, registers capped for 3 blocks per SM (168 a
         # thread, no spills): 3.30 ms against 3.67 at 4096^3 on an H100; A @ B measured slower
-        # so (3.62 against 3.41) and keeps 3 stages, one block's bound (docs/PERFORMANCE.md)
+        # so (3.62 against 3.41) and keeps 3 stages, one block's bound (docs/PERFORMANCE.md);
+        # so does an operand computed on its way (gelu(X) @ W.T spilled 4 bytes under it)
         scalar_gemm_kmajor=(2, 3),
         # M <= 16 (decode): 16-row tiles, 8 warps splitting N, deep K tiles (16 x 128 x 128 was
         # the fastest of six W4A16 tiles measured with split-K, docs/PERFORMANCE.md), at most
