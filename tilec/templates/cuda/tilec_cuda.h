@@ -843,8 +843,8 @@ TILEC_DEV void gemm_ss_tf32(const float* As, const float* Bs, float* acc) {
 // An operand whose tile rows are M or N and whose values are 4 or 8 bytes (A, B transposed) is
 // read 16 bytes at a time along k where its layout keeps those bytes together (the rows a whole
 // number of chunks): a k-step of VK values takes one ld.shared.v4 (v2 for 8 bytes) per row of
-// the lane instead of VK scalar loads, the loads that bounded this loop (each feeds only 2 x NI or
-// 2 x MI FMAs). Each accumulator still sums its products in k order, as the scalar loop does.
+// the lane instead of VK scalar loads, the loads that bounded this loop (each feeds only
+// 2 x NI or 2 x MI FMAs). Each accumulator still sums its products in k order, as before.
 template <int V, class K, class L, bool ALONG_K, typename Acc>
 TILEC_DEV void simt_operand(Acc* out, const typename K::storage* s, int row, int k) {
     if constexpr (V > 1) {
