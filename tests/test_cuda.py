@@ -1338,6 +1338,43 @@ def test_scalar_gemm_of_k_major_operands_takes_two_stages_and_three_blocks(monke
         k0s()
 
 
+SCALAR_GEMMS = """
+kernel lin(X: f32[M, K], W: f32[N, K], b: f32[N]) -> Y: f32[M, N]:
+    Y = silu(X @ W.T + b)
+
+kernel pro(X: f32[M, K], W: f32[N, K]) -> Y: f32[M, N]:
+    Y = gelu(X) @ W.T
+
+kernel mm(A: f32[M, K], B: f32[K, N], r: f32[M, 1]) -> C: f32[M, N]:
+    C = (A @ B) * r
+
+kernel d(X: f64[M, K], W: f64[N, K]) -> Y: f64[M, N]:
+    Y = X @ W.T
+"""
+
+
+@pytest.mark.nvcc
+def test_scalar_gemms_read_16_bytes_along_k_without_spills():
+    """The scalar-unit GEMMs (f32 X @ W.T with an epilogue, with a prologue, A @ B, f64) built
+    for sm_80 and sm_90a: warning-free, no kernel spills (X @ W.T's 3-block bound caps it at
+    168 registers), and their PTX reads A (and W) rows 16 bytes along k: ld.shared.v4.f32,
+    ld.shared.v2.f64."""
+    need_nvcc()
+    want = {"lin.cu": "ld.shared.v4.f32", "pro.cu": "ld.shared.v4.f32",
+            "mm.cu": "ld.shared.v4.f32", "d.cu": "ld.shared.v2.f64"}
+    seen = set()
+    for f, r, folder in nvcc_each(SCALAR_GEMMS, "simt.tile", [
+            "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
+            "-Xptxas", "-v", "-c", "-o", "k.o", "--keep"], {"arch": ("sm_80", "sm_90a")}):
+        assert not warning_lines(r.stderr), r.stderr[-3000:]
+        report = ptxas_lines(r.stderr)
+        assert report and not any(spills for _, spills in report.values()), report
+        for arch in ("compute_80", "compute_90a"):
+            assert want[f] in kept_ptx(folder, f, arch), (f, arch)
+        seen.add(f)
+    assert seen == set(want)
+
+
 @pytest.mark.parametrize("form, layout", [("", "row-major, rows padded by 4"),
                                           ("swizzle", "16-byte chunks XOR-swizzled by row"),
                                           ("plain", "row-major")])

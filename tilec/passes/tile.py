@@ -420,11 +420,13 @@ class GroupLowering:
             k0 = imul(kt, iconst(bk))
             load_a, ta = self.operand(a_id, As, row0, k0, iconst(bm), iconst(bk), bidx, batch, mma_dt)
             load_b, tb = self.operand(b_id, Bs, k0, col0, iconst(bk), iconst(bn), bidx, batch, mma_dt)
-            # (operands computed on their way to shared memory, a prologue such as gelu(X),
-            # keep one block's bound: their values in registers spilled under the 3-block one)
+            # (f32 alone, as measured: f64's accumulators take twice the registers and spilled
+            # 1 KB under the 3-block bound; operands computed on their way to shared memory, a
+            # prologue such as gelu(X), keep one block's bound too: they spilled 4 bytes)
             if scalar and tb and not ta and split is None and self.gemm_config is None and \
                     self.target.resources.scalar_gemm_kmajor and \
                     not (sc.tile or sc.threads or sc.stages) and \
+                    a_dt == b_dt == mm.type.dtype == "f32" and \
                     all(isinstance(st, Copy) for st in load_a + load_b):
                 stages, blocks = self.target.resources.scalar_gemm_kmajor
             body = ([] if split is None else lets) + [

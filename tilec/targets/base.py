@@ -134,8 +134,9 @@ class Resources:
     row_tile: bool = True  # a schedule's `tile M=` sets the rows per block of row kernels
     # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)
     scalar_gemm_tile: tuple | None = None
-    # (stages, blocks per SM) of that GEMM where both its operands are K-major (X @ W.T: both
-    # read 16 bytes along K), in place of gemm_stages and one block (None: those)
+    # (stages, blocks per SM) of that GEMM of f32 operands copied as they are where both are
+    # K-major (X @ W.T: both read 16 bytes along K), in place of gemm_stages and one block
+    # (None: those)
     scalar_gemm_kmajor: tuple | None = None
 
 

@@ -2825,10 +2825,10 @@ CUDA = Target(
         matrix_capacities=(64, 96, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
         row_threads_by_capacity=((256, 128),),
         gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32), row_tile=False,
-        # X @ W.T on the scalar units: 2 stages, registers capped for 3 blocks per SM (168 a
-        # thread, no spills): 3.30 ms against 3.67 at 4096^3 on an H100; A @ B measured slower
-        # so (3.62 against 3.41) and keeps 3 stages, one block's bound (docs/PERFORMANCE.md);
-        # so does an operand computed on its way (gelu(X) @ W.T spilled 4 bytes under it)
+        # f32 X @ W.T on the scalar units: 2 stages, registers capped for 3 blocks per SM (168
+        # a thread, no spills): 3.30 ms against 3.67 at 4096^3 on an H100; A @ B measured
+        # slower so (3.62 against 3.41) and keeps 3 stages, one block's bound
+        # (docs/PERFORMANCE.md); so do f64 and an operand computed on its way (they spilled)
         scalar_gemm_kmajor=(2, 3),
         # M <= 16 (decode): 16-row tiles, 8 warps splitting N, deep K tiles (16 x 128 x 128 was
         # the fastest of six W4A16 tiles measured with split-K, docs/PERFORMANCE.md), at most
