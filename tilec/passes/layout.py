@@ -213,9 +213,7 @@ class Assign:
                 self.set(g.c, WgmmaLayout(rows, cols, 4, 1, True) if self.k.pingpong else
                          WgmmaLayout(rows, cols, rows // 16, 1))
                 continue
-            a, b = self.allocs[g.a], self.allocs[g.b]
-            scalar = not g.tf32 and not (a.dtype == b.dtype and a.dtype in
-                                         self.target.resources.mma_dtypes) and \
+            scalar = on_scalar_units(g, self.allocs, self.target.resources) and \
                 split_k.simt_grid(True)
             self.set(g.c, self.acc_layout(rows, cols, rows_in_warp, scalar))
         self.propagate()
@@ -284,10 +282,10 @@ class Assign:
         mma = a.dtype in self.target.resources.mma_dtypes and bool(users)
         chunks = cols * elem // 16 if cols * elem % 16 == 0 else 0
         if users and not mma and chunks:
-            # (rows of M or N on the scalar units: padded rows keep the loads of neighbouring k
-            # values paired, ld.shared.v2, with no address arithmetic; an XOR swizzle would
-            # take no more memory, but its XORs split some of those pairs, and the f32 GEMM's
-            # blocks are held to 2 per SM by their registers anyway)
+            # (rows of M or N on the scalar units: padded rows of whole 16-byte chunks, which
+            # gemm_simt reads 16 bytes along k at a time with no address arithmetic; an XOR
+            # swizzle would take no more memory, but is unmeasured: in the PTX of the scalar
+            # loads its XORs split some of their pairs)
             pad = self.simt_pad(cols, elem, users[0], a.name)
             form = split_k.simt_shared("pad")
             if pad and form == "swizzle" and (chunks in (1, 2, 4) or chunks % 8 == 0):
@@ -314,8 +312,10 @@ def simt_pad(cols: int, elem: int, g: T.Gemm, name: str) -> int:
     """The row padding (in elements, whole 16-byte chunks: cp.async fills the rows) of a shared
     operand of CUDA's gemm_simt `g` (tilec_cuda.h) that puts each of its loads in distinct banks.
     At one k, lane (g, c) reads A's rows g (+ 8 and 16 apart, load by load) and, B transposed,
-    B's rows 2c + v: unpadded rows of 32 words all fall in one bank (8 and 4 ways). Tiles
-    whose rows are k (B, or A transposed) are read along a row, conflict-free as they are."""
+    B's rows 2c + v: unpadded rows of 32 words all fall in one bank (8 and 4 ways). The pad, in
+    whole chunks, also puts those rows' 16-byte chunks in distinct banks, as gemm_simt's
+    16-byte loads along k read them. Tiles whose rows are k (B, or A transposed) are read
+    along a row, conflict-free as they are."""
     if _rows_are_k(g, name):
         return 0
     rows = range(8) if name == g.a else (0, 2, 4, 6)
@@ -350,6 +350,15 @@ def on_tf32_units(g: T.Gemm, allocs: dict) -> bool:
     bk = _const(g.k_extent(a.shape))
     return g.tf32 and a.dtype == b.dtype == c.dtype == "f32" and a.scope == b.scope == "shared" \
         and bk % 8 == 0 and c.layout.wm % 16 == 0
+
+
+def on_scalar_units(g: T.Gemm, allocs: dict, resources) -> bool:
+    """Whether the gemm `g` multiplies on the scalar units (CUDA's gemm_simt) by its dtypes
+    alone, as judged before its accumulator has a layout: neither tf32 nor two 16-bit (or fp8)
+    operands of one dtype. (A product of those dtypes that on_matrix_units later refuses, by
+    its tile shape, also runs there, on the matrix units' warp grid.)"""
+    a, b = allocs[g.a], allocs[g.b]
+    return not g.tf32 and not (a.dtype == b.dtype and a.dtype in resources.mma_dtypes)
 
 
 def on_matrix_units(g: T.Gemm, allocs: dict, resources) -> bool:

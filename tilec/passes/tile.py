@@ -423,7 +423,7 @@ class GroupLowering:
             # (f32 alone, as measured: f64's accumulators take twice the registers and spilled
             # 1 KB under the 3-block bound; operands computed on their way to shared memory, a
             # prologue such as gelu(X), keep one block's bound too: they spilled 4 bytes)
-            if scalar and tb and not ta and split is None and self.gemm_config is None and \
+            if scalar and tb and not ta and self.gemm_config is None and \
                     self.target.resources.scalar_gemm_kmajor and \
                     not (sc.tile or sc.threads or sc.stages) and \
                     a_dt == b_dt == mm.type.dtype == "f32" and \

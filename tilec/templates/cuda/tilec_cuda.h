@@ -847,6 +847,7 @@ TILEC_DEV void gemm_ss_tf32(const float* As, const float* Bs, float* acc) {
 // 2 x NI or 2 x MI FMAs). Each accumulator still sums its products in k order, as before.
 template <int V, class K, class L, bool ALONG_K, typename Acc>
 TILEC_DEV void simt_operand(Acc* out, const typename K::storage* s, int row, int k) {
+    static_assert(V == 1 || ALONG_K, "vector loads run along a row of k");
     if constexpr (V > 1) {
         typename K::reg r[V];
         load_vec_whole<V, K, LOAD_ANY>(r, s + L::offset(row, k));
