@@ -1310,12 +1310,14 @@ def test_scalar_gemm_of_k_major_operands_takes_two_stages_and_three_blocks(monke
     """X @ W.T on the scalar units (both operands read 16 bytes along K) is pipelined 2 deep and
     bounded for 3 blocks per SM (registers capped at 168); A @ B keeps 3 stages and one
     block's bound, and so do one whose schedule sets any of tile, threads or stages and one
-    whose operand is computed on its way to shared memory (gelu(A): it spilled so);
+    whose operand is computed on its way to shared memory (gelu(A): it spilled so), and f64's
+    (twice the accumulator registers: it spilled 1 KB);
     TILEC_SIMT_BLOCKS sets the bound of both."""
     text = ("kernel g(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]:\n    C = A @ B\n\n"
             "kernel h(A: f32[M, K], W: f32[N, K]) -> C: f32[M, N]:\n    C = A @ W.T\n\n"
             "kernel s(A: f32[M, K], W: f32[N, K]) -> C: f32[M, N]:\n    C = A @ W.T\n\n"
             "kernel p(A: f32[M, K], W: f32[N, K]) -> C: f32[M, N]:\n    C = gelu(A) @ W.T\n\n"
+            "kernel d(A: f64[M, K], W: f64[N, K]) -> C: f64[M, N]:\n    C = A @ W.T\n\n"
             "schedule s:\n    target cuda:\n        threads 256\n")
 
     def k0s():
@@ -1323,10 +1325,10 @@ def test_scalar_gemm_of_k_major_operands_takes_two_stages_and_three_blocks(monke
         return {k.name: k for p in m.programs for k in p.kernels if k.name.endswith("_k0")}
     ks = k0s()
     assert {n: k.blocks_per_sm for n, k in ks.items()} == {"g_k0": 1, "h_k0": 3, "s_k0": 1,
-                                                            "p_k0": 1}
+                                                            "p_k0": 1, "d_k0": 1}
     stages = {n: next(st.shape[0].value for st in T.walk_stmts(k.body) if isinstance(st, T.Alloc)
                       and st.scope == "shared" and len(st.shape) == 3) for n, k in ks.items()}
-    assert stages == {"g_k0": 3, "h_k0": 2, "s_k0": 3, "p_k0": 3}
+    assert stages == {"g_k0": 3, "h_k0": 2, "s_k0": 3, "p_k0": 3, "d_k0": 3}
     src, _, m = compile_text(text, "s.tile", "cuda", options=SM90)
     cu = driver.render(src, m, "cuda", SM90)
     assert "__launch_bounds__(128, 3) h_k0(" in cu["h.cu"]
