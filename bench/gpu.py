@@ -15,6 +15,8 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
                                                                    [Hopper: 8192^3 >= 0.9x _scaled_mm]
   tf32       C = A @ B and A @ W.T of f32 4096^3 under `precision tf32`, vs torch.mm in tf32 and f32 [no goal]
   f32        the same of exact f32 products (`precision ieee`, the scalar units), vs torch.mm in f32 [no goal]
+  odd        C = A @ B at irregular shapes whose rows are not 16-byte aligned: f32 and f16 8205x2949x5921,
+             f16 4096x4100x4100, vs torch.mm                                                 [no goal]
   epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs torch.addmm + relu_ (the
              issue's peer), cuBLASLt's bias+ReLU epilogue (torch._addmm_activation), eager and
              torch.compile
@@ -743,6 +745,29 @@ def f32_one(bench: Bench, kernel: str, bt: bool) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
 
 
+def case_odd(bench: Bench) -> None:
+    """GEMMs at irregular shapes, whose rows are not 16-byte aligned, so neither TMA nor 16-byte
+    copies can read them (no goal: informational): KernelBench's "irregular shapes" matmul,
+    8205 x 2949 x 5921, in exact f32 (rows 4-byte aligned) and f16 (2-byte), and f16 at
+    4096 x 4100 x 4100 (8-byte aligned rows), each against cuBLAS (torch.mm) on the same data."""
+    for kernel, dtype, (M, K, N) in (("gemm_f32", torch.float32, (8205, 2949, 5921)),
+                                     ("gemm_f16", F16, (8205, 2949, 5921)),
+                                     ("gemm_f16", F16, (4096, 4100, 4100))):
+        name = "f32" if dtype == torch.float32 else "f16"
+        bench.section("odd", f"{name} C = A @ B, M={M} K={K} N={N}")
+        A, B = randn(M, K, dtype=dtype, scale=0.5), randn(K, N, dtype=dtype, scale=0.5)
+        exact = dtype == torch.float32
+        ref = (A.double() @ B.double()).float() if exact else (A.float() @ B.float()).to(dtype)
+        n = n_copies((M * K + K * N + M * N) * A.element_size(), bench.l2, bench.args.copies)
+        sets = [(a, b, torch.empty(M, N, dtype=dtype, device="cuda")) for a, b in copies_of(n, A, B)]
+        tc = bench.tilec_entry(kernel, lambda k, sets=sets, dims=(M, K, N):
+                               [k.bind([a, b], [c], dims) for a, b, c in sets],
+                               [ref], 1e-4 if exact else TOL[dtype])
+        cublas = bench.peer(f"cuBLAS {name} (torch.mm)", lambda sets=sets: rotate(
+            [functools.partial(mm_tf32, a, b, c, False) for a, b, c in sets]))
+        bench.compare(f"{name} {M}x{K}x{N}{rot(n)}", Work(flops=2 * M * N * K), [tc, cublas], {}, ref)
+
+
 def case_tf32(bench: Bench) -> None:
     """f32 GEMM under `precision tf32` against cuBLAS in tf32 and in f32 (no goal: informational):
     C = A @ B (B row-major: tilec's mma.sync kernel) and C = A @ W.T (both operands K-major: on
@@ -1090,7 +1115,7 @@ def case_attention(bench: Bench) -> None:
 
 
 CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32, "f32": case_f32,
-         "epilogue": case_epilogue, "linear": case_linear, "linear3": case_linear3,
+         "odd": case_odd, "epilogue": case_epilogue, "linear": case_linear, "linear3": case_linear3,
          "decode": case_decode,
          "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16,

@@ -1377,6 +1377,60 @@ def test_scalar_gemms_read_16_bytes_along_k_without_spills():
     assert seen == set(want)
 
 
+
+# GEMMs whose operand rows are not 16-byte aligned (K or N not a multiple of 16 bytes' values):
+# neither TMA nor the 16-byte copies can read them, so their tiles go 8 or 4 bytes at a time
+# through cp.async (copy_g2s_narrow), or value by value where rows are only 2-byte aligned
+ROWS_OFF_16 = """
+kernel h(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:
+    C = A @ B
+
+kernel lin(A: bf16[M, K], W: bf16[N, K], b: bf16[N]) -> C: f32[M, N]:
+    C = relu(A @ W.T + f32(b))
+
+kernel at(A: f16[K, M], B: f16[K, N]) -> C: f16[M, N]:
+    C = A.T @ B
+
+kernel s(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]:
+    C = A @ B
+
+kernel d(A: f64[M, K], W: f64[N, K]) -> C: f64[M, N]:
+    C = A @ W.T
+"""
+
+
+@pytest.mark.nvcc
+def test_rows_off_16_bytes_take_narrow_async_copies():
+    """The GEMMs of ROWS_OFF_16 built for sm_80 and sm_90a: warning-free, no kernel spills, and
+    their PTX holds the 8- and 4-byte cp.async copies of the rows that are not 16-byte aligned
+    (f64 rows are always 8-byte aligned: 8-byte copies alone)."""
+    need_nvcc()
+    seen = set()
+    for f, r, folder in nvcc_each(ROWS_OFF_16, "rows.tile", [
+            "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
+            "-Xptxas", "-v", "-c", "-o", "k.o", "--keep"], {"arch": ("sm_80", "sm_90a")}):
+        assert not warning_lines(r.stderr), r.stderr[-3000:]
+        report = ptxas_lines(r.stderr)
+        assert report and not any(spills for _, spills in report.values()), report
+        for arch in ("compute_80", "compute_90a"):
+            sizes = set(re.findall(r"cp\.async\.ca\.shared\.global \[%r\d+\], \[%rd\d+\], (\d+),",
+                                   kept_ptx(folder, f, arch)))
+            assert sizes == ({"8"} if f == "d.cu" else {"4", "8"}), (f, arch, sizes)
+        seen.add(f)
+    assert seen == {"h.cu", "lin.cu", "at.cu", "s.cu", "d.cu"}
+
+
+@pytest.mark.gpu
+def test_rows_off_16_bytes_on_gpu():
+    """ROWS_OFF_16 against the reference where K and N make rows 8-, 4- and 2-byte aligned (f16:
+    K = 132, 130, 129), over several K tiles, M and N cut by the tiles, and M = 1 (the decode
+    kernels)."""
+    need_gpu()
+    for dims in (dict(M=70, K=132, N=68), dict(M=130, K=130, N=202), dict(M=65, K=129, N=133),
+                 dict(M=200, K=302, N=36), dict(M=1, K=130, N=66)):
+        check_text(ROWS_OFF_16, dims, name="rows.tile", target="cuda", options=GPU_OPTIONS)
+
+
 @pytest.mark.parametrize("form, layout", [("", "row-major, rows padded by 4"),
                                           ("swizzle", "16-byte chunks XOR-swizzled by row"),
                                           ("plain", "row-major")])

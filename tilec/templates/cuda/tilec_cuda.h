@@ -404,6 +404,13 @@ TILEC_DEV void cp_async16_whole(uint32_t dst, const void* src) {
     asm volatile("cp.async.cg.shared.global" TILEC_CP_ASYNC_L2 " [%0], [%1], 16;\n"
                  :: "r"(dst), "l"(src) : "memory");
 }
+// W = 4 or 8 bytes global -> shared (through L1: cp.async takes narrow copies as .ca only), the
+// first `src_bytes` read and the rest zero-filled: the copies of rows that are not 16-byte aligned
+template <int W> TILEC_DEV void cp_async_narrow(uint32_t dst, const void* src, int src_bytes) {
+    static_assert(W == 4 || W == 8, "cp.async copies 4, 8 or 16 bytes");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n"
+                 :: "r"(dst), "l"(src), "n"(W), "r"(src_bytes) : "memory");
+}
 TILEC_DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N> TILEC_DEV void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory");
@@ -434,13 +441,72 @@ TILEC_DEV CopyPlan<ROWS, COLS, THREADS, L, T> copy_plan(const T* tensor, int64_t
     return CopyPlan<ROWS, COLS, THREADS, L, T>(tensor, ld);
 }
 
+// The widest narrow copy (8 or 4 bytes; 0: none) that the rows of a window at `src` (row stride
+// `ld` elements) allow when 16-byte chunks do not: the window's start and the row stride
+// multiples of it, the tile's rows a whole number of copies, and each copy's bytes consecutive
+// in the shared layout (they lie in one of its 16-byte chunks: swizzles move whole chunks) and
+// aligned there (the layout's row stride a multiple of it).
+// (`make NVCCFLAGS="-O3 -DTILEC_NARROW_COPIES=0"`: element by element instead, for measuring)
+#ifndef TILEC_NARROW_COPIES
+#define TILEC_NARROW_COPIES 1
+#endif
+template <int COLS, class L, typename T>
+TILEC_DEV int copy_narrow_width(const T* src, int64_t ld) {
+    if (!TILEC_NARROW_COPIES) return 0;
+    const uint64_t bits = reinterpret_cast<uintptr_t>(src) | (uint64_t)ld * sizeof(T);
+#pragma unroll
+    for (int w = 8; w >= 4; w /= 2)
+        if (w >= (int)sizeof(T) && (COLS * (int)sizeof(T)) % w == 0 &&
+            (L::STRIDE * (int)sizeof(T)) % w == 0 && bits % w == 0)
+            return w;
+    return 0;
+}
+// copy_g2s of a window whose rows allow W-byte copies only (copy_narrow_width): each thread
+// issues its copies through cp.async (asynchronous, like the 16-byte path's), a copy cut by the
+// tensor's edge reading its part and zero-filling the rest, one outside it zero-filling all.
+template <int W, int ROWS, int COLS, int THREADS, class L, typename T>
+TILEC_DEV void copy_g2s_width(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
+    constexpr int E = W / (int)sizeof(T), CPR = COLS / E, ITERS = (ROWS * CPR + THREADS - 1) / THREADS;
+    // (a loop, not unrolled: beside a tensor-core kernel's accumulators, up to 32 copies a thread
+    // unrolled took registers enough to spill)
+#pragma unroll 1
+    for (int it = 0; it < ITERS; ++it) {
+        const int c = (int)threadIdx.x + it * THREADS;
+        if (ROWS * CPR % THREADS != 0 && c >= ROWS * CPR) break;
+        const int r = c / CPR, k = (c % CPR) * E;
+        const bool in = r < nr && k < nc;
+        const int bytes = in ? (int)(nc - k < E ? nc - k : E) * (int)sizeof(T) : 0;
+        cp_async_narrow<W>(smem_addr(dst + L::offset(r, k)), in ? src + (int64_t)r * ld + k : src, bytes);
+    }
+}
+// The narrow copies of a window (asynchronous ones only), at the widest width its rows allow;
+// false where none does (copied element by element then)
+template <bool ASYNC, int ROWS, int COLS, int THREADS, class L, typename T>
+TILEC_DEV bool copy_g2s_narrow(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
+    if constexpr (ASYNC && sizeof(T) <= 8) {
+        const int w = copy_narrow_width<COLS, L, T>(src, ld);
+        if (w == 8) {
+            copy_g2s_width<8, ROWS, COLS, THREADS, L>(dst, src, ld, nr, nc);
+            return true;
+        }
+        if constexpr (sizeof(T) <= 4) {
+            if (w == 4) {
+                copy_g2s_width<4, ROWS, COLS, THREADS, L>(dst, src, ld, nr, nc);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 // Copy the ROWS x COLS window at `src` (row stride `ld` elements; the first nr rows and nc
 // columns of it lie inside the tensor) into the shared tile `dst` of layout L; the rest of the
 // tile is zero. THREADS threads call it together; each moves whole 16-byte chunks, in a fully
 // unrolled loop. With ASYNC the chunks go through cp.async (complete after cp_async_wait), a
 // chunk outside the tensor being zero-filled without reading memory. A chunk cut by the tensor's
-// edge, or a tensor whose rows are not 16-byte aligned, is copied element by element. WHOLE: the
-// window's column offset is a multiple of a chunk, so with aligned rows no chunk is cut.
+// edge is copied element by element; rows that are not 16-byte aligned go 8 or 4 bytes at a time
+// through cp.async where they allow it (copy_g2s_narrow), else element by element too. WHOLE:
+// the window's column offset is a multiple of a chunk, so with aligned rows no chunk is cut.
 template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
 TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
     constexpr int E = 16 / (int)sizeof(T);
@@ -495,7 +561,7 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
                 for (int e = 0; e < E; ++e) d[e] = kk + e < nc ? s[e] : T(0);
             }
         }
-    } else {
+    } else if (!copy_g2s_narrow<ASYNC, ROWS, COLS, THREADS, L>(dst, src, ld, nr, nc)) {
         for (int e = tid; e < ROWS * COLS; e += THREADS) {
             const int r = e / COLS, c = e % COLS;
             dst[L::offset(r, c)] = (r < nr && c < nc) ? src[(int64_t)r * ld + c] : T(0);
