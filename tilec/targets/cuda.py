@@ -457,9 +457,15 @@ class CudaRenderer(CStyleRenderer):
                        depth)
 
     def copy_call(self, s: T.Copy, tparams: str, whole: bool, args: list, depth):
-        """The call of a tile copy (dst, src, row stride, rows and columns left in the tensor)."""
-        self.emit(f"tilec::copy_g2s<{tparams}, {str(s.async_).lower()}, {str(whole).lower()}>("
-                  f"{', '.join(args)});", depth)
+        """The call of a tile copy (dst, src, row stride, rows and columns left in the tensor).
+        Narrow copies (copy_g2s) in the kernels of one gemm bounded for one block per SM alone:
+        under a tighter bound they slowed the f32 X @ W.T whose rows they never copied (13% at
+        4096^3, an H100), and the loops of attention's two gemms are left as they were
+        measured."""
+        gemms = sum(isinstance(x, T.Gemm) for x in T.walk_stmts(self.k.body))
+        narrow = "" if self.k.blocks_per_sm == 1 and gemms == 1 else ", false"
+        self.emit(f"tilec::copy_g2s<{tparams}, {str(s.async_).lower()}, {str(whole).lower()}"
+                  f"{narrow}>({', '.join(args)});", depth)
 
     def s_Commit(self, s, depth):
         self.emit("tilec::cp_async_commit();", depth)

@@ -507,7 +507,10 @@ TILEC_DEV bool copy_g2s_narrow(T* dst, const T* src, int64_t ld, int64_t nr, int
 // edge is copied element by element; rows that are not 16-byte aligned go 8 or 4 bytes at a time
 // through cp.async where they allow it (copy_g2s_narrow), else element by element too. WHOLE:
 // the window's column offset is a multiple of a chunk, so with aligned rows no chunk is cut.
-template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, typename T>
+// NARROW false: no narrow copies (value by value instead), where the renderer keeps the
+// loops as they were measured without them (targets/cuda.py copy_call).
+template <int ROWS, int COLS, int THREADS, class L, bool ASYNC, bool WHOLE, bool NARROW = true,
+          typename T>
 TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc) {
     constexpr int E = 16 / (int)sizeof(T);
     constexpr int CPR = COLS / E;                    // chunks per row
@@ -561,7 +564,7 @@ TILEC_DEV void copy_g2s(T* dst, const T* src, int64_t ld, int64_t nr, int64_t nc
                 for (int e = 0; e < E; ++e) d[e] = kk + e < nc ? s[e] : T(0);
             }
         }
-    } else if (!copy_g2s_narrow<ASYNC, ROWS, COLS, THREADS, L>(dst, src, ld, nr, nc)) {
+    } else if (!copy_g2s_narrow<ASYNC && NARROW, ROWS, COLS, THREADS, L>(dst, src, ld, nr, nc)) {
         for (int e = tid; e < ROWS * COLS; e += THREADS) {
             const int r = e / COLS, c = e % COLS;
             dst[L::offset(r, c)] = (r < nr && c < nc) ? src[(int64_t)r * ld + c] : T(0);
