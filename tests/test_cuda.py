@@ -1420,6 +1420,26 @@ def test_rows_off_16_bytes_take_narrow_async_copies():
     assert seen == {"h.cu", "lin.cu", "at.cu", "s.cu", "d.cu"}
 
 
+
+def test_narrow_copies_only_where_measured():
+    """Narrow copies (copy_g2s's NARROW) in the kernels of one gemm bounded for one block per
+    SM: an f32 A @ B and an f16 GEMM take them; the f32 X @ W.T bounded for 3 blocks (they
+    slowed it), attention (two gemms) and the decode split kernels (2 blocks) do not."""
+    text = ("kernel s(A: f32[M, K], B: f32[K, N]) -> C: f32[M, N]:\n    C = A @ B\n\n"
+            "kernel h(A: f16[M, K], B: f16[K, N]) -> C: f16[M, N]:\n    C = A @ B\n\n"
+            "kernel bt(X: f32[M, K], W: f32[N, K]) -> Y: f32[M, N]:\n    Y = X @ W.T\n\n"
+            + (SAMPLES / "attention.tile").read_text())
+    srcs = cuda_kernel_sources(text)
+    assert "__launch_bounds__(128, 3)" in srcs["bt_k0"]
+    assert "__launch_bounds__(128, 2)" in srcs["h_k0_m16_split"]
+    for kernel, want in (("s_k0", True), ("h_k0", True), ("bt_k0", False),
+                         ("h_k0_m16_split", False), ("attention_k0_D64", False)):
+        # the flags after the layout: ASYNC, WHOLE and, where narrow copies are left out, false
+        flags = re.findall(r"copy_g2s<[^()]*>((?:, (?:true|false))+)>\(", srcs[kernel])
+        assert flags and all(f.count(",") == (2 if want else 3) for f in flags), (kernel, flags)
+        assert want or all(f.endswith(", false") for f in flags)
+
+
 @pytest.mark.gpu
 def test_rows_off_16_bytes_on_gpu():
     """ROWS_OFF_16 against the reference where K and N make rows 8-, 4- and 2-byte aligned (f16:
