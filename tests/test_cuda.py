@@ -1365,17 +1365,23 @@ def test_scalar_gemms_read_16_bytes_along_k_without_spills():
     want = {"lin.cu": "ld.shared.v4.f32", "pro.cu": "ld.shared.v4.f32",
             "mm.cu": "ld.shared.v4.f32", "d.cu": "ld.shared.v2.f64"}
     seen = set()
-    for f, r, folder in nvcc_each(SCALAR_GEMMS, "simt.tile", [
-            "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
-            "-Xptxas", "-v", "-c", "-o", "k.o", "--keep"], {"arch": ("sm_80", "sm_90a")}):
-        assert not warning_lines(r.stderr), r.stderr[-3000:]
-        report = ptxas_lines(r.stderr)
-        assert report and not any(spills for _, spills in report.values()), report
+    for f, folder in clean_builds(SCALAR_GEMMS, "simt.tile"):
         for arch in ("compute_80", "compute_90a"):
             assert want[f] in kept_ptx(folder, f, arch), (f, arch)
         seen.add(f)
     assert seen == set(want)
 
+
+def clean_builds(text: str, name: str):
+    """Yield (file, folder) for each .cu source of text built for sm_80 and sm_90a with its
+    PTX kept, asserting that nvcc warned of nothing and no kernel spills."""
+    for f, r, folder in nvcc_each(text, name, [
+            "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
+            "-Xptxas", "-v", "-c", "-o", "k.o", "--keep"], {"arch": ("sm_80", "sm_90a")}):
+        assert not warning_lines(r.stderr), r.stderr[-3000:]
+        report = ptxas_lines(r.stderr)
+        assert report and not any(spills for _, spills in report.values()), report
+        yield f, folder
 
 
 # GEMMs whose operand rows are not 16-byte aligned (K or N not a multiple of 16 bytes' values):
@@ -1406,12 +1412,7 @@ def test_rows_off_16_bytes_take_narrow_async_copies():
     (f64 rows are always 8-byte aligned: 8-byte copies alone)."""
     need_nvcc()
     seen = set()
-    for f, r, folder in nvcc_each(ROWS_OFF_16, "rows.tile", [
-            "-gencode", "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90a,code=sm_90a",
-            "-Xptxas", "-v", "-c", "-o", "k.o", "--keep"], {"arch": ("sm_80", "sm_90a")}):
-        assert not warning_lines(r.stderr), r.stderr[-3000:]
-        report = ptxas_lines(r.stderr)
-        assert report and not any(spills for _, spills in report.values()), report
+    for f, folder in clean_builds(ROWS_OFF_16, "rows.tile"):
         for arch in ("compute_80", "compute_90a"):
             sizes = set(re.findall(r"cp\.async\.ca\.shared\.global \[%r\d+\], \[%rd\d+\], (\d+),",
                                    kept_ptx(folder, f, arch)))
