@@ -461,9 +461,9 @@ class CudaRenderer(CStyleRenderer):
         Narrow copies (copy_g2s) in the kernels of one gemm bounded for one block per SM alone:
         under a tighter bound they slowed the f32 X @ W.T whose rows they never copied (13% at
         4096^3, an H100), and the loops of attention's two gemms are left as they were
-        measured."""
+        measured. (Copies that are not asynchronous take none: the flag is left out.)"""
         gemms = sum(isinstance(x, T.Gemm) for x in T.walk_stmts(self.k.body))
-        narrow = "" if self.k.blocks_per_sm == 1 and gemms == 1 else ", false"
+        narrow = "" if not s.async_ or (self.k.blocks_per_sm == 1 and gemms == 1) else ", false"
         self.emit(f"tilec::copy_g2s<{tparams}, {str(s.async_).lower()}, {str(whole).lower()}"
                   f"{narrow}>({', '.join(args)});", depth)
 
