@@ -779,6 +779,36 @@ def test_regression_program_compiles(name):
     assert nvcc_warnings(text, f"{name}.tile", "sm_80") == []
 
 
+SHARED = """
+kernel twice(x: f16[R, C]) -> (o0: f16[R, C], o1: f16[R, C]):
+    o0 = (sigmoid(x) + 0.25) ** 0.5
+    o1 = o0 * o0
+
+kernel once(x: f16[R, C]) -> o1: f16[R, C]:
+    o1 = (sigmoid(x) + 0.25) ** 0.5 * 3.0
+
+kernel guarded(x: bf16[R, C]) -> y: bf16[R, C]:
+    y = where(x > 0.0, sqrt(f32(x)) * sqrt(f32(x)), exp(f32(x)) + exp(f32(x)))
+"""
+
+
+@pytest.mark.parametrize("share", ["1", "0"])
+def test_repeated_values_are_computed_once(monkeypatch, share):
+    """A value an element's statements repeat (o0, read by both outputs and twice by o1) is
+    computed once per element, into a local: `twice` renders sigmoid and sqrt as often as
+    `once`, whose expression has no repeat (nvcc does not merge the repeats itself: its f16
+    conversions are asm). Values inside a select's branches stay there (C evaluates only the
+    branch taken). TILEC_SHARED_VALUES=0 renders every repeat (the test's other half)."""
+    monkeypatch.setenv("TILEC_SHARED_VALUES", share)
+    srcs = cuda_kernel_sources(SHARED)
+    for fn in ("tilec::sigmoid(", "tilec::sqrt("):
+        n_twice, n_once = srcs["twice_k0"].count(fn), srcs["once_k0"].count(fn)
+        assert n_once > 0 and (n_twice == n_once) == (share == "1"), (fn, n_twice, n_once)
+    guarded = srcs["guarded_k0"]
+    assert "tilec::sqrt(" in guarded and guarded.count("tilec::sqrt(") % 2 == 0
+    assert not re.search(r"const auto tilec_c\d+ = [^;]*(sqrt|exp)\(", guarded)
+
+
 def test_no_lowered_kernel_keeps_a_fragment_nothing_reads():
     """A fragment written but never read (square_transpose_minus_its_max cached X's rows and then
     read X transposed from memory: nvcc warned "set but never used") is dropped with its stores:

@@ -189,6 +189,13 @@ def _switch(name: str, default: bool) -> bool:
     return bool(knob and knob[0])
 
 
+def shared_values(default: bool) -> bool:
+    """`TILEC_SHARED_VALUES` (1 or 0): whether the CUDA and HIP renderers compute the values an
+    element's statements repeat once, into locals (targets/cuda.py stmts), or render each
+    repeat (the form before), for measuring on a device."""
+    return _switch("TILEC_SHARED_VALUES", default)
+
+
 def simt_shared(default: str) -> str:
     """`TILEC_SIMT_SHARED` (pad, swizzle or plain): how the layout pass keeps the shared operands
     of products on the scalar units conflict-free where their rows are M or N (passes/layout.py

@@ -167,6 +167,29 @@ class DeferredEpilogue:
     panels: int  # panels per warpgroup's rows
 
 
+def eager_subexprs(e):
+    """The subexpressions of `e` that its evaluation always computes, each occurrence once (so
+    a repeat counts twice): not those inside a select's branches or under && and ||, which C
+    evaluates only when taken (hoisting them could read what the condition guards)."""
+    yield e
+    if isinstance(e, T.Select):
+        yield from eager_subexprs(e.cond)
+    elif isinstance(e, T.Binary) and e.fn in ("and", "or") and e.dtype == "bool":
+        return
+    else:
+        for f in ("x", "a", "b", "c"):
+            child = getattr(e, f, None)
+            if child is not None and not isinstance(child, (str, int, float)):
+                yield from eager_subexprs(child)
+
+
+def expr_size(e) -> int:
+    """The nodes of an expression tree."""
+    return 1 + sum(expr_size(getattr(e, f)) for f in ("x", "a", "b", "c", "cond")
+                   if getattr(e, f, None) is not None and not isinstance(getattr(e, f),
+                                                                         (str, int, float)))
+
+
 class CudaRenderer(CStyleRenderer):
     UNARY = {
         # (exp_nonpos: an argument at most 44, which the GPU's exp takes as fast as any)
@@ -185,6 +208,9 @@ class CudaRenderer(CStyleRenderer):
         super().__init__(kernel)
         self.target = target
         self.ctx: LoopContext | None = None
+        # values an element's statements share, computed once (stmts): expression -> its local
+        self.shared_values: dict = {}
+        self.share_values = split_k.shared_values(True)
         self.whole: dict | None = None  # in a whole version (version_whole): loop id -> aligned
         self.copy_plans: dict = {}  # name -> declaration (CopyPlan), at the kernel's start
         # in the version of a pipelined loop whose copies lie inside the tensors (For.inside):
@@ -318,6 +344,9 @@ class CudaRenderer(CStyleRenderer):
         return False
 
     def expr(self, e) -> str:
+        if e in self.shared_values:  # (16-bit ones hold the value rounded, as __half etc.)
+            name = self.shared_values[e]
+            return f"tilec::to_f32({name})" if e.dtype in SIXTEEN else name
         if self.ctx is not None and e in self.ctx.values:  # computed for the whole group
             return self.from_storage(f"{self.ctx.values[e]}[tilec_v]", e.dtype)
         if self.native16(e):
@@ -328,6 +357,8 @@ class CudaRenderer(CStyleRenderer):
         """A 16-bit float expression as a `__half` / `__nv_bfloat16` value: native operations on
         its operands' bits, loads as their bits, anything else computed in f32 and rounded once."""
         dt = e.dtype
+        if e in self.shared_values:
+            return self.shared_values[e]
         if self.ctx is not None and e in self.ctx.values:
             return f"tilec::as_{dt}({self.ctx.values[e]}[tilec_v])"
         if self.native16(e):
@@ -366,6 +397,36 @@ class CudaRenderer(CStyleRenderer):
         if vd == dtype:
             return f"tilec::bits({self.hexpr(value)})"
         return self.to_storage(self.cast(self.expr(value), vd, "f32"), dtype)
+
+    def stmts(self, ss, depth: int):
+        """Statements; in a parallel loop's element body, each value its statements compute more
+        than once (a fused intermediate read by several outputs or operations: the expression
+        trees repeat it) is computed once, into a local declared before the first statement
+        that reads it. nvcc does not merge repeats through 16-bit conversions (its cvt and f16
+        arithmetic are asm), so without this an f16 chain computed each repeat again."""
+        if self.ctx is None or not self.share_values:
+            super().stmts(ss, depth)
+            return
+        counts: dict = {}
+        for st in ss:
+            if isinstance(st, (T.Store, T.Let)):
+                for x in eager_subexprs(st.value):
+                    counts[x] = counts.get(x, 0) + 1
+        added = []
+        for st in ss:
+            if isinstance(st, (T.Store, T.Let)):
+                # children before their parents: each local reads the ones inside it
+                for x in sorted(dict.fromkeys(eager_subexprs(st.value)), key=expr_size):
+                    if counts[x] > 1 and x not in self.shared_values and \
+                            not isinstance(x, (T.Var, T.Const, T.Load)):
+                        name = self.fresh("tilec_c")
+                        value = self.hexpr(x) if x.dtype in SIXTEEN else self.expr(x)
+                        self.emit(f"const auto {name} = {value};", depth)
+                        self.shared_values[x] = name
+                        added.append(x)
+            getattr(self, "s_" + type(st).__name__)(st, depth)
+        for x in added:
+            del self.shared_values[x]
 
     def alloc_value(self, buf: str, value: str, vdtype: str) -> str:
         dt = self.allocs[buf].dtype
@@ -2057,7 +2118,7 @@ class CudaRenderer(CStyleRenderer):
 
     def expr_unrounded(self, e) -> str:
         """`e` without its final rounding to 16 bits (the store that takes it rounds)."""
-        if isinstance(e, (T.Unary, T.Binary)) and e.dtype in SIXTEEN:
+        if isinstance(e, (T.Unary, T.Binary)) and e.dtype in SIXTEEN and e not in self.shared_values:
             return self.expr(type(e)(**{**{f: getattr(e, f) for f in e.__dataclass_fields__},
                                         "dtype": "f32"}))
         return self.expr(e)
