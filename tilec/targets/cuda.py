@@ -170,24 +170,25 @@ class DeferredEpilogue:
 def eager_subexprs(e):
     """The subexpressions of `e` that its evaluation always computes, each occurrence once (so
     a repeat counts twice): not those inside a select's branches or under && and ||, which C
-    evaluates only when taken (hoisting them could read what the condition guards)."""
+    evaluates only when taken (hoisting them could read what the condition guards), nor a
+    load's indices."""
     yield e
-    if isinstance(e, T.Select):
-        yield from eager_subexprs(e.cond)
-    elif isinstance(e, T.Binary) and e.fn in ("and", "or") and e.dtype == "bool":
-        return
+    t = type(e)
+    if t is T.Select:
+        children = (e.cond,)
+    elif t is T.Binary and e.fn in ("and", "or") and e.dtype == "bool":
+        children = ()
+    elif t is T.Binary or t is T.Compare:
+        children = (e.a, e.b)  # (b: None for pow, whose exponent is a number)
+    elif t is T.Unary or t is T.Cast:
+        children = (e.x,)
+    elif t is T.Fma:
+        children = (e.a, e.b, e.c)
     else:
-        for f in ("x", "a", "b", "c"):
-            child = getattr(e, f, None)
-            if child is not None and not isinstance(child, (str, int, float)):
-                yield from eager_subexprs(child)
-
-
-def expr_size(e) -> int:
-    """The nodes of an expression tree."""
-    return 1 + sum(expr_size(getattr(e, f)) for f in ("x", "a", "b", "c", "cond")
-                   if getattr(e, f, None) is not None and not isinstance(getattr(e, f),
-                                                                         (str, int, float)))
+        children = ()
+    for c in children:
+        if c is not None:
+            yield from eager_subexprs(c)
 
 
 class CudaRenderer(CStyleRenderer):
@@ -416,7 +417,8 @@ class CudaRenderer(CStyleRenderer):
         for st in ss:
             if isinstance(st, (T.Store, T.Let)):
                 # children before their parents: each local reads the ones inside it
-                for x in sorted(dict.fromkeys(eager_subexprs(st.value)), key=expr_size):
+                for x in sorted(dict.fromkeys(eager_subexprs(st.value)),
+                                key=lambda x: sum(1 for _ in T.walk_exprs(x))):
                     if counts[x] > 1 and x not in self.shared_values and \
                             not isinstance(x, (T.Var, T.Const, T.Load)):
                         name = self.fresh("tilec_c")
