@@ -657,15 +657,20 @@ def ceilings(bench: Bench) -> None:
     bench.compare(f"{R}x{Cc}", Work(bytes=2 * X.nbytes), [tc])
 
 
-def gemm_one(bench: Bench, kernel: str, dtype, M: int, K: int, N: int, goal: Goal | None) -> None:
-    name = "f16" if dtype == F16 else "bf16"
-    bench.section("gemm", f"{name} C = A @ B, M={M} K={K} N={N}")
+def gemm_one(bench: Bench, kernel: str, dtype, M: int, K: int, N: int, goal: Goal | None,
+             case: str = "gemm") -> None:
+    """C = A @ B against torch.mm (cuBLAS) on the same operands; f32 as exact products (the
+    reference in f64, cuBLAS in f32: tf32 off)."""
+    name = {F16: "f16", BF16: "bf16", torch.float32: "f32"}[dtype]
+    torch.backends.cuda.matmul.allow_tf32 = False
+    bench.section(case, f"{name} C = A @ B, M={M} K={K} N={N}")
     A, B = randn(M, K, dtype=dtype, scale=0.5), randn(K, N, dtype=dtype, scale=0.5)
-    ref = (A.float() @ B.float()).to(dtype)
+    exact = dtype == torch.float32
+    ref = (A.double() @ B.double()).float() if exact else (A.float() @ B.float()).to(dtype)
     n = n_copies((M * K + K * N + M * N) * A.element_size(), bench.l2, bench.args.copies)
     sets = [(a, b, torch.empty(M, N, dtype=dtype, device="cuda")) for a, b in copies_of(n, A, B)]
     tc = bench.tilec_entry(kernel, lambda k: [k.bind([a, b], [c], (M, K, N)) for a, b, c in sets],
-                           [ref], TOL[dtype])
+                           [ref], 1e-4 if exact else TOL[dtype])
     # the peer writes into the same outputs (out=), so both sides touch the same memory
     cublas = bench.peer("cuBLAS (torch.mm)",
                         lambda: rotate([functools.partial(torch.mm, a, b, out=c) for a, b, c in sets]))
@@ -753,20 +758,7 @@ def case_odd(bench: Bench) -> None:
     for kernel, dtype, (M, K, N) in (("gemm_f32", torch.float32, (8205, 2949, 5921)),
                                      ("gemm_f16", F16, (8205, 2949, 5921)),
                                      ("gemm_f16", F16, (4096, 4100, 4100))):
-        name = "f32" if dtype == torch.float32 else "f16"
-        bench.section("odd", f"{name} C = A @ B, M={M} K={K} N={N}")
-        A, B = randn(M, K, dtype=dtype, scale=0.5), randn(K, N, dtype=dtype, scale=0.5)
-        exact = dtype == torch.float32
-        ref = (A.double() @ B.double()).float() if exact else (A.float() @ B.float()).to(dtype)
-        n = n_copies((M * K + K * N + M * N) * A.element_size(), bench.l2, bench.args.copies)
-        sets = [(a, b, torch.empty(M, N, dtype=dtype, device="cuda")) for a, b in copies_of(n, A, B)]
-        tc = bench.tilec_entry(kernel, lambda k, sets=sets, dims=(M, K, N):
-                               [k.bind([a, b], [c], dims) for a, b, c in sets],
-                               [ref], 1e-4 if exact else TOL[dtype])
-        cublas = bench.peer(f"cuBLAS {name} (torch.mm)", lambda sets=sets: rotate(
-            [functools.partial(mm_tf32, a, b, c, False) for a, b, c in sets]))
-        bench.compare(f"{name} {M}x{K}x{N}{rot(n)}", Work(flops=2 * M * N * K), [tc, cublas], {}, ref)
-
+        gemm_one(bench, kernel, dtype, M, K, N, None, case="odd")
 
 def case_tf32(bench: Bench) -> None:
     """f32 GEMM under `precision tf32` against cuBLAS in tf32 and in f32 (no goal: informational):
