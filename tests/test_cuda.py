@@ -807,6 +807,9 @@ def test_repeated_values_are_computed_once(monkeypatch, share):
     guarded = srcs["guarded_k0"]
     assert "tilec::sqrt(" in guarded and guarded.count("tilec::sqrt(") % 2 == 0
     assert not re.search(r"const auto tilec_c\d+ = [^;]*(sqrt|exp)\(", guarded)
+    monkeypatch.setenv("TILEC_SHARED_VALUES", "2")
+    with pytest.raises(TilecError, match="TILEC_SHARED_VALUES=2: expected 1 or 0"):
+        cuda_kernel_sources(SHARED)
 
 
 def test_no_lowered_kernel_keeps_a_fragment_nothing_reads():
