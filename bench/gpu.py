@@ -16,7 +16,7 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
   tf32       C = A @ B and A @ W.T of f32 4096^3 under `precision tf32`, vs torch.mm in tf32 and f32 [no goal]
   f32        the same of exact f32 products (`precision ieee`, the scalar units), vs torch.mm in f32 [no goal]
   odd        C = A @ B at irregular shapes whose rows are not 16-byte aligned: f32 and f16 8205x2949x5921,
-             f16 4096x4100x4100, vs torch.mm                                                 [no goal]
+             f16 4096x4100x4100, 2048x2052x2052 and 1024x1028x1028, vs torch.mm           [no goal]
   epilogue   relu(A @ B + bias), f16 4096^3, fused and `fuse off`, vs torch.addmm + relu_ (the
              issue's peer), cuBLASLt's bias+ReLU epilogue (torch._addmm_activation), eager and
              torch.compile
@@ -754,10 +754,14 @@ def case_odd(bench: Bench) -> None:
     """GEMMs at irregular shapes, whose rows are not 16-byte aligned, so neither TMA nor 16-byte
     copies can read them (no goal: informational): KernelBench's "irregular shapes" matmul,
     8205 x 2949 x 5921, in exact f32 (rows 4-byte aligned) and f16 (2-byte), and f16 at
-    4096 x 4100 x 4100 (8-byte aligned rows), each against cuBLAS (torch.mm) on the same data."""
+    4096 x 4100 x 4100 (8-byte aligned rows), then 2048 x 2052 x 2052 and 1024 x 1028 x 1028
+    (sizes near the least that copies them to padded rows for the Hopper kernels), each against
+    cuBLAS (torch.mm) on the same data."""
     for kernel, dtype, (M, K, N) in (("gemm_f32", torch.float32, (8205, 2949, 5921)),
                                      ("gemm_f16", F16, (8205, 2949, 5921)),
-                                     ("gemm_f16", F16, (4096, 4100, 4100))):
+                                     ("gemm_f16", F16, (4096, 4100, 4100)),
+                                     ("gemm_f16", F16, (2048, 2052, 2052)),
+                                     ("gemm_f16", F16, (1024, 1028, 1028))):
         gemm_one(bench, kernel, dtype, M, K, N, None, case="odd")
 
 def case_tf32(bench: Bench) -> None:

@@ -88,14 +88,22 @@ def _tma_variants_only(monkeypatch, suffix: str = "_tma"):
                         lambda *a: [(s, None, c) for s, _, c in keep(*a) if s == suffix] or keep(*a))
 
 
+def _hopper_variants(prog) -> list:
+    """The variants of `prog` (each the tuple of kernels it launches) that end in a
+    warp-specialized kernel."""
+    return [parts for variants in prog.slots() for parts in variants
+            if parts[-1].warp_specialize]
+
+
 def _tiles_match_reference(g, k, dims: dict, out: str):
-    """Kernel `k` (tiled Tile IR) of graph `g`, run by the Tile IR interpreter on fresh random
-    inputs at `dims`, computes output `out` as the reference interpreter does."""
+    """Kernel `k` (tiled Tile IR; or a tuple of kernels, a variant's launches) of graph `g`,
+    run by the Tile IR interpreter on fresh random inputs at `dims`, computes output `out` as
+    the reference interpreter does."""
     from tilec import interp
     from tilec.interp_tile import run_program
     inputs = interp.random_inputs(g, dims, 1, False)
     ref = interp.run_graph(g, inputs, dims)
-    got = run_program([k], inputs, dims, [out])
+    got = run_program(list(k) if isinstance(k, tuple) else [k], inputs, dims, [out])
     err = interp.rel_error(in_shape_of(got[out], ref[out]), ref[out])
     assert err <= interp.tolerance(g.outputs[0].type.dtype), (g.name, dims)
 
@@ -132,10 +140,12 @@ def test_b_rows_off_128_byte_lines_take_clusters_of_2_first(monkeypatch):
         assert "clusters of 2" in T.print_kernel(k)
     assert "hop_batched_k0_tma_pairs" not in names
     on_lines = "kernel t(A: f16[M, K], B: f16[K, 4096]) -> C: f16[M, 4096]:\n    C = A @ B\n"
-    assert [k.name for k in _kernels(on_lines) if k.warp_specialize] == ["t_k0_tma_waves", "t_k0_tma"]
+    # (then the variant on padded copies, for K off 16 bytes)
+    assert [k.name for k in _kernels(on_lines) if k.warp_specialize] == [
+        "t_k0_tma_waves", "t_k0_tma", "t_k0_tma_pad"]
     off = _kernels(on_lines.replace("4096", "4088"))
     assert [k.name for k in off if k.warp_specialize] == ["t_k0_tma_pairs", "t_k0_tma_waves",
-                                                          "t_k0_tma"]
+                                                          "t_k0_tma", "t_k0_tma_pad"]
     assert "% 64" not in str(off[0].when)  # (known true: TMA's own conditions alone)
     monkeypatch.setenv("TILEC_WGMMA_PAIRS", "0")
     assert not any(k.cluster > 1 for k in _kernels(GEMMS))
@@ -202,10 +212,17 @@ def test_a_mixed_build_holds_hopper_kernels_for_h100s_alone():
     body = cu[cu.index("hop_bias_relu_k0_tma("):]
     body = body[:body.index("\n}\n")]
     assert "#if defined(TILEC_SM90A)" in body and "__trap();" in body
-    # (a variant whose tensor map the driver refuses falls through to the mma.sync kernel)
+    # (a variant whose tensor map the driver refuses falls through to the next: the one on
+    # padded copies, for rows off 16 bytes, then the mma.sync kernel; the padded one's first
+    # launch is no Hopper kernel, its condition still asks for the device)
     assert re.search(r"tilec::aligned16\(C\) && tilec::sm90a_device\(\) && \(tilec_status = "
                      r"tilec_launch_hop_bias_relu_k0_tma\([^)]*\)\) != TILEC_ERR_UNSUPPORTED\) \{"
-                     r"\s+// [^\n]*\n\s+\} else if \(true\) \{\s+tilec_status = "
+                     r"\s+// [^\n]*\n\s+\} else if \([^\n]*% 8 != 0[^\n]*"
+                     r"tilec::sm90a_device\(\)\) \{\s+tilec_status = "
+                     r"tilec_launch_hop_bias_relu_k0_tma_pad_A\([^\n]*\n[^\n]*"
+                     r"tilec_launch_hop_bias_relu_k0_tma_pad_B\([^\n]*\n[^\n]*"
+                     r"tilec_launch_hop_bias_relu_k0_tma_pad\([^\n]*\n"
+                     r"\s+\} else if \(true\) \{\s+tilec_status = "
                      r"tilec_launch_hop_bias_relu_k0\(", cu)
     assert "arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90" in files["Makefile"]
 
@@ -315,7 +332,8 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
     *[(var, v, GEMMS) for var in ("TILEC_DEFER_EPILOGUE", "TILEC_WGMMA_PAIRS", "TILEC_WGMMA_WAVES",
                                   "TILEC_WGMMA_TF32",
                                   "TILEC_MERGE_ROWS")
-      for v in ("2", "x", "1,0")]])
+      for v in ("2", "x", "1,0")],
+    *[("TILEC_PAD_LEAST", v, GEMMS) for v in ("-1", "x", "1,0")]])
 def test_a_malformed_knob_is_a_user_error(monkeypatch, var, value, text):
     monkeypatch.setenv(var, value)
     with pytest.raises(TilecError, match=var):
@@ -356,7 +374,7 @@ def test_fp8_gemms_compile_to_fp8_wgmma(monkeypatch, promote):
     elif promote:
         monkeypatch.setenv("TILEC_FP8_PROMOTE", promote)
     need_nvcc()
-    ks = [k for k in _kernels(GEMMS_FP8) if k.warp_specialize]
+    ks = [k for k in _kernels(GEMMS_FP8) if k.warp_specialize and not k.padded]
     gemms = [s for k in ks for s in T.walk_stmts(k.body) if isinstance(s, T.Gemm)]
     assert len(gemms) == 2 and {g.promote for g in gemms} == {
         {"": 128, "256": 256, "off": 0}[promote]}
@@ -371,9 +389,10 @@ def test_fp8_gemms_compile_to_fp8_wgmma(monkeypatch, promote):
         assert "C7519" not in r.stderr and "warpgroup.arrive" not in r.stderr, r.stderr
         report = ptxas_lines(r.stderr)
         assert report and not any(spills for _, spills in report.values()), r.stderr
-        # (the launch gives each thread the kernel's count: setmaxnreg's counts add up to it)
-        assert all(regs == 168 for (name, _), (regs, _) in report.items() if "_tma" in name), \
-            report
+        # (the launch gives each thread the kernel's count: setmaxnreg's counts add up to it;
+        # the warp-specialized kernels are those taking tensor maps)
+        assert all(regs == 168 for (name, _), (regs, _) in report.items()
+                   if "CUtensorMap" in name), report
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", ptx)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e5m2\.e5m2", ptx)
     assert "cp.async.bulk.tensor.2d" in ptx and "cp.async.bulk.tensor.3d" in ptx
@@ -685,8 +704,10 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
     # (where the knob leaves clusters off: a variant in clusters of 2 for B rows off 128-byte
     # lines, batched GEMMs apart)
     pairs = {"", "192x128,5"}
-    # (and without the knob a variant of 192 x 128 tiles, where it fills the waves better)
-    assert built == {"hop_bias_relu_tma", "hop_bf16_bt_tma", "hop_batched_tma"} | (
+    # (and without the knob a variant of 192 x 128 tiles, where it fills the waves better; and
+    # the kernel on padded copies, for rows off 16 bytes)
+    assert built == {"hop_bias_relu_tma", "hop_bf16_bt_tma", "hop_batched_tma",
+                     "hop_bias_relu_tma_pad", "hop_bf16_bt_tma_pad", "hop_batched_tma_pad"} | (
         {"hop_bias_relu_tma_pairs", "hop_bf16_bt_tma_pairs"} if knob in pairs else set()) | (
         {"hop_bias_relu_tma_waves", "hop_bf16_bt_tma_waves", "hop_batched_tma_waves"}
         if not knob else set())
@@ -743,6 +764,65 @@ def test_gemms_on_rows_off_128_byte_lines_in_clusters_on_gpu(monkeypatch):
         check_text(GEMMS_A_K_MAJOR, dims, name="hop_pairs.tile", target="cuda", options=HOPPER)
 
 
+# sizes whose rows TMA cannot read as they are (K off 16 bytes in every dtype here; M or N too,
+# for the transposed A and the row-major B): ragged tiles, M = 1, more tiles than SMs
+PADDED_DIMS = (dict(M=200, N=130, K=70, Z=2), dict(M=130, N=1001, K=999, Z=1),
+               dict(M=1, N=9, K=7, Z=3), dict(M=2104, N=2003, K=265, Z=1),
+               dict(M=1000, N=262, K=522, Z=2))
+
+
+def test_rows_off_16_bytes_take_padded_copies_into_the_hopper_kernel(monkeypatch):
+    """Where an operand's rows may be off 16 bytes, a variant after the TMA ones copies each such
+    operand into a workspace with rows padded to 128-byte multiples, then runs the
+    warp-specialized kernel on the copies (their bytes, and the variant, only where some row is
+    off and the product is large enough); operands whose rows are known multiples are read as
+    they are. The variant's launches, run by the Tile IR interpreter at such sizes, compute
+    what the reference does: the copies' padding is zero (the interpreter starts workspaces as
+    NaN). TILEC_PAD_LEAST=0 drops the variant."""
+    m0 = driver.frontend(driver.Source("hop.tile", GEMMS + GEMMS_FP8 + GEMMS_TF32))
+    mod = driver.stage_module(m0, "tiled", "cuda", options=HOPPER)
+    for g, prog in zip(mod.graphs, mod.programs):
+        (parts,) = [p for p in _hopper_variants(prog) if p[-1].padded]
+        *pads, gemm = parts
+        assert [k.name for k in parts] == [f"{g.name}_k0_tma_pad_{src}" for src, _ in
+                                           gemm.padded] + [f"{g.name}_k0_tma_pad"]
+        assert not gemm.tma_stores and not gemm.aligned  # (C's rows are mostly off too)
+        ws = {w.name: w for w in prog.workspaces}
+        decls = {p.name: p for k in parts for p in k.params}
+        for (src, copy), pad in zip(gemm.padded, pads):
+            assert ws[copy].when == gemm.when and [p.name for p in pad.params] == [src, copy]
+        for dims in PADDED_DIMS[:3]:
+            dims = {s: v for s, v in dims.items() if s in g.symbols}
+            for src, copy in gemm.padded:  # (the shortest rows of 128-byte multiples)
+                row, padded = (decls[n].shape[-1].eval(dims) for n in (src, copy))
+                size = {"f32": 4, "f16": 2, "bf16": 2}.get(decls[src].dtype, 1)
+                assert padded * size % 128 == 0 and 0 <= (padded - row) * size < 128
+            _tiles_match_reference(g, parts, dims, "C")
+            # (the condition: some row off 16 bytes, and a product of at least 2^30 values)
+            when = {**dims, "M": 1100, "N": 1104, "K": 1023}
+            assert gemm.when.eval(when) and not gemm.when.eval({**when, "M": 100})
+            assert not gemm.when.eval({**when, "M": 1104, "K": 1024})
+    # known multiples of 16 bytes: no copy, the tensor read as it is
+    ks = _kernels("kernel t(A: f16[M, 4096], W: f16[N, 4096]) -> C: f16[M, N]:\n    C = A @ W.T\n")
+    assert not any(k.padded for k in ks)
+    ks = _kernels("kernel t(A: f16[M, 4096], B: f16[4096, N]) -> C: f16[M, N]:\n    C = A @ B\n")
+    (gemm,) = [k for k in ks if k.padded]
+    assert [src for src, _ in gemm.padded] == ["B"] and gemm.aligned == ("A",)
+    monkeypatch.setenv("TILEC_PAD_LEAST", "0")
+    assert not any(k.padded for k in _kernels(GEMMS))
+
+
+@pytest.mark.gpu
+def test_padded_copies_into_the_hopper_kernel_on_gpu(monkeypatch):
+    """The variant on padded copies alone (a failing condition is an error, not a fall-through),
+    16-bit, fp8 and tf32, at sizes whose rows TMA cannot read as they are."""
+    need_gpu()
+    _tma_variants_only(monkeypatch, "_tma_pad")
+    for dims in PADDED_DIMS:
+        for text in (GEMMS, GEMMS_FP8, GEMMS_TF32):
+            check_text(text, dims, name="hop_pad.tile", target="cuda", options=HOPPER)
+
+
 @pytest.mark.gpu
 def test_fp8_wgmma_gemms_on_gpu(monkeypatch):
     """The fp8 variant alone (a failing launch condition is an error), at sizes that are and
@@ -787,11 +867,11 @@ def test_tf32_gemm_tiles_compute_what_the_reference_does():
     m0 = driver.frontend(driver.Source("hop32.tile", GEMMS_TF32))
     mod = driver.stage_module(m0, "tiled", "cuda", options=HOPPER)
     for g, prog in zip(mod.graphs, mod.programs):
-        ks = [k for k in prog.kernels if "_tma" in k.name]
-        assert ks
-        for k in ks:
+        variants = _hopper_variants(prog)
+        assert variants
+        for parts in variants:
             for dims in (dict(Z=2, M=130, N=264, K=72), dict(Z=1, M=3, N=8, K=36)):
-                _tiles_match_reference(g, k, dims, "C")
+                _tiles_match_reference(g, parts, dims, "C")
 
 
 @pytest.mark.nvcc

@@ -442,6 +442,10 @@ class TileKernel:
     # tensors whose address must be 16-byte aligned for this variant (TMA); the launcher tests it
     # with the variant's `when`
     aligned: tuple = ()
+    # ((tensor, its padded copy), ...): the tensors this kernel's copies read through a copy whose
+    # rows are 128-byte multiples, written by the variant's earlier launches (operands whose
+    # rows TMA cannot address: passes/tile.py pad_kernel)
+    padded: tuple = ()
     # ((output, staging buffer), ...): the epilogue stores these outputs' whole tiles through a
     # shared staging buffer by TMA (passes/tma_store.py)
     tma_stores: tuple = ()
@@ -754,6 +758,9 @@ def print_kernel(k: TileKernel) -> str:
             lines.append(f"        # {', '.join(once)}: copied once per tile (its own mbarrier); "
                          "the consumers free it after the loop's last product that reads it, "
                          "so the next tile's copy lands during this tile's end")
+    for src, copy in k.padded:
+        lines.append(f"        # {src}: read through {copy}, its copy with rows padded to 128-byte "
+                     "multiples (the variant's earlier launches write it)")
     for out, buf in k.tma_stores:
         lines.append(f"        # epilogue: a whole tile of {out} leaves through {buf} (64-row panels "
                      "of 128-byte rows per consumer warpgroup) by TMA stores" +

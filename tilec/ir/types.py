@@ -123,6 +123,9 @@ class Dim:
                 return Dim.const(0)
         if op == "floordiv" and b == Dim.const(1):
             return a
+        if op == "mod" and b.op == "const" and b.args[0] and a.op == "mul" and \
+                any(x.op == "const" and x.args[0] % b.args[0] == 0 for x in a.args):
+            return Dim.const(0)  # (a multiple of b: a padded row's length, modulo its unit)
         return Dim(op, (a, b))
 
     def __add__(self, o):

@@ -249,6 +249,19 @@ def wgmma_pairs(default: bool) -> bool:
     return _switch("TILEC_WGMMA_PAIRS", default)
 
 
+def pad_least(default: int) -> int:
+    """`TILEC_PAD_LEAST` (a count, 0 or off: never): the least product size (batch x M x N x K)
+    for which a GEMM whose operand rows TMA cannot read copies them to padded rows for the
+    warp-specialized kernel (passes/tile.py, the `_tma_pad` variant), in place of tilec's, for
+    measuring on a device."""
+    knob = _knob("TILEC_PAD_LEAST", "a product size (batch x M x N x K), or 0", 1)
+    if knob is None:
+        return default
+    if knob and knob[0] < 1:
+        raise error(f"TILEC_PAD_LEAST={knob[0]}: expected a product size of at least 1, or 0")
+    return knob[0] if knob else 0
+
+
 def wgmma_waves(default: tuple) -> tuple:
     """`TILEC_WGMMA_WAVES` (1, 0 or BMxBN): the block tile of the variant that 16-bit GEMMs take
     where it wastes less of the last wave (resources.wgmma_waves): the target's (1), none (0),

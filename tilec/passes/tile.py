@@ -4,6 +4,7 @@ parallel loops. Elementwise producers are inlined as expressions at the point of
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, replace
@@ -48,11 +49,16 @@ from ..ir.types import (
 )
 from . import merge_rows, split_k
 from .fuse import Fuser, fusion_plan, is_squeeze
-from .rewrite import map_expr, map_exprs, map_stmts
+from .rewrite import loads_in, map_expr, map_exprs, map_stmts
 from .signs import nonpositive
 from .tma_store import tma_conditions
 
 NEG_INF = T.Const(-math.inf, "f32")
+# the least product size (batch x M x N x K) for which a GEMM whose operand rows TMA cannot read
+# copies them to padded rows and takes the warp-specialized kernel (the `_tma_pad` variant)
+# rather than the mma.sync one: an estimate (the copies move the operands twice more; the
+# products run about twice as fast), TILEC_PAD_LEAST measures others
+PAD_LEAST = 2 ** 30
 # attention's online softmax: a row's max is renewed only when its scores exceed it by more than
 # a factor of 2^RESCALE_LOG2 in exp (lower_attention)
 RESCALE_LOG2 = 8.0
@@ -452,7 +458,7 @@ class GroupLowering:
             body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel",
                             tuple(self.store_outputs(self.grp.outputs, tuple(bidx) + (r, c), guard))))
             if self.gemm_config is not None and self.gemm_config.wgmma:
-                return [self.wgmma_kernel(grid, bvars, threads, body, swizzle)]
+                return self.wgmma_kernel(grid, bvars, threads, body, swizzle)
             k = self.kernel(grid, bvars, threads, body,
                             "GEMV (one row of A) with fused prologue/epilogue" if gemv else
                             "GEMM with fused prologue/epilogue", swizzle)
@@ -489,7 +495,7 @@ class GroupLowering:
         total = self.kernel(grid, bvars, threads, body,
                             "GEMM split over K: the sum of the partial products, then the epilogue",
                             extra=(replace(ws, kind="input", when=None),))
-        return [partial, replace(total, part=1)]
+        return [partial, replace(total, part=1, name="_sum")]
 
     def wgmma_kernel(self, grid, bvars, threads, body, swizzle) -> TileKernel:
         """The warp-specialized GEMM kernel (resources.wgmma): both operands tile copies of 16-bit
@@ -525,9 +531,16 @@ class GroupLowering:
                     (gemm.transpose_a or not gemm.transpose_b)):
             # (fp8 and tf32: K-major operands only)
             raise NotWgmma()
+        pads = []
+        if self.gemm_config.pad:
+            k, pads, misaligned = pad_operands(k, srcs, self.names, self.target)
+            params = {p.name: p for p in k.params}
+            srcs = [dict(k.padded).get(n, n) for n in srcs]
         when = tma_conditions(params, srcs, None)
         if when is False:
             raise NotWgmma()
+        if pads:  # (only where some operand's rows are off 16 bytes: else `_tma` runs)
+            when = Dim.bin("and", misaligned, when) if when is not None else misaligned
         if pairs:
             # B's rows start off 128-byte lines: the copy engine splits each of a box's rows into
             # more L2 requests, and B's boxes are most of a stage; a cluster loads each B tile
@@ -544,9 +557,10 @@ class GroupLowering:
         for cond in dict.fromkeys(Dim.bin("lt", numel(params[n].shape[:-2]), 2 ** 31)
                                   for n in srcs if len(params[n].shape) > 3):
             when = Dim.bin("and", when, cond) if when is not None else cond
-        return replace(k, when=when, warp_specialize=consumers, pingpong=pingpong,
-                       cluster=cluster, persistent=True,
-                       aligned=tuple(sorted({c.src.buf for c in copies})))
+        copied = {c for _, c in k.padded}  # (workspaces: aligned by the launcher)
+        return pads + [replace(k, when=when, warp_specialize=consumers, pingpong=pingpong,
+                               cluster=cluster, persistent=True,
+                               aligned=tuple(sorted(set(srcs) - copied)))]
 
     def gemv_body(self, mm, trip, span, first, k: str, row0, col0, bn: int, threads: int, bidx,
                   batch, mma_dt, unroll: int = 1) -> tuple:
@@ -1073,6 +1087,77 @@ class GemmVariant:
     # ... in clusters of this many blocks sharing B tiles (0: the target's choice), where B's
     # rows start off 128-byte lines (wgmma_kernel)
     cluster: int = 0
+    # ... reading the operands whose rows TMA may not address (not 16-byte multiples) through
+    # copies with padded rows, written by kernels launched before it (wgmma_kernel)
+    pad: bool = False
+
+
+def pad_operands(k: TileKernel, srcs: list, names: Names, target) -> tuple:
+    """Kernel `k` with its copies of each tensor of `srcs` whose rows may not be 16-byte
+    multiples (TMA's strides) reading a copy of it instead, a workspace whose rows are padded to
+    128-byte multiples; the kernels that write those copies, to launch before it; and the
+    condition that some such row is off 16 bytes after all. NotWgmma where no row can be."""
+    params = {p.name: p for p in k.params}
+    copies, pads, off = {}, [], {}
+    for name in dict.fromkeys(srcs):
+        p = params[name]
+        size = DTYPES[p.dtype][1] // 8
+        cond = Dim.bin("ne", p.shape[-1] % (16 // size), 0)
+        if cond == Dim.const(0):
+            continue
+        unit = 128 // size
+        ws = TensorDecl(names.fresh(f"{name}_padded"), p.dtype,
+                        p.shape[:-1] + (p.shape[-1].cdiv(unit) * unit,), "workspace", cond)
+        copies[name] = ws
+        pads.append(pad_kernel(p, ws, names, target))
+        off[cond] = None
+    if not copies:
+        raise NotWgmma()
+
+    def read_copy(st):
+        if isinstance(st, Copy) and st.src.buf in copies:
+            return [replace(st, src=replace(st.src, buf=copies[st.src.buf].name))]
+        return None
+    body = map_stmts(k.body, read_copy)
+    # (a tensor the epilogue reads too stays a parameter beside its copy)
+    read = {s.src.buf for s in T.walk_stmts(body) if isinstance(s, Copy)} | \
+        {x.buf for st in body for x in loads_in(st)}
+    params = []
+    for p in k.params:
+        if p.name in copies:
+            params.append(replace(copies[p.name], kind="input", when=None))
+        if p.name not in copies or p.name in read:
+            params.append(p)
+    conds = list(off)
+    return replace(k, body=body, params=tuple(params),
+                   padded=tuple((n, w.name) for n, w in copies.items())), pads, \
+        functools.reduce(lambda a, b: Dim.bin("or", a, b), conds)
+
+
+def pad_kernel(src: TensorDecl, ws: TensorDecl, names: Names, target) -> TileKernel:
+    """The kernel that copies tensor `src` into `ws`, of the same shape but longer rows, the
+    values past each of src's rows zero (a K tile past K then adds zeros). Its name is the part's
+    suffix (tile_graph)."""
+    br, bc = target.resources.ew_tile
+    rows, cols, padded = numel(src.shape[:-1]), src.shape[-1], ws.shape[-1]
+    bx, by, i, j = (names.fresh(n) for n in ("bx", "by", "i", "j"))
+    r = iadd(imul(T.Var(by), iconst(br)), T.Var(i))
+    c = iadd(imul(T.Var(bx), iconst(bc)), T.Var(j))
+    lead = tuple(decompose(r, src.shape[:-1]))
+    # (one store per value, a select of the value or zero: the renderer may store a vector of
+    # them; the load's column is clamped inside the row, where the select takes the zero)
+    zero = T.Const(0.0 if is_float(src.dtype) else 0, src.dtype)
+    inside = ilt(c, dim_to_expr(cols))
+    value = T.Load(src.name, lead + (T.Binary("min", c, T.isub(dim_to_expr(cols), iconst(1)),
+                                              "i64"),), src.dtype)
+    body = (For((i, j), (iconst(br), iconst(bc)), "parallel",
+                (If(land(ilt(r, dim_to_expr(rows)), ilt(c, dim_to_expr(padded))),
+                    (Store(ws.name, lead + (c,), T.Select(inside, value, zero, src.dtype)),)),)),)
+    return TileKernel(f"_{src.name}", (replace(src, kind="input"), ws),
+                      (dim_to_expr(padded.cdiv(bc)), dim_to_expr(rows.cdiv(br))), (bx, by),
+                      target.resources.ew_threads, body,
+                      f"{src.name} copied into {ws.name}, its rows padded with zeros to "
+                      f"{padded} values (128-byte multiples: TMA reads them)")
 
 
 def wgmma_config(target, fp8: bool) -> tuple:
@@ -1205,6 +1290,16 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch:
             # where B's rows start off 128-byte lines, clusters of 2 sharing its tiles first
             hopper.insert(0, ("_tma_pairs", None, replace(tma, cluster=2)))
+        least = split_k.pad_least(PAD_LEAST)
+        if least:
+            # where an operand's rows are not 16-byte multiples (TMA cannot read them): its copy
+            # with padded rows, then the kernel above on it, where the product is large enough
+            # for the copies' time to pay (the mma.sync kernel otherwise)
+            # (batch x M x N >= least / K: the output's size, which the launcher checks fits
+            # in 64 bits, where the product of the four might not)
+            work = Dim.bin("ge", numel(batch) * M * N,
+                           Dim.const(least).cdiv(g.op_map()[mm.args[0]].type.shape[-1]))
+            hopper.append(("_tma_pad", work, replace(tma, pad=True)))
     if sched.tile:
         return hopper + [("", None, None)]
     K = g.op_map()[mm.args[0]].type.shape[-1]
@@ -1329,14 +1424,20 @@ def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
                 parts = GroupLowering(g, plan, grp, target, sched, names, cfg).lower()
             except NotWgmma:
                 continue
-            if parts[0].when is not None:  # the variant's own run-time needs (TMA's strides)
-                when = parts[0].when if when is None else Dim.bin("and", when, parts[0].when)
+            for k in parts:  # the variant's own run-time needs (TMA's strides)
+                if k.when is not None:
+                    when = k.when if when is None else Dim.bin("and", when, k.when)
             # a variant's own workspace is the launcher's too: the next variant names another
             taken |= {p.name for k in parts for p in k.params if p.kind == "workspace"}
+            # (padded operand copies: bytes only where the variant runs)
+            copies = {c for k in parts for _, c in k.padded}
             for p, k in enumerate(parts):
-                name = f"{g.name}_k{grp.id}{suffix}" + ("_sum" if p else "")
+                # (a part's name is its suffix: split-K's second part `_sum`)
+                name = f"{g.name}_k{grp.id}{suffix}{k.name}"
+                params = tuple(replace(q, when=when) if q.name in copies and q.kind == "workspace"
+                               else q for q in k.params)
                 kernels.append(replace(canonical_divisions(k, g.symbols), name=name, slot=n,
-                                       when=when, part=p))
+                                       when=when, part=p, params=params))
     ws = [TensorDecl(b.name, b.type.dtype, b.type.shape, "workspace")
           for _, b in plan.buffers if b.kind == "workspace"]
     for k in kernels:  # a variant's own workspace (split-K partial products)

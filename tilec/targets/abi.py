@@ -115,7 +115,7 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
     `machine`: {name of T.MACHINE: its C expression} for the names a variant's condition may
     hold on this target (CPU: the threads a call may use; CUDA: the multiprocessors), computed
     by the launchers whose variants ask for them. `guards(kernel)`: the target's own C
-    conditions a variant (its first kernel) also needs at run time (CUDA: TMA's aligned
+    conditions a variant (each of its kernels) also needs at run time (CUDA: TMA's aligned
     addresses, an sm_90a device). `refusable(kernel)`: whether a one-launch variant's launch
     may refuse (TILEC_ERR_UNSUPPORTED) where a later variant still runs (CUDA: a tensor map the
     driver does not build); the launcher then tries the next."""
@@ -184,8 +184,9 @@ def launcher_context(g, prog: T.TileProgram, target_params: list, target_args: l
                     raise AssertionError(f"{parts[0].name}: a variant condition on {name}, "
                                          "which this target does not compute")
                 uses.add(name)
+            # (every part's: a variant's first launch may prepare the one that needs them)
             conds = ([] if when is None else [when.c(launcher_name)]) + \
-                (guards(parts[0]) if guards else [])
+                list(dict.fromkeys(c for k in parts for c in (guards(k) if guards else ())))
             opts.append(dict(calls=calls, when=" && ".join(conds) if conds else None,
                              retry=len(calls) == 1 and refusable is not None and
                              refusable(parts[0])))
