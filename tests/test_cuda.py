@@ -721,7 +721,9 @@ def test_gemm_epilogue_keeps_one_guarded_version_when_a_bound_moves_with_its_row
         return [replace(st, body=(replace(st.body[0], cond=replace(st.body[0].cond, b=cols)),))]
 
     prog = m.programs[0]
-    kernels = tuple(replace(k, body=map_stmts(k.body, moving_bound)) for k in prog.kernels)
+    # (the default GEMM kernel's: its variant on padded copies has the same loop)
+    kernels = tuple(replace(k, body=map_stmts(k.body, moving_bound))
+                    if k.name == "gemm_bias_relu_k0" else k for k in prog.kernels)
     assert len(edited) == 1  # the epilogue loop of the one GEMM kernel
     m = replace(m, programs=(replace(prog, kernels=kernels),) + tuple(m.programs[1:]))
     files = driver.render(src, m, "cuda", {"arch": ("sm_90",)})
@@ -1476,6 +1478,57 @@ def test_narrow_copies_only_where_measured():
         assert want or all(f.endswith(", false") for f in flags)
 
 
+# sizes at which every operand of ROWS_OFF_16 has rows off 16 bytes (K odd; the transposed A's
+# rows M off 8 values): ragged tiles, M = 1
+PADDED_DIMS = (dict(M=130, K=129, N=202), dict(M=70, K=301, N=68), dict(M=1, K=129, N=66),
+               dict(M=262, K=77, N=300))
+
+
+def _padded_variants_only(monkeypatch):
+    """Build the variants on padded copies alone (`_tma_pad`, `_pad`), their size condition
+    dropped: a row condition that fails is then an error, not a fall-through."""
+    from tilec.passes import tile as tile_pass
+    keep = tile_pass.gemm_variants
+    monkeypatch.setattr(tile_pass, "gemm_variants", lambda *a: [
+        (s, None, c) for s, _, c in keep(*a) if s.endswith("_pad")] or keep(*a))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_rows_off_16_bytes_take_padded_copies(arch):
+    """Where the product is large enough and an operand's rows are off 16 bytes, the GEMMs of
+    ROWS_OFF_16 get a variant (`_pad`) that copies such operands into workspaces with padded
+    rows, then runs the default kernel on them (on sm_90a the 16-bit ones take the
+    warp-specialized kernel's instead, `_tma_pad`, and no `_pad`); its launches, run by the Tile
+    IR interpreter, compute what the reference does (workspaces start as NaN there: the
+    padding is zero)."""
+    m0 = driver.frontend(driver.Source("rows.tile", ROWS_OFF_16))
+    mod = driver.stage_module(m0, "tiled", "cuda", options={"arch": (arch,)})
+    for g, prog in zip(mod.graphs, mod.programs):
+        variants = [parts for v in prog.slots() for parts in v if parts[-1].padded]
+        wgmma = arch == "sm_90a" and g.name in ("h", "lin", "at")
+        (parts,) = variants
+        assert parts[-1].name == f"{g.name}_k0_{'tma_pad' if wgmma else 'pad'}"
+        assert bool(parts[-1].warp_specialize) == wgmma
+        dims = {"M": 1100, "K": 1023, "N": 1104}
+        assert parts[-1].when.eval(dims) and not parts[-1].when.eval({**dims, "M": 100})
+        for dims in PADDED_DIMS[:2]:
+            inputs = interp.random_inputs(g, dims, 1, False)
+            ref = interp.run_graph(g, inputs, dims)
+            got = run_program(list(parts), inputs, dims, ["C"])
+            assert interp.rel_error(got["C"], ref["C"]) <= interp.tolerance(g.outputs[0].type.dtype)
+
+
+@pytest.mark.gpu
+def test_padded_copies_on_gpu(monkeypatch):
+    """ROWS_OFF_16 through its variants on padded copies alone (a failing condition is an
+    error): the mma.sync kernel (sm_90), the scalar one (f32, f64), the warp-specialized one
+    (16-bit on sm_90a)."""
+    need_gpu()
+    _padded_variants_only(monkeypatch)
+    for dims in PADDED_DIMS:
+        check_text(ROWS_OFF_16, dims, name="rows_pad.tile", target="cuda", options=GPU_OPTIONS)
+
+
 @pytest.mark.gpu
 def test_rows_off_16_bytes_on_gpu():
     """ROWS_OFF_16 against the reference where K and N make rows 8-, 4- and 2-byte aligned (f16:
@@ -1523,7 +1576,9 @@ def test_tf32_gemms_run_tf32_mma_warning_free_without_spills():
             "-Xptxas", "-v", "-c", "-o", os.devnull, "--keep"]):
         log += r.stderr
         ptx.update(ptx_entries(kept_ptx(folder, f, "compute_90")))
-    tiled = {k: v for k, v in ptx.items() if "gemv" not in k and "sum" not in k}
+    # (not the copies that pad operand rows: `_pad_A` ...)
+    tiled = {k: v for k, v in ptx.items() if "gemv" not in k and "sum" not in k and
+             "_pad_" not in k}
     assert tiled and all("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in v and
                          "cvt.rna.tf32.f32" in v for v in tiled.values()), sorted(tiled)
     assert not any("mma.sync" in v for v in ptx_of(TF32, "ieee.tile").values())

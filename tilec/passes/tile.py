@@ -112,7 +112,10 @@ class Names:
 class GroupLowering:
     def __init__(self, g: Graph, plan: Plan, grp: Group, target, sched, names: Names,
                  gemm_config=None):
-        self.gemm_config = gemm_config  # a GemmVariant (None: the target's and schedule's tile)
+        # a GemmVariant (None: the target's and schedule's tile; PADDED: that tile, its operands
+        # read through copies with padded rows)
+        self.padded = gemm_config is PADDED
+        self.gemm_config = None if self.padded else gemm_config
         self.g, self.plan, self.grp = g, plan, grp
         self.ops = g.op_map()
         self.bufs = dict(plan.buffers)
@@ -464,6 +467,13 @@ class GroupLowering:
                             "GEMM with fused prologue/epilogue", swizzle)
             if scalar and not gemv:
                 k = replace(k, blocks_per_sm=split_k.simt_blocks(blocks))
+            if self.padded:  # (16-byte copies of rows that were off 16 bytes)
+                params = {p.name for p in k.params}
+                k, pads, misaligned = pad_operands(
+                    k, [s.src.buf for s in T.walk_stmts(k.body)
+                        if isinstance(s, Copy) and s.src.buf in params], self.names, self.target,
+                    self.g.assumes)
+                return pads + [replace(k, when=misaligned)]
             return [k]
         # split-K: the partial products to the workspace, then their sum and the epilogue
         ws = TensorDecl(self.names.fresh("partials"), mm.type.dtype,
@@ -533,7 +543,7 @@ class GroupLowering:
             raise NotWgmma()
         pads = []
         if self.gemm_config.pad:
-            k, pads, misaligned = pad_operands(k, srcs, self.names, self.target)
+            k, pads, misaligned = pad_operands(k, srcs, self.names, self.target, self.g.assumes)
             params = {p.name: p for p in k.params}
             srcs = [dict(k.padded).get(n, n) for n in srcs]
         when = tma_conditions(params, srcs, None)
@@ -1092,18 +1102,39 @@ class GemmVariant:
     pad: bool = False
 
 
-def pad_operands(k: TileKernel, srcs: list, names: Names, target) -> tuple:
+# the variant of the target's (or schedule's) GEMM kernel on padded copies of the operands whose
+# rows are off 16 bytes (its copies then 16 bytes at a time): pad_operands, GroupLowering.padded
+PADDED = GemmVariant(None, 0, 0, pad=True)
+
+
+def multiple_of_assumed(d: Dim, n: int, assumes) -> bool:
+    """Does an `assume` (of `assumes`, a graph's AssumeDecls) say that `d` is a multiple of
+    `n`: `d % m == 0` with m a multiple of n, alone or among `&`-joined conditions?"""
+    stack = [a.cond for a in assumes]
+    while stack:
+        c = stack.pop()
+        if c.op == "and":
+            stack += c.args
+        elif c.op == "eq" and c.args[1] == Dim.const(0) and c.args[0].op == "mod" and \
+                c.args[0].args[0] == d and c.args[0].args[1].op == "const" and \
+                c.args[0].args[1].value % n == 0:
+            return True
+    return False
+
+
+def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=()) -> tuple:
     """Kernel `k` with its copies of each tensor of `srcs` whose rows may not be 16-byte
-    multiples (TMA's strides) reading a copy of it instead, a workspace whose rows are padded to
-    128-byte multiples; the kernels that write those copies, to launch before it; and the
-    condition that some such row is off 16 bytes after all. NotWgmma where no row can be."""
+    multiples (TMA's strides; `assumes` may say they are) reading a copy of it instead, a
+    workspace whose rows are padded to 128-byte multiples; the kernels that write those copies,
+    to launch before it; and the condition that some such row is off 16 bytes after all.
+    NoVariant where no row can be."""
     params = {p.name: p for p in k.params}
     copies, pads, off = {}, [], {}
     for name in dict.fromkeys(srcs):
         p = params[name]
         size = DTYPES[p.dtype][1] // 8
         cond = Dim.bin("ne", p.shape[-1] % (16 // size), 0)
-        if cond == Dim.const(0):
+        if cond == Dim.const(0) or multiple_of_assumed(p.shape[-1], 16 // size, assumes):
             continue
         unit = 128 // size
         ws = TensorDecl(names.fresh(f"{name}_padded"), p.dtype,
@@ -1112,7 +1143,7 @@ def pad_operands(k: TileKernel, srcs: list, names: Names, target) -> tuple:
         pads.append(pad_kernel(p, ws, names, target))
         off[cond] = None
     if not copies:
-        raise NotWgmma()
+        raise NoVariant()
 
     def read_copy(st):
         if isinstance(st, Copy) and st.src.buf in copies:
@@ -1204,7 +1235,11 @@ def fuller_waves(M: Dim, N: Dim, batch, tile: tuple, other: tuple) -> Dim:
     return Dim.bin("le", slots(*other) * 10, slots(*tile) * 9)
 
 
-class NotWgmma(Exception):
+class NoVariant(Exception):
+    """The variant does not apply to the group: it is left out."""
+
+
+class NotWgmma(NoVariant):
     """The group's GEMM does not suit the warp-specialized kernel (an operand computed on chip,
     an fp8 operand that is not K-major, ...): that variant is left out."""
 
@@ -1272,6 +1307,12 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     mm = g.op_map()[grp.members[0]]
     batch, M, N = mm.type.shape[:-2], mm.type.shape[-2], mm.type.shape[-1]
     hopper = []
+    # variants on padded copies of operands whose rows are off 16 bytes: where the product is
+    # large enough for the copies' time to pay (batch x M x N >= least / K: the output's size,
+    # which the launcher checks fits in 64 bits, where the product of the four might not)
+    least = split_k.pad_least(PAD_LEAST)
+    work = Dim.bin("ge", numel(batch) * M * N,
+                   Dim.const(least).cdiv(g.op_map()[mm.args[0]].type.shape[-1])) if least else None
     if target.resources.wgmma and sched.warp_specialize is not False:
         fp8 = fp8_product(g, mm)
         bm, bn, bk, stages, consumers, pingpong, _ = wgmma_config(target, fp8)
@@ -1290,18 +1331,15 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch:
             # where B's rows start off 128-byte lines, clusters of 2 sharing its tiles first
             hopper.insert(0, ("_tma_pairs", None, replace(tma, cluster=2)))
-        least = split_k.pad_least(PAD_LEAST)
-        if least:
+        if work is not None:
             # where an operand's rows are not 16-byte multiples (TMA cannot read them): its copy
-            # with padded rows, then the kernel above on it, where the product is large enough
-            # for the copies' time to pay (the mma.sync kernel otherwise)
-            # (batch x M x N >= least / K: the output's size, which the launcher checks fits
-            # in 64 bits, where the product of the four might not)
-            work = Dim.bin("ge", numel(batch) * M * N,
-                           Dim.const(least).cdiv(g.op_map()[mm.args[0]].type.shape[-1]))
+            # with padded rows, then the kernel above on it
             hopper.append(("_tma_pad", work, replace(tma, pad=True)))
+    # the default kernel on padded copies (where no variant above took them: tile_graph)
+    padded = [("_pad", work, PADDED)] if work is not None and \
+        target.resources.padded_operands else []
     if sched.tile:
-        return hopper + [("", None, None)]
+        return hopper + padded + [("", None, None)]
     K = g.op_map()[mm.args[0]].type.shape[-1]
     split = split_k.config(target) or None
     decode = [(max_m, GemmVariant(tile_, threads, stages, split)) for max_m, tile_, threads, stages
@@ -1333,7 +1371,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         out.append((name, small, replace(cfg, split=None)))
         if M.op == "const":
             break
-    out += hopper
+    out += hopper + padded
     large = target.resources.gemm_large_tile
     if large:
         (bm, bn, bk), per_thread = large
@@ -1348,8 +1386,8 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if when == Dim.const(0):
             continue
         kept.append((suffix, None if when == Dim.const(1) else when, cfg))
-        if (when is None or when == Dim.const(1)) and not (cfg and cfg.wgmma):
-            break  # (the TMA variant's conditions come with its kernel: see tile_graph)
+        if (when is None or when == Dim.const(1)) and not (cfg and (cfg.wgmma or cfg.pad)):
+            break  # (the TMA and padded variants' conditions come with their kernels: tile_graph)
     return kept
 
 
@@ -1418,11 +1456,14 @@ def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
     taken |= {b.name for _, b in plan.buffers}
     kernels = []
     for n, grp in enumerate(plan.groups):
+        padded = False  # (a variant on padded copies came first: the default kernel takes none)
         for suffix, when, cfg in gemm_variants(g, grp, target, sched):
+            if cfg is PADDED and padded:
+                continue
             names = Names(taken)
             try:
                 parts = GroupLowering(g, plan, grp, target, sched, names, cfg).lower()
-            except NotWgmma:
+            except NoVariant:
                 continue
             for k in parts:  # the variant's own run-time needs (TMA's strides)
                 if k.when is not None:
@@ -1431,6 +1472,7 @@ def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
             taken |= {p.name for k in parts for p in k.params if p.kind == "workspace"}
             # (padded operand copies: bytes only where the variant runs)
             copies = {c for k in parts for _, c in k.padded}
+            padded = padded or bool(copies)
             for p, k in enumerate(parts):
                 # (a part's name is its suffix: split-K's second part `_sum`)
                 name = f"{g.name}_k{grp.id}{suffix}{k.name}"

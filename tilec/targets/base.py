@@ -35,6 +35,9 @@ class Resources:
     attn_stages: int
     dtypes: tuple  # storage dtypes it supports
     async_copy: bool = False  # global -> shared copies can be issued ahead (cp.async)
+    # GEMMs whose operand rows are off 16 bytes get a variant on padded copies of them (passes/
+    # tile.py PADDED): their tile copies then 16 bytes at a time
+    padded_operands: bool = False
     # (condition on M, (M, N, K), threads, stages): GEMM variants the launcher picks from by the
     # dims at run time, tried in order before the default tile (decode sizes, skinny problems)
     gemm_variants: tuple = ()

@@ -2889,7 +2889,7 @@ CUDA = Target(
         # tile), a key bound alone keeps per-tile versions (its split loop spilled 12 bytes)
         attn_tile=(128, 32), attn_threads=128, matrix_threads_by_capacity=((96, 128), (128, 256)),
         diagonal_masks="split",
-        dtypes=ALL_DTYPES, async_copy=True,
+        dtypes=ALL_DTYPES, async_copy=True, padded_operands=True,
         mma_dtypes=SIXTEEN, tf32=True,
         matrix_capacities=(64, 96, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
         row_threads_by_capacity=((256, 128),),
