@@ -1509,8 +1509,10 @@ def test_rows_off_16_bytes_take_padded_copies(arch):
         (parts,) = variants
         assert parts[-1].name == f"{g.name}_k0_{'tma_pad' if wgmma else 'pad'}"
         assert bool(parts[-1].warp_specialize) == wgmma
+        # (a product of at least 2^24 values for the warp-specialized kernel, 2^30 for the other)
         dims = {"M": 1100, "K": 1023, "N": 1104}
-        assert parts[-1].when.eval(dims) and not parts[-1].when.eval({**dims, "M": 100})
+        assert parts[-1].when.eval(dims) and bool(parts[-1].when.eval({**dims, "M": 100})) == wgmma
+        assert not parts[-1].when.eval({**dims, "M": 10})
         for dims in PADDED_DIMS[:2]:
             inputs = interp.random_inputs(g, dims, 1, False)
             ref = interp.run_graph(g, inputs, dims)

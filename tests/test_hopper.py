@@ -798,9 +798,9 @@ def test_rows_off_16_bytes_take_padded_copies_into_the_hopper_kernel(monkeypatch
                 size = {"f32": 4, "f16": 2, "bf16": 2}.get(decls[src].dtype, 1)
                 assert padded * size % 128 == 0 and 0 <= (padded - row) * size < 128
             _tiles_match_reference(g, parts, dims, "C")
-            # (the condition: some row off 16 bytes, and a product of at least 2^30 values)
-            when = {**dims, "M": 1100, "N": 1104, "K": 1023}
-            assert gemm.when.eval(when) and not gemm.when.eval({**when, "M": 100})
+            # (the condition: some row off 16 bytes, and a product of at least 2^24 values)
+            when = {**dims, "M": 1100, "N": 1104, "K": 1023, "Z": 1}
+            assert gemm.when.eval(when) and not gemm.when.eval({**when, "M": 5})
             assert not gemm.when.eval({**when, "M": 1104, "K": 1024})
     # known multiples of 16 bytes: no copy, the tensor read as it is
     ks = _kernels("kernel t(A: f16[M, 4096], W: f16[N, 4096]) -> C: f16[M, N]:\n    C = A @ W.T\n")

@@ -717,7 +717,7 @@ static int tilec_launch_gemm_bias_relu_k0_tma(const tilec_f16* __restrict__ A, c
 
 // ---- kernel gemm_bias_relu_k0_tma_pad_A: A copied into A_padded, its rows padded with zeros to cdiv(K, 64) * 64 values (128-byte multiples: TMA reads them)
 //   # A copied into A_padded, its rows padded with zeros to cdiv(K, 64) * 64 values (128-byte multiples: TMA reads them)
-//   # variant of launch 0, when (M * N >= cdiv(1073741824, K)) & (((K % 8 != 0) | (N % 8 != 0)) & ((M < 2147483648) & (cdiv(K, 64) * 64 < 2147483648) & (K < 2147483648) & (cdiv(N, 64) * 64 < 2147483648)))
+//   # variant of launch 0, when (M * N >= cdiv(16777216, K)) & (((K % 8 != 0) | (N % 8 != 0)) & ((M < 2147483648) & (cdiv(K, 64) * 64 < 2147483648) & (K < 2147483648) & (cdiv(N, 64) * 64 < 2147483648)))
 //   kernel gemm_bias_relu_k0_tma_pad_A(A: f16[M, K]) -> A_padded: f16[M, cdiv(K, 64) * 64]:
 //       with grid(host1, M, threads=256) as (bx1, by1):
 //           host0 = cdiv(K, 64)
@@ -794,7 +794,7 @@ static int tilec_launch_gemm_bias_relu_k0_tma_pad_A(const tilec_f16* __restrict_
 
 // ---- kernel gemm_bias_relu_k0_tma_pad_B: B copied into B_padded, its rows padded with zeros to cdiv(N, 64) * 64 values (128-byte multiples: TMA reads them)
 //   # B copied into B_padded, its rows padded with zeros to cdiv(N, 64) * 64 values (128-byte multiples: TMA reads them)
-//   # variant of launch 0, launch 2 of the variant, when (M * N >= cdiv(1073741824, K)) & (((K % 8 != 0) | (N % 8 != 0)) & ((M < 2147483648) & (cdiv(K, 64) * 64 < 2147483648) & (K < 2147483648) & (cdiv(N, 64) * 64 < 2147483648)))
+//   # variant of launch 0, launch 2 of the variant, when (M * N >= cdiv(16777216, K)) & (((K % 8 != 0) | (N % 8 != 0)) & ((M < 2147483648) & (cdiv(K, 64) * 64 < 2147483648) & (K < 2147483648) & (cdiv(N, 64) * 64 < 2147483648)))
 //   kernel gemm_bias_relu_k0_tma_pad_B(B: f16[K, N]) -> B_padded: f16[K, cdiv(N, 64) * 64]:
 //       with grid(host1, K, threads=256) as (bx2, by2):
 //           host0 = cdiv(N, 64)
@@ -873,7 +873,7 @@ static int tilec_launch_gemm_bias_relu_k0_tma_pad_B(const tilec_f16* __restrict_
 
 // ---- kernel gemm_bias_relu_k0_tma_pad: GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), persistent
 //   # GEMM with fused prologue/epilogue: warp-specialized (TMA, wgmma), persistent
-//   # variant of launch 0, launch 3 of the variant, when (M * N >= cdiv(1073741824, K)) & (((K % 8 != 0) | (N % 8 != 0)) & ((M < 2147483648) & (cdiv(K, 64) * 64 < 2147483648) & (K < 2147483648) & (cdiv(N, 64) * 64 < 2147483648))) & sm90a_device()
+//   # variant of launch 0, launch 3 of the variant, when (M * N >= cdiv(16777216, K)) & (((K % 8 != 0) | (N % 8 != 0)) & ((M < 2147483648) & (cdiv(K, 64) * 64 < 2147483648) & (K < 2147483648) & (cdiv(N, 64) * 64 < 2147483648))) & sm90a_device()
 //   kernel gemm_bias_relu_k0_tma_pad(A_padded: f16[M, cdiv(K, 64) * 64], B_padded: f16[K, cdiv(N, 64) * 64], bias: f16[N]) -> C: f16[M, N]:
 //       with grid(host0, host1, threads=384) as (bx, by):
 //           swizzle(10)
@@ -1237,7 +1237,7 @@ extern "C" size_t gemm_bias_relu_workspace_size(int64_t M, int64_t K, int64_t N)
     if (tilec::overflows(2 * tilec::ck(M) * tilec::ck(N))) return 0;  // bytes of C fits in 64 bits
     if (tilec::overflows(4 * tilec::ck(M) * tilec::ck(N))) return 0;  // bytes of an intermediate value fits in 64 bits
     if (tilec::overflows(4 * tilec::ck(N))) return 0;  // bytes of an intermediate value fits in 64 bits
-    return tilec::workspace_align(tilec::workspace_align((size_t)0 + (((M * N >= tilec::cdiv(1073741824, K)) && (((K % 8 != 0) || (N % 8 != 0)) && ((M < 2147483648) && (tilec::cdiv(K, 64) * 64 < 2147483648) && (K < 2147483648) && (tilec::cdiv(N, 64) * 64 < 2147483648)))) ? (size_t)(M) * (size_t)(tilec::cdiv(K, 64) * 64) * 2 : (size_t)0)) + (((M * N >= tilec::cdiv(1073741824, K)) && (((K % 8 != 0) || (N % 8 != 0)) && ((M < 2147483648) && (tilec::cdiv(K, 64) * 64 < 2147483648) && (K < 2147483648) && (tilec::cdiv(N, 64) * 64 < 2147483648)))) ? (size_t)(K) * (size_t)(tilec::cdiv(N, 64) * 64) * 2 : (size_t)0));
+    return tilec::workspace_align(tilec::workspace_align((size_t)0 + (((M * N >= tilec::cdiv(16777216, K)) && (((K % 8 != 0) || (N % 8 != 0)) && ((M < 2147483648) && (tilec::cdiv(K, 64) * 64 < 2147483648) && (K < 2147483648) && (tilec::cdiv(N, 64) * 64 < 2147483648)))) ? (size_t)(M) * (size_t)(tilec::cdiv(K, 64) * 64) * 2 : (size_t)0)) + (((M * N >= tilec::cdiv(16777216, K)) && (((K % 8 != 0) || (N % 8 != 0)) && ((M < 2147483648) && (tilec::cdiv(K, 64) * 64 < 2147483648) && (K < 2147483648) && (tilec::cdiv(N, 64) * 64 < 2147483648)))) ? (size_t)(K) * (size_t)(tilec::cdiv(N, 64) * 64) * 2 : (size_t)0));
 }
 
 extern "C" int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16* B, const tilec_f16* bias, tilec_f16* C, int64_t M, int64_t K, int64_t N, void* tilec_workspace, size_t tilec_workspace_bytes, cudaStream_t tilec_stream) {
@@ -1257,7 +1257,7 @@ extern "C" int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16
     if (tilec_need && (!tilec_workspace || tilec_workspace_bytes < tilec_need)) return TILEC_ERR_WORKSPACE;
     const int64_t tilec_sms = (int64_t)std::max(tilec::sm_count(), 1);  // the device's multiprocessors (variants by waves of tiles)
     tilec_f16* A_padded = reinterpret_cast<tilec_f16*>(static_cast<unsigned char*>(tilec_workspace) + (size_t)0);  // workspace A_padded: f16[M, cdiv(K, 64) * 64]
-    tilec_f16* B_padded = reinterpret_cast<tilec_f16*>(static_cast<unsigned char*>(tilec_workspace) + tilec::workspace_align((size_t)0 + (((M * N >= tilec::cdiv(1073741824, K)) && (((K % 8 != 0) || (N % 8 != 0)) && ((M < 2147483648) && (tilec::cdiv(K, 64) * 64 < 2147483648) && (K < 2147483648) && (tilec::cdiv(N, 64) * 64 < 2147483648)))) ? (size_t)(M) * (size_t)(tilec::cdiv(K, 64) * 64) * 2 : (size_t)0)));  // workspace B_padded: f16[K, cdiv(N, 64) * 64]
+    tilec_f16* B_padded = reinterpret_cast<tilec_f16*>(static_cast<unsigned char*>(tilec_workspace) + tilec::workspace_align((size_t)0 + (((M * N >= tilec::cdiv(16777216, K)) && (((K % 8 != 0) || (N % 8 != 0)) && ((M < 2147483648) && (tilec::cdiv(K, 64) * 64 < 2147483648) && (K < 2147483648) && (tilec::cdiv(N, 64) * 64 < 2147483648)))) ? (size_t)(M) * (size_t)(tilec::cdiv(K, 64) * 64) * 2 : (size_t)0)));  // workspace B_padded: f16[K, cdiv(N, 64) * 64]
     int tilec_status = TILEC_OK;
     if ((K % 8 == 0) && (M < 2147483648) && (K < 2147483648) && (N % 8 == 0) && (N < 2147483648) && (N % 64 != 0) && tilec::aligned16(A) && tilec::aligned16(B) && tilec::aligned16(C) && tilec::sm90a_device() && (tilec_status = tilec_launch_gemm_bias_relu_k0_tma_pairs(A, B, bias, C, M, K, N, tilec_stream)) != TILEC_ERR_UNSUPPORTED) {
         // (launched, or failed; refused: the next variant)
@@ -1265,7 +1265,7 @@ extern "C" int gemm_bias_relu_with_workspace(const tilec_f16* A, const tilec_f16
         // (launched, or failed; refused: the next variant)
     } else if ((K % 8 == 0) && (M < 2147483648) && (K < 2147483648) && (N % 8 == 0) && (N < 2147483648) && tilec::aligned16(A) && tilec::aligned16(B) && tilec::aligned16(C) && tilec::sm90a_device() && (tilec_status = tilec_launch_gemm_bias_relu_k0_tma(A, B, bias, C, M, K, N, tilec_stream)) != TILEC_ERR_UNSUPPORTED) {
         // (launched, or failed; refused: the next variant)
-    } else if ((M * N >= tilec::cdiv(1073741824, K)) && (((K % 8 != 0) || (N % 8 != 0)) && ((M < 2147483648) && (tilec::cdiv(K, 64) * 64 < 2147483648) && (K < 2147483648) && (tilec::cdiv(N, 64) * 64 < 2147483648))) && tilec::sm90a_device()) {
+    } else if ((M * N >= tilec::cdiv(16777216, K)) && (((K % 8 != 0) || (N % 8 != 0)) && ((M < 2147483648) && (tilec::cdiv(K, 64) * 64 < 2147483648) && (K < 2147483648) && (tilec::cdiv(N, 64) * 64 < 2147483648))) && tilec::sm90a_device()) {
         tilec_status = tilec_launch_gemm_bias_relu_k0_tma_pad_A(A, A_padded, M, K, N, tilec_stream);
         if (tilec_status == TILEC_OK) tilec_status = tilec_launch_gemm_bias_relu_k0_tma_pad_B(B, B_padded, M, K, N, tilec_stream);
         if (tilec_status == TILEC_OK) tilec_status = tilec_launch_gemm_bias_relu_k0_tma_pad(A_padded, B_padded, bias, C, M, K, N, tilec_stream);

@@ -251,9 +251,9 @@ def wgmma_pairs(default: bool) -> bool:
 
 def pad_least(default: int) -> int:
     """`TILEC_PAD_LEAST` (a count, 0 or off: never): the least product size (batch x M x N x K)
-    for which a GEMM whose operand rows TMA cannot read copies them to padded rows for the
-    warp-specialized kernel (passes/tile.py, the `_tma_pad` variant), in place of tilec's, for
-    measuring on a device."""
+    for which a GEMM whose operand rows are off 16 bytes copies them to padded rows for the
+    warp-specialized kernel or the default one (passes/tile.py, the `_tma_pad` and `_pad`
+    variants), in place of tilec's two, for measuring on a device."""
     knob = _knob("TILEC_PAD_LEAST", "a product size (batch x M x N x K), or 0", 1)
     if knob is None:
         return default

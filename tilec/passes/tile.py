@@ -54,10 +54,13 @@ from .signs import nonpositive
 from .tma_store import tma_conditions
 
 NEG_INF = T.Const(-math.inf, "f32")
-# the least product size (batch x M x N x K) for which a GEMM whose operand rows TMA cannot read
-# copies them to padded rows and takes the warp-specialized kernel (the `_tma_pad` variant)
-# rather than the mma.sync one: an estimate (the copies move the operands twice more; the
-# products run about twice as fast), TILEC_PAD_LEAST measures others
+# the least product size (batch x M x N x K) for which a GEMM whose operand rows are off 16 bytes
+# copies them to padded rows first: for the warp-specialized kernel (`_tma_pad`) and for the
+# default one (`_pad`). On an H100 (docs/PERFORMANCE.md, 2026-12-07 05:55): f16 256 x 260 x 260
+# 0.017 ms padded against 0.028 on the mma.sync kernel's narrow copies, 1024 x 1028 x 1028 0.030
+# against 0.081; f32 (the scalar kernel) 512 x 515 x 516 0.069 against 0.058, 1024 x 1027 x 1028
+# 0.130 against 0.161. TILEC_PAD_LEAST sets both, for measuring
+PAD_LEAST_TMA = 2 ** 24
 PAD_LEAST = 2 ** 30
 # attention's online softmax: a row's max is renewed only when its scores exceed it by more than
 # a factor of 2^RESCALE_LOG2 in exp (lower_attention)
@@ -1310,9 +1313,11 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
     # variants on padded copies of operands whose rows are off 16 bytes: where the product is
     # large enough for the copies' time to pay (batch x M x N >= least / K: the output's size,
     # which the launcher checks fits in 64 bits, where the product of the four might not)
-    least = split_k.pad_least(PAD_LEAST)
-    work = Dim.bin("ge", numel(batch) * M * N,
-                   Dim.const(least).cdiv(g.op_map()[mm.args[0]].type.shape[-1])) if least else None
+    def work(least: int):
+        least = split_k.pad_least(least)
+        return Dim.bin("ge", numel(batch) * M * N,
+                       Dim.const(least).cdiv(g.op_map()[mm.args[0]].type.shape[-1])) \
+            if least else None
     if target.resources.wgmma and sched.warp_specialize is not False:
         fp8 = fp8_product(g, mm)
         bm, bn, bk, stages, consumers, pingpong, _ = wgmma_config(target, fp8)
@@ -1331,12 +1336,12 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch:
             # where B's rows start off 128-byte lines, clusters of 2 sharing its tiles first
             hopper.insert(0, ("_tma_pairs", None, replace(tma, cluster=2)))
-        if work is not None:
+        if work(PAD_LEAST_TMA) is not None:
             # where an operand's rows are not 16-byte multiples (TMA cannot read them): its copy
             # with padded rows, then the kernel above on it
-            hopper.append(("_tma_pad", work, replace(tma, pad=True)))
+            hopper.append(("_tma_pad", work(PAD_LEAST_TMA), replace(tma, pad=True)))
     # the default kernel on padded copies (where no variant above took them: tile_graph)
-    padded = [("_pad", work, PADDED)] if work is not None and \
+    padded = [("_pad", work(PAD_LEAST), PADDED)] if work(PAD_LEAST) is not None and \
         target.resources.padded_operands else []
     if sched.tile:
         return hopper + padded + [("", None, None)]
