@@ -715,8 +715,8 @@ static int tilec_launch_gemm_bias_relu_k0_tma(const tilec_f16* __restrict__ A, c
     return cudaGetLastError() == cudaSuccess ? TILEC_OK : TILEC_ERR_LAUNCH;
 }
 
-// ---- kernel gemm_bias_relu_k0_tma_pad_A: A copied into A_padded, its rows padded with zeros to cdiv(K, 64) * 64 values (128-byte multiples: TMA reads them)
-//   # A copied into A_padded, its rows padded with zeros to cdiv(K, 64) * 64 values (128-byte multiples: TMA reads them)
+// ---- kernel gemm_bias_relu_k0_tma_pad_A: A copied into A_padded, its rows padded with zeros to cdiv(K, 64) * 64 values (128-byte multiples: for TMA and 16-byte copies)
+//   # A copied into A_padded, its rows padded with zeros to cdiv(K, 64) * 64 values (128-byte multiples: for TMA and 16-byte copies)
 //   # variant of launch 0, when (M * N >= cdiv(16777216, K)) & (((K % 8 != 0) | (N % 8 != 0)) & ((M < 2147483648) & (cdiv(K, 64) * 64 < 2147483648) & (K < 2147483648) & (cdiv(N, 64) * 64 < 2147483648)))
 //   kernel gemm_bias_relu_k0_tma_pad_A(A: f16[M, K]) -> A_padded: f16[M, cdiv(K, 64) * 64]:
 //       with grid(host1, M, threads=256) as (bx1, by1):
@@ -792,8 +792,8 @@ static int tilec_launch_gemm_bias_relu_k0_tma_pad_A(const tilec_f16* __restrict_
     return cudaGetLastError() == cudaSuccess ? TILEC_OK : TILEC_ERR_LAUNCH;
 }
 
-// ---- kernel gemm_bias_relu_k0_tma_pad_B: B copied into B_padded, its rows padded with zeros to cdiv(N, 64) * 64 values (128-byte multiples: TMA reads them)
-//   # B copied into B_padded, its rows padded with zeros to cdiv(N, 64) * 64 values (128-byte multiples: TMA reads them)
+// ---- kernel gemm_bias_relu_k0_tma_pad_B: B copied into B_padded, its rows padded with zeros to cdiv(N, 64) * 64 values (128-byte multiples: for TMA and 16-byte copies)
+//   # B copied into B_padded, its rows padded with zeros to cdiv(N, 64) * 64 values (128-byte multiples: for TMA and 16-byte copies)
 //   # variant of launch 0, launch 2 of the variant, when (M * N >= cdiv(16777216, K)) & (((K % 8 != 0) | (N % 8 != 0)) & ((M < 2147483648) & (cdiv(K, 64) * 64 < 2147483648) & (K < 2147483648) & (cdiv(N, 64) * 64 < 2147483648)))
 //   kernel gemm_bias_relu_k0_tma_pad_B(B: f16[K, N]) -> B_padded: f16[K, cdiv(N, 64) * 64]:
 //       with grid(host1, K, threads=256) as (bx2, by2):

@@ -1132,7 +1132,7 @@ def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=()) ->
     to launch before it; and the condition that some such row is off 16 bytes after all.
     NoVariant where no row can be."""
     params = {p.name: p for p in k.params}
-    copies, pads, off = {}, [], {}
+    copies, pads, off = {}, [], {}  # (off: the rows' conditions, each once, in order)
     for name in dict.fromkeys(srcs):
         p = params[name]
         size = DTYPES[p.dtype][1] // 8
@@ -1162,10 +1162,9 @@ def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=()) ->
             params.append(replace(copies[p.name], kind="input", when=None))
         if p.name not in copies or p.name in read:
             params.append(p)
-    conds = list(off)
     return replace(k, body=body, params=tuple(params),
                    padded=tuple((n, w.name) for n, w in copies.items())), pads, \
-        functools.reduce(lambda a, b: Dim.bin("or", a, b), conds)
+        functools.reduce(lambda a, b: Dim.bin("or", a, b), off)
 
 
 def pad_kernel(src: TensorDecl, ws: TensorDecl, names: Names, target) -> TileKernel:
@@ -1191,7 +1190,7 @@ def pad_kernel(src: TensorDecl, ws: TensorDecl, names: Names, target) -> TileKer
                       (dim_to_expr(padded.cdiv(bc)), dim_to_expr(rows.cdiv(br))), (bx, by),
                       target.resources.ew_threads, body,
                       f"{src.name} copied into {ws.name}, its rows padded with zeros to "
-                      f"{padded} values (128-byte multiples: TMA reads them)")
+                      f"{padded} values (128-byte multiples: for TMA and 16-byte copies)")
 
 
 def wgmma_config(target, fp8: bool) -> tuple:
@@ -1318,6 +1317,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         return Dim.bin("ge", numel(batch) * M * N,
                        Dim.const(least).cdiv(g.op_map()[mm.args[0]].type.shape[-1])) \
             if least else None
+    work_tma, work_default = work(PAD_LEAST_TMA), work(PAD_LEAST)
     if target.resources.wgmma and sched.warp_specialize is not False:
         fp8 = fp8_product(g, mm)
         bm, bn, bk, stages, consumers, pingpong, _ = wgmma_config(target, fp8)
@@ -1336,12 +1336,12 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch:
             # where B's rows start off 128-byte lines, clusters of 2 sharing its tiles first
             hopper.insert(0, ("_tma_pairs", None, replace(tma, cluster=2)))
-        if work(PAD_LEAST_TMA) is not None:
+        if work_tma is not None:
             # where an operand's rows are not 16-byte multiples (TMA cannot read them): its copy
             # with padded rows, then the kernel above on it
-            hopper.append(("_tma_pad", work(PAD_LEAST_TMA), replace(tma, pad=True)))
+            hopper.append(("_tma_pad", work_tma, replace(tma, pad=True)))
     # the default kernel on padded copies (where no variant above took them: tile_graph)
-    padded = [("_pad", work(PAD_LEAST), PADDED)] if work(PAD_LEAST) is not None and \
+    padded = [("_pad", work_default, PADDED)] if work_default is not None and \
         target.resources.padded_operands else []
     if sched.tile:
         return hopper + padded + [("", None, None)]
