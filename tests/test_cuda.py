@@ -1520,6 +1520,30 @@ def test_rows_off_16_bytes_take_padded_copies(arch):
             assert interp.rel_error(got["C"], ref["C"]) <= interp.tolerance(g.outputs[0].type.dtype)
 
 
+def test_only_whole_byte_rows_get_padded_copies():
+    """pad_operands copies the tensors of 8 bits or more whose rows may be off 16 bytes; 4-bit
+    ones (two values a byte) and rows known to be multiples are read as they are, and a kernel
+    with nothing to copy gets no such variant."""
+    from tilec.ir.types import Dim
+    from tilec.passes import tile as tile_pass
+    K = Dim.sym("K")
+
+    def kernel(*dtypes_rows):
+        params = tuple(T.TensorDecl(f"X{n}", dt, (Dim.sym("M"), row), "input")
+                       for n, (dt, row) in enumerate(dtypes_rows))
+        body = tuple(T.Copy(T.Region(p.name, (T.iconst(0), T.iconst(0))), T.Region("S"))
+                     for p in params)
+        return T.TileKernel("k", params, (T.iconst(1),), ("bx",), 128, body)
+    names = tile_pass.Names({"X0", "X1", "X2"})
+    k, pads, off = tile_pass.pad_operands(
+        kernel(("u4", K), ("i8", K), ("f16", Dim.const(4096))), ["X0", "X1", "X2"], names,
+        driver.get_target("cuda"))
+    assert k.padded == (("X1", "X1_padded"),) and len(pads) == 1 and str(off) == "K % 16 != 0"
+    with pytest.raises(tile_pass.NoVariant):
+        tile_pass.pad_operands(kernel(("u4", K), ("f32", Dim.const(100))), ["X0", "X1"], names,
+                               driver.get_target("cuda"))
+
+
 @pytest.mark.gpu
 def test_padded_copies_on_gpu(monkeypatch):
     """ROWS_OFF_16 through its variants on padded copies alone (a failing condition is an

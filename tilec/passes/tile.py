@@ -1136,6 +1136,8 @@ def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=()) ->
     for name in dict.fromkeys(srcs):
         p = params[name]
         size = DTYPES[p.dtype][1] // 8
+        if not size:  # (4-bit tensors, two values a byte: not copied so)
+            continue
         cond = Dim.bin("ne", p.shape[-1] % (16 // size), 0)
         if cond == Dim.const(0) or multiple_of_assumed(p.shape[-1], 16 // size, assumes):
             continue
