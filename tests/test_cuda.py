@@ -326,6 +326,20 @@ def kept_sass(folder, cu: str, arch: str = "compute_90a") -> str:
     return r.stdout
 
 
+def sass_functions(sass: str) -> dict:
+    """{mangled kernel name: its SASS} of kept_sass's output (cuobjdump's `Function : NAME` or
+    nvdisasm's `.text.NAME:` headers)."""
+    out, name = {}, None
+    for line in sass.splitlines():
+        m = re.match(r"\s*(?:Function : |\.text\.)(\S+?):?\s*$", line)
+        if m:
+            name = m.group(1)
+            out.setdefault(name, "")
+        elif name:
+            out[name] += line + "\n"
+    return out
+
+
 def ptx_of(text: str, name: str) -> dict:
     """{kernel: its PTX} of text's CUDA sources compiled for sm_90."""
     out = {}

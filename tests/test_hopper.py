@@ -20,7 +20,15 @@ from pathlib import Path
 
 import pytest
 from conftest import check_text, compile_text
-from test_cuda import kept_ptx, kept_sass, need_gpu, need_nvcc, nvcc_each, ptxas_lines
+from test_cuda import (
+    kept_ptx,
+    kept_sass,
+    need_gpu,
+    need_nvcc,
+    nvcc_each,
+    ptxas_lines,
+    sass_functions,
+)
 from test_tile_level import in_shape_of
 
 from tilec import driver
@@ -697,6 +705,11 @@ def test_warp_specialized_kernels_compile_for_sm90a_on_wgmma_and_tma(monkeypatch
             assert len(entry) == 1 and entry[0][1] == 0 and entry[0][0] > 40, r.stderr
         sass = kept_sass(folder, f)
         assert "HGMMA" in sass and "UTMALDG" in sass
+        # (the variant on padded copies: the same wgmma mainloop on TMA copies, its epilogue
+        # from registers)
+        padded = [code for k, code in sass_functions(sass).items() if "_tma_padE" in k]
+        assert len(padded) == 1 and all(x in padded[0] for x in ("HGMMA", "UTMALDG")) and \
+            "UTMASTG" not in padded[0]
         # (the TMA-store epilogue: where its buffers fit beside the stages)
         staged = any(k.tma_stores for k in _kernels(GEMMS, MIXED))
         assert ("UTMASTG" in sass) == staged and \
