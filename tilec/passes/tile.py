@@ -56,7 +56,7 @@ from .tma_store import tma_conditions
 NEG_INF = T.Const(-math.inf, "f32")
 # the least product size (batch x M x N x K) for which a GEMM whose operand rows are off 16 bytes
 # copies them to padded rows first: for the warp-specialized kernel (`_tma_pad`) and for the
-# default one (`_pad`). On an H100 (docs/PERFORMANCE.md, 2026-12-07 05:55): f16 256 x 260 x 260
+# default one (`_pad`). On an H100 (docs/PERFORMANCE.md, 2026-12-07 05:51): f16 256 x 260 x 260
 # 0.017 ms padded against 0.028 on the mma.sync kernel's narrow copies, 1024 x 1028 x 1028 0.030
 # against 0.081; f32 (the scalar kernel) 512 x 515 x 516 0.069 against 0.058, 1024 x 1027 x 1028
 # 0.130 against 0.161. TILEC_PAD_LEAST sets both, for measuring
