@@ -1142,8 +1142,9 @@ def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=()) ->
         if cond == Dim.const(0) or multiple_of_assumed(p.shape[-1], 16 // size, assumes):
             continue
         unit = 128 // size
+        # (its `when`, the whole variant's, is set by tile_graph)
         ws = TensorDecl(names.fresh(f"{name}_padded"), p.dtype,
-                        p.shape[:-1] + (p.shape[-1].cdiv(unit) * unit,), "workspace", cond)
+                        p.shape[:-1] + (p.shape[-1].cdiv(unit) * unit,), "workspace")
         copies[name] = ws
         pads.append(pad_kernel(p, ws, names, target))
         off[cond] = None

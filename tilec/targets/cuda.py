@@ -212,6 +212,10 @@ class CudaRenderer(CStyleRenderer):
         # values an element's statements share, computed once (stmts): expression -> its local
         self.shared_values: dict = {}
         self.share_values = split_k.shared_values(True)
+        # copy_g2s's narrow copies: in the kernels of one gemm bounded for one block per SM alone
+        # (copy_call)
+        self.narrow_copies = kernel.blocks_per_sm == 1 and \
+            sum(isinstance(x, T.Gemm) for x in T.walk_stmts(kernel.body)) == 1
         self.whole: dict | None = None  # in a whole version (version_whole): loop id -> aligned
         self.copy_plans: dict = {}  # name -> declaration (CopyPlan), at the kernel's start
         # in the version of a pipelined loop whose copies lie inside the tensors (For.inside):
@@ -525,8 +529,7 @@ class CudaRenderer(CStyleRenderer):
         under a tighter bound they slowed the f32 X @ W.T whose rows they never copied (13% at
         4096^3, an H100), and the loops of attention's two gemms are left as they were
         measured. (Copies that are not asynchronous take none: the flag is left out.)"""
-        gemms = sum(isinstance(x, T.Gemm) for x in T.walk_stmts(self.k.body))
-        narrow = "" if not s.async_ or (self.k.blocks_per_sm == 1 and gemms == 1) else ", false"
+        narrow = "" if not s.async_ or self.narrow_copies else ", false"
         self.emit(f"tilec::copy_g2s<{tparams}, {str(s.async_).lower()}, {str(whole).lower()}"
                   f"{narrow}>({', '.join(args)});", depth)
 
