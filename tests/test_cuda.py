@@ -1470,7 +1470,6 @@ def test_rows_off_16_bytes_take_narrow_async_copies():
     assert seen == {"h.cu", "lin.cu", "at.cu", "s.cu", "d.cu"}
 
 
-
 def test_narrow_copies_only_where_measured():
     """Narrow copies (copy_g2s's NARROW) in the kernels of one gemm bounded for one block per
     SM: an f32 A @ B and an f16 GEMM take them; the f32 X @ W.T bounded for 3 blocks (they
@@ -1498,13 +1497,14 @@ PADDED_DIMS = (dict(M=130, K=129, N=202), dict(M=70, K=301, N=68), dict(M=1, K=1
                dict(M=262, K=77, N=300))
 
 
-def _padded_variants_only(monkeypatch):
-    """Build the variants on padded copies alone (`_tma_pad`, `_pad`), their size condition
-    dropped: a row condition that fails is then an error, not a fall-through."""
+def variants_only(monkeypatch, chosen):
+    """Build the GEMM variants whose suffix `chosen(suffix)` accepts alone, where a group has
+    them, their conditions on the dims dropped (those their kernels add stay): a condition of
+    theirs that fails is then an error, not a fall-through to another kernel."""
     from tilec.passes import tile as tile_pass
     keep = tile_pass.gemm_variants
     monkeypatch.setattr(tile_pass, "gemm_variants", lambda *a: [
-        (s, None, c) for s, _, c in keep(*a) if s.endswith("_pad")] or keep(*a))
+        (s, None, c) for s, _, c in keep(*a) if chosen(s)] or keep(*a))
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
@@ -1564,7 +1564,8 @@ def test_padded_copies_on_gpu(monkeypatch):
     error): the mma.sync kernel (sm_90), the scalar one (f32, f64), the warp-specialized one
     (16-bit on sm_90a)."""
     need_gpu()
-    _padded_variants_only(monkeypatch)
+    # (the variants on padded copies: `_tma_pad`, `_pad`)
+    variants_only(monkeypatch, lambda s: s.endswith("_pad"))
     for dims in PADDED_DIMS:
         check_text(ROWS_OFF_16, dims, name="rows_pad.tile", target="cuda", options=GPU_OPTIONS)
 

@@ -28,6 +28,7 @@ from test_cuda import (
     nvcc_each,
     ptxas_lines,
     sass_functions,
+    variants_only,
 )
 from test_tile_level import in_shape_of
 
@@ -91,9 +92,7 @@ def _tma_variants_only(monkeypatch, suffix: str = "_tma"):
     `_tma_waves` of the second tile) alone, where a group has them: a condition of theirs that
     fails is then an error, not a fall-through to another kernel (the second tile's choice by
     waves apart: it runs at every size)."""
-    keep = tile_pass.gemm_variants
-    monkeypatch.setattr(tile_pass, "gemm_variants",
-                        lambda *a: [(s, None, c) for s, _, c in keep(*a) if s == suffix] or keep(*a))
+    variants_only(monkeypatch, lambda s: s == suffix)
 
 
 def _hopper_variants(prog) -> list:
