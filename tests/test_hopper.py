@@ -81,6 +81,37 @@ schedule hop_tf32_batched:
 """
 
 
+# fp8 and tf32 operands stored MN-major (wgmma's fp8 and tf32 forms take K-major ones only): A
+# as stored, B row-major, A transposed (A.T), B broadcast over a batch or batched itself
+GEMMS_MN_MAJOR = """
+kernel mn_tf32(A: f32[M, K], B: f32[K, N], b: f32[N]) -> C: f32[M, N]:
+    C = relu(A @ B + b)
+
+kernel mn_tf32_at(A: f32[Z, K, M], B: f32[Z, K, N]) -> C: f32[Z, M, N]:
+    C = A.T @ B * 0.5
+
+kernel mn_e4m3(A: fp8e4m3[M, K], B: fp8e4m3[K, N]) -> C: bf16[M, N]:
+    C = A @ B
+
+kernel mn_e5m2_at(A: fp8e5m2[K, M], W: fp8e5m2[N, K]) -> C: f32[M, N]:
+    C = A.T @ W.T
+
+kernel mn_e4m3_batched(A: fp8e4m3[Z, M, K], B: fp8e4m3[K, N]) -> C: f16[Z, M, N]:
+    C = A @ B
+
+schedule mn_tf32:
+    target cuda:
+        precision tf32
+
+schedule mn_tf32_at:
+    target cuda:
+        precision tf32
+"""
+# (the operands each program copies transposed)
+MN_MAJOR = {"mn_tf32": {"B"}, "mn_tf32_at": {"A", "B"}, "mn_e4m3": {"B"}, "mn_e5m2_at": {"A"},
+            "mn_e4m3_batched": {"B"}}
+
+
 def _kernels(text: str, options=HOPPER) -> list:
     """The CUDA kernels of `text` built with `options` (None: the default architectures)."""
     _, _, m = compile_text(text, "hop.tile", "cuda", options=options)
@@ -301,9 +332,9 @@ def test_programs_of_other_shapes_on_gpu(monkeypatch):
 
 
 @pytest.mark.parametrize("text", [
-    # fp8 A transposed (fp8 wgmma reads K-major operands alone); an operand computed on chip
-    # (f32 inputs converted)
-    "kernel t(A: fp8e4m3[K, M], B: fp8e4m3[N, K]) -> C: f16[M, N]:\n    C = f16(A.T @ B.T)\n",
+    # two fp8 kinds, A transposed (wgmma takes the pair; tilec does not issue it); an operand
+    # computed on chip (f32 inputs converted)
+    "kernel t(A: fp8e4m3[K, M], B: fp8e5m2[N, K]) -> C: f16[M, N]:\n    C = f16(A.T @ B.T)\n",
     "kernel t(A: f32[M, K], B: f16[K, N]) -> C: f32[M, N]:\n    C = f16(A) @ B\n"])
 def test_operands_tma_cannot_read_keep_mma_sync(text):
     ks = _kernels(text)
@@ -313,8 +344,9 @@ def test_operands_tma_cannot_read_keep_mma_sync(text):
 def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
     """Two K-major fp8 operands of one dtype stay fp8 through TMA into wgmma: the target's fp8
     tile (128 x 128, K tiles of 128 values in the same 128-byte rows), each K tile's products
-    promoted (added to the accumulators in f32); a row-major fp8 B, or two fp8 kinds, take the
-    mma.sync kernel on f16 (the operands converted in the tile copies)."""
+    promoted (added to the accumulators in f32); two fp8 kinds take the mma.sync kernel on f16
+    (the operands converted in the tile copies), and so does a row-major fp8 B, but for the
+    variant that copies it transposed."""
     ks = {k.name: k for k in _kernels(GEMMS_FP8)}
     for name, dt in (("hop_fp8", "fp8e4m3"), ("hop_e5m2_batched", "fp8e5m2")):
         k = ks[f"{name}_k0_tma"]
@@ -325,12 +357,14 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
         assert "transpose_b=True, promote=128)" in text
         assert "% 16 == 0" in str(k.when)  # (16-byte rows: K a multiple of 16 values)
         assert "A_s = shared(f16" in T.print_kernel(ks[f"{name}_k0"])
-    for text in ("kernel t(A: fp8e4m3[M, K], B: fp8e4m3[K, N]) -> C: f16[M, N]:\n    C = A @ B\n",
-                 "kernel t(A: fp8e4m3[M, K], W: fp8e5m2[N, K]) -> C: f16[M, N]:\n"
-                 "    C = A @ W.T\n"):
+    for text, ws in (
+            ("kernel t(A: fp8e4m3[M, K], B: fp8e4m3[K, N]) -> C: f16[M, N]:\n    C = A @ B\n",
+             ["t_k0_tma_pad"]),
+            ("kernel t(A: fp8e4m3[M, K], W: fp8e5m2[N, K]) -> C: f16[M, N]:\n    C = A @ W.T\n",
+             [])):
         ks = _kernels(text)
-        assert ks and not any(k.warp_specialize for k in ks)
-        assert any("shared(f16" in T.print_kernel(k) for k in ks)
+        assert [k.name for k in ks if k.warp_specialize] == ws
+        assert "A_s = shared(f16" in T.print_kernel(next(k for k in ks if k.name == "t_k0"))
 
 
 @pytest.mark.parametrize("var, value, text", [
@@ -340,7 +374,8 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
                                   "TILEC_WGMMA_TF32",
                                   "TILEC_MERGE_ROWS")
       for v in ("2", "x", "1,0")],
-    *[("TILEC_PAD_LEAST", v, GEMMS) for v in ("-1", "x", "1,0")]])
+    *[("TILEC_PAD_LEAST", v, GEMMS) for v in ("-1", "x", "1,0")],
+    *[("TILEC_TRANSPOSE_WORK", v, GEMMS_MN_MAJOR) for v in ("-1", "x", "1,0")]])
 def test_a_malformed_knob_is_a_user_error(monkeypatch, var, value, text):
     monkeypatch.setenv(var, value)
     with pytest.raises(TilecError, match=var):
@@ -835,6 +870,81 @@ def test_padded_copies_into_the_hopper_kernel_on_gpu(monkeypatch):
             check_text(text, dims, name="hop_pad.tile", target="cuda", options=HOPPER)
 
 
+def test_mn_major_operands_take_transposed_copies_into_the_hopper_kernel(monkeypatch):
+    """An fp8 or tf32 GEMM operand stored MN-major (which wgmma's fp8 and tf32 forms cannot
+    read) is copied transposed, its rows padded to 128-byte multiples, and the warp-specialized
+    kernel reads the copy K-major: the variant's launches, run by the Tile IR interpreter at
+    sizes that are not tile multiples, compute what the reference does. It runs where the
+    product does at least 512 multiply-adds per value copied (M for B, N for A, times the batch
+    dims the operand lacks); the other operand is read as it is. The default kernel keeps its
+    own variant on padded copies. TILEC_TRANSPOSE_WORK=0 or TILEC_PAD_LEAST=0 drop it."""
+    m0 = driver.frontend(driver.Source("mn.tile", GEMMS_MN_MAJOR))
+    mod = driver.stage_module(m0, "tiled", "cuda", options=HOPPER)
+    for g, prog in zip(mod.graphs, mod.programs):
+        (parts,) = _hopper_variants(prog)
+        *copies, gemm = parts
+        assert gemm.name == f"{g.name}_k0_tma_pad" and set(gemm.transposed) == MN_MAJOR[g.name]
+        assert [k.name for k in copies] == [f"{g.name}_k0_tma_pad_{n}" for n in gemm.transposed]
+        (mm,) = [s for s in T.walk_stmts(gemm.body) if isinstance(s, T.Gemm)]
+        assert not mm.transpose_a and mm.transpose_b  # (both K-major)
+        decls = {p.name: p for k in parts for p in k.params}
+        big = {"M": 1024, "N": 1024, "K": 1024, "Z": 1}
+        for (src, copy), kernel in zip(gemm.padded, copies):
+            assert [p.name for p in kernel.params] == [src, copy]
+            a, c = decls[src].shape, decls[copy].shape
+            assert c[:-2] == a[:-2] and c[-2] == a[-1]
+            size = {"f32": 4}.get(decls[src].dtype, 1)
+            rows, padded = a[-2].eval(big | {"K": 999}), c[-1].eval(big | {"K": 999})
+            assert padded * size % 128 == 0 and 0 <= (padded - rows) * size < 128
+            # (where the product pays for the copy)
+            other = "M" if src == "B" else "N"
+            assert gemm.when.eval(big) and not gemm.when.eval({**big, other: 500})
+        for dims in (dict(M=200, N=130, K=70, Z=2), dict(M=1, N=9, K=7, Z=3)):
+            _tiles_match_reference(g, parts, {s: v for s, v in dims.items() if s in g.symbols},
+                                   "C")
+    # B broadcast over the batch: each of its values meets Z x M rows of A
+    when = next(iter(_hopper_variants(mod.programs[-1])))[-1].when
+    assert when.eval({"M": 300, "N": 1024, "K": 1024, "Z": 2}) and \
+        not when.eval({"M": 300, "N": 1024, "K": 1024, "Z": 1})
+    assert any(parts[-1].name == "mn_tf32_k0_pad" for v in mod.programs[0].slots() for parts in v)
+    for var in ("TILEC_TRANSPOSE_WORK", "TILEC_PAD_LEAST"):
+        monkeypatch.setenv(var, "0")
+        assert not any(k.warp_specialize for k in _kernels(GEMMS_MN_MAJOR))
+        monkeypatch.delenv(var)
+
+
+@pytest.mark.nvcc
+def test_transposed_copies_compile_without_spills():
+    """The transposing copy kernels and the warp-specialized kernels reading their copies
+    (fp8 and tf32 wgmma) compile for sm_90a warning-free and without spills."""
+    need_nvcc()
+    ptx, built = "", set()
+    for f, r, folder in nvcc_each(GEMMS_MN_MAJOR, "mn.tile", [
+            "-gencode", "arch=compute_90a,code=sm_90a", "-Xptxas", "-v", "-c", "-o", "k.o",
+            "--keep"], HOPPER):
+        assert r.returncode == 0 and "warning" not in r.stderr.lower(), r.stderr
+        ptx += kept_ptx(folder, f, "compute_90a")
+        for (kernel, _), (_, spills) in ptxas_lines(r.stderr).items():
+            assert spills == 0, (kernel, r.stderr)
+            built |= set(re.findall(r"k0_tma_pad\w*", kernel))
+    assert {"k0_tma_pad_A", "k0_tma_pad_B"} <= {b.rstrip("E").split("E")[0] for b in built}
+    for form in ("tf32.tf32", "e4m3.e4m3", "e5m2.e5m2"):
+        assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n\d+k\d+\.f32\.{form}", ptx)
+
+
+@pytest.mark.gpu
+def test_transposed_copies_into_the_hopper_kernel_on_gpu(monkeypatch):
+    """The variant of transposed copies alone (a failing condition is an error, not a
+    fall-through; TILEC_TRANSPOSE_WORK=1: at every size), fp8 and tf32, at sizes that are not
+    tile multiples (K a multiple of 16: the operand read as it is takes TMA)."""
+    need_gpu()
+    _tma_variants_only(monkeypatch, "_tma_pad")
+    monkeypatch.setenv("TILEC_TRANSPOSE_WORK", "1")
+    for dims in (dict(M=200, N=130, K=80, Z=2), dict(M=1, N=9, K=16, Z=3),
+                 dict(M=1000, N=262, K=528, Z=2), dict(M=130, N=1001, K=1008, Z=1)):
+        check_text(GEMMS_MN_MAJOR, dims, name="hop_mn.tile", target="cuda", options=HOPPER)
+
+
 @pytest.mark.gpu
 def test_fp8_wgmma_gemms_on_gpu(monkeypatch):
     """The fp8 variant alone (a failing launch condition is an error), at sizes that are and
@@ -850,9 +960,10 @@ def test_fp8_wgmma_gemms_on_gpu(monkeypatch):
 def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma(monkeypatch):
     """K-major f32 operands under `precision tf32` go through TMA into wgmma: the 16-bit tile's
     bytes (K tiles of 32 values), the gemm marked tf32, TMA's 16-byte rows a run-time condition.
-    A row-major B (tf32 wgmma takes K-major operands only), `precision ieee` and
-    TILEC_WGMMA_TF32=0 keep the mma.sync or FMA kernels; the unbatched one also takes clusters of
-    2 (B's rows off 128-byte lines), as the 16-bit GEMMs do."""
+    A row-major B (tf32 wgmma takes K-major operands only) reaches wgmma through a transposed
+    copy alone; `precision ieee` and TILEC_WGMMA_TF32=0 keep the mma.sync or FMA kernels; the
+    unbatched one also takes clusters of 2 (B's rows off 128-byte lines), as the 16-bit GEMMs
+    do."""
     ks = {k.name: k for k in _kernels(GEMMS_TF32)}
     assert ks["hop_tf32_k0_tma_pairs"].cluster == 2 and "hop_tf32_batched_k0_tma_pairs" not in ks
     for name, tile in (("hop_tf32_k0_tma", "[4, 128, 32]"), ("hop_tf32_batched_k0_tma",
@@ -865,7 +976,8 @@ def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma(monkeypatch):
         assert "transpose_b=True, precision=tf32)" in text
         assert "% 4 == 0" in str(k.when)  # (16-byte rows: K a multiple of 4 values)
     plain = GEMMS_TF32.replace("X @ W.T", "X @ W").replace("W: f32[N, K]", "W: f32[K, N]")
-    assert not any(k.warp_specialize for k in _kernels(plain) if k.name.startswith("hop_tf32_k0"))
+    assert [k.name for k in _kernels(plain) if k.name.startswith("hop_tf32_k0") and
+            k.warp_specialize] == ["hop_tf32_k0_tma_pad"]
     ieee = GEMMS_TF32.split("schedule")[0]
     assert not any(k.warp_specialize for k in _kernels(ieee))
     monkeypatch.setenv("TILEC_WGMMA_TF32", "0")

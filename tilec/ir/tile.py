@@ -446,6 +446,10 @@ class TileKernel:
     # rows are 128-byte multiples, written by the variant's earlier launches (operands whose
     # rows TMA cannot address: passes/tile.py pad_kernel)
     padded: tuple = ()
+    # ... those of them whose copy is transposed (the last two axes swapped): a wgmma form that
+    # takes K-major operands only (fp8, tf32) reading a tensor stored the other way
+    # (passes/tile.py transpose_kernel)
+    transposed: tuple = ()
     # ((output, staging buffer), ...): the epilogue stores these outputs' whole tiles through a
     # shared staging buffer by TMA (passes/tma_store.py)
     tma_stores: tuple = ()
@@ -759,8 +763,9 @@ def print_kernel(k: TileKernel) -> str:
                          "the consumers free it after the loop's last product that reads it, "
                          "so the next tile's copy lands during this tile's end")
     for src, copy in k.padded:
-        lines.append(f"        # {src}: read through {copy}, its copy with rows padded to 128-byte "
-                     "multiples (the variant's earlier launches write it)")
+        how = "transposed copy (K-major)" if src in k.transposed else "copy"
+        lines.append(f"        # {src}: read through {copy}, its {how} with rows padded to "
+                     "128-byte multiples (the variant's earlier launches write it)")
     for out, buf in k.tma_stores:
         lines.append(f"        # epilogue: a whole tile of {out} leaves through {buf} (64-row panels "
                      "of 128-byte rows per consumer warpgroup) by TMA stores" +

@@ -262,6 +262,19 @@ def pad_least(default: int) -> int:
     return knob[0] if knob else 0
 
 
+def transpose_work(default: int) -> int:
+    """`TILEC_TRANSPOSE_WORK` (a count, 0 or off: never): the least multiply-adds per value
+    copied for which an fp8 or tf32 GEMM operand stored MN-major is copied transposed for the
+    warp-specialized kernel (passes/tile.py, the `_tma_pad` variant), in place of tilec's, for
+    measuring on a device."""
+    knob = _knob("TILEC_TRANSPOSE_WORK", "a count of multiply-adds per value copied, or 0", 1)
+    if knob is None:
+        return default
+    if knob and knob[0] < 1:
+        raise error(f"TILEC_TRANSPOSE_WORK={knob[0]}: expected a count of at least 1, or 0")
+    return knob[0] if knob else 0
+
+
 def wgmma_waves(default: tuple) -> tuple:
     """`TILEC_WGMMA_WAVES` (1, 0 or BMxBN): the block tile of the variant that 16-bit GEMMs take
     where it wastes less of the last wave (resources.wgmma_waves): the target's (1), none (0),

@@ -265,7 +265,8 @@ class GroupLowering:
         it (then the dequantized weight is rounded to it, as weight-only kernels do). fp8
         operands are f16 and bf16 values too (converted in the tile copies), and the Hopper
         kernel's wgmma multiplies them as they are: two tensors of one fp8 dtype in memory, both
-        K-major (A as stored, B a transposed view: `A @ W.T`)."""
+        K-major (A as stored, B a transposed view: `A @ W.T`), or either of them not, on the
+        variant of copies (which copies those transposed: wgmma_kernel)."""
         def natural(oid):
             op = self.ops[oid]
             if op.kind == "cast" and not self.in_memory(oid):
@@ -276,7 +277,7 @@ class GroupLowering:
         a, b = natural(a_id), natural(b_id)
         if a == b and a in FP8 and self.gemm_config is not None and self.gemm_config.wgmma:
             (sa, ta), (sb, tb) = self._stored_as(a_id), self._stored_as(b_id)
-            if sa is not None and sb is not None and not ta and tb:
+            if sa is not None and sb is not None and ((not ta and tb) or self.gemm_config.pad):
                 return a
         for dt in self.target.resources.mma_dtypes:
             if all(x == dt or (x in FP8 and dt in SIXTEEN) for x in (a, b)):
@@ -539,16 +540,28 @@ class GroupLowering:
         params = {p.name: p for p in k.params}
         srcs = [c.src.buf for c in copies]
         tf32 = a_dt == "f32" and tf32_on_wgmma(self.target, self.sched)
-        if any(params[n].dtype not in SIXTEEN + FP8 + (("f32",) if tf32 else ()) for n in srcs) \
-                or (params[srcs[0]].dtype not in SIXTEEN and
-                    (gemm.transpose_a or not gemm.transpose_b)):
-            # (fp8 and tf32: K-major operands only)
+        if any(params[n].dtype not in SIXTEEN + FP8 + (("f32",) if tf32 else ()) for n in srcs):
             raise NotWgmma()
+        # (fp8 and tf32: K-major operands only; an operand stored the other way is read through
+        # a transposed copy, on the variant of copies)
+        src_of = {c.dst.buf: c.src.buf for c in copies}
+        mn_major = {} if params[srcs[0]].dtype in SIXTEEN else \
+            {src_of[buf]: role for buf, role, kmajor in ((gemm.a, "a", not gemm.transpose_a),
+                                                         (gemm.b, "b", gemm.transpose_b))
+             if not kmajor}
+        if mn_major and (not self.gemm_config.pad or len(set(srcs)) < len(srcs)):
+            raise NotWgmma()  # (one tensor as both operands: its copies would differ)
         pads = []
         if self.gemm_config.pad:
-            k, pads, misaligned = pad_operands(k, srcs, self.names, self.target, self.g.assumes)
+            # (with transposed copies the variant runs at every call where they pay: the other
+            # operand is then read as it is, where TMA can, rather than copied at every call)
+            pay = self.transposes_pay(params, mn_major) if mn_major else None
+            k, pads, misaligned = pad_operands(k, list(mn_major) or srcs, self.names,
+                                               self.target, self.g.assumes, frozenset(mn_major))
             params = {p.name: p for p in k.params}
             srcs = [dict(k.padded).get(n, n) for n in srcs]
+            if pay is not None:  # (the copies then run at every call: where the product pays)
+                misaligned = pay
         when = tma_conditions(params, srcs, None)
         if when is False:
             raise NotWgmma()
@@ -574,6 +587,21 @@ class GroupLowering:
         return pads + [replace(k, when=when, warp_specialize=consumers, pingpong=pingpong,
                                cluster=cluster, persistent=True,
                                aligned=tuple(sorted(set(srcs) - copied)))]
+
+    def transposes_pay(self, params: dict, which: dict) -> Dim:
+        """When transposed copies of the tensors `which` maps to their role ("a" or "b") pay:
+        the product does TRANSPOSE_WORK multiply-adds per value copied or more (B's K x N
+        values are each multiplied by M rows of A, A's by N columns of B, times the batch dims
+        the tensor does not have). NotWgmma where TILEC_TRANSPOSE_WORK=0 says never."""
+        work = split_k.transpose_work(TRANSPOSE_WORK)
+        if not work:
+            raise NotWgmma()
+        mm = self.ops[self.grp.members[0]]
+        batch, (M, N) = numel(mm.type.shape[:-2]), mm.type.shape[-2:]
+        return functools.reduce(lambda x, y: Dim.bin("and", x, y), (
+            Dim.bin("ge", batch * (M if role == "b" else N),
+                    numel(params[name].shape[:-2]) * work)
+            for name, role in which.items()))
 
     def gemv_body(self, mm, trip, span, first, k: str, row0, col0, bn: int, threads: int, bidx,
                   batch, mma_dt, unroll: int = 1) -> tuple:
@@ -1125,12 +1153,16 @@ def multiple_of_assumed(d: Dim, n: int, assumes) -> bool:
     return False
 
 
-def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=()) -> tuple:
+def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=(),
+                 transposed=frozenset()) -> tuple:
     """Kernel `k` with its copies of each tensor of `srcs` whose rows may not be 16-byte
-    multiples (TMA's strides; `assumes` may say they are) reading a copy of it instead, a
-    workspace whose rows are padded to 128-byte multiples; the kernels that write those copies,
-    to launch before it; and the condition that some such row is off 16 bytes after all.
-    NoVariant where no row can be."""
+    multiples (TMA's strides; `assumes` may say they are), and of each tensor of `transposed`,
+    reading a copy of it instead: a workspace whose rows are padded to 128-byte multiples,
+    for `transposed` one with the last two axes swapped (its tile copies read the swapped
+    window into a buffer of the swapped shape, and the gemm reading that buffer takes it
+    transposed: the same product, its operand now K-major). Returns that kernel; the kernels
+    that write the copies, to launch before it; and the condition that the copies are needed
+    (some such row off 16 bytes, or a transposed copy). NoVariant where none can be."""
     params = {p.name: p for p in k.params}
     copies, pads, off = {}, [], {}  # (off: the rows' conditions, each once, in order)
     for name in dict.fromkeys(srcs):
@@ -1138,24 +1170,44 @@ def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=()) ->
         size = DTYPES[p.dtype][1] // 8
         if not size:  # (4-bit tensors, two values a byte: not copied so)
             continue
-        cond = Dim.bin("ne", p.shape[-1] % (16 // size), 0)
-        if cond == Dim.const(0) or multiple_of_assumed(p.shape[-1], 16 // size, assumes):
-            continue
         unit = 128 // size
+        if name in transposed:
+            cond = Dim.const(1)
+            shape = p.shape[:-2] + (p.shape[-1], p.shape[-2].cdiv(unit) * unit)
+        else:
+            cond = Dim.bin("ne", p.shape[-1] % (16 // size), 0)
+            if cond == Dim.const(0) or multiple_of_assumed(p.shape[-1], 16 // size, assumes):
+                continue
+            shape = p.shape[:-1] + (p.shape[-1].cdiv(unit) * unit,)
         # (its `when`, the whole variant's, is set by tile_graph)
-        ws = TensorDecl(names.fresh(f"{name}_padded"), p.dtype,
-                        p.shape[:-1] + (p.shape[-1].cdiv(unit) * unit,), "workspace")
+        ws = TensorDecl(names.fresh(f"{name}_{'transposed' if name in transposed else 'padded'}"),
+                        p.dtype, shape, "workspace")
         copies[name] = ws
-        pads.append(pad_kernel(p, ws, names, target))
+        pads.append((transpose_kernel if name in transposed else pad_kernel)(p, ws, names, target))
         off[cond] = None
     if not copies:
         raise NoVariant()
+    swapped = {}  # (the shared buffers that transposed copies fill: name -> swapped shape)
 
     def read_copy(st):
         if isinstance(st, Copy) and st.src.buf in copies:
-            return [replace(st, src=replace(st.src, buf=copies[st.src.buf].name))]
+            offsets = st.src.offsets
+            if st.src.buf in transposed:
+                offsets = offsets[:-2] + (offsets[-1], offsets[-2])
+                swapped[st.dst.buf] = True
+            return [replace(st, src=replace(st.src, buf=copies[st.src.buf].name, offsets=offsets))]
         return None
     body = map_stmts(k.body, read_copy)
+
+    def swap(st):
+        if isinstance(st, Alloc) and st.name in swapped:
+            return [replace(st, shape=st.shape[:-2] + (st.shape[-1], st.shape[-2]))]
+        if isinstance(st, Gemm) and (st.a in swapped or st.b in swapped):
+            return [replace(st, transpose_a=st.transpose_a != (st.a in swapped),
+                            transpose_b=st.transpose_b != (st.b in swapped))]
+        return None
+    if swapped:
+        body = map_stmts(body, swap)
     # (a tensor the epilogue reads too stays a parameter beside its copy)
     read = {s.src.buf for s in T.walk_stmts(body) if isinstance(s, Copy)} | \
         {x.buf for st in body for x in loads_in(st)}
@@ -1166,7 +1218,8 @@ def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=()) ->
         if p.name not in copies or p.name in read:
             params.append(p)
     return replace(k, body=body, params=tuple(params),
-                   padded=tuple((n, w.name) for n, w in copies.items())), pads, \
+                   padded=tuple((n, w.name) for n, w in copies.items()),
+                   transposed=tuple(n for n in copies if n in transposed)), pads, \
         functools.reduce(lambda a, b: Dim.bin("or", a, b), off)
 
 
@@ -1194,6 +1247,52 @@ def pad_kernel(src: TensorDecl, ws: TensorDecl, names: Names, target) -> TileKer
                       target.resources.ew_threads, body,
                       f"{src.name} copied into {ws.name}, its rows padded with zeros to "
                       f"{padded} values (128-byte multiples: for TMA and 16-byte copies)")
+
+
+# the transposing copy's square tile (values) and threads
+TRANSPOSE_TILE, TRANSPOSE_THREADS = 64, 256
+# a transposed copy of an operand (K x N values of B) costs about what multiplying it by 512 rows
+# of A on Hopper's tensor cores does (copy bandwidth ~3 TB/s, 8 bytes moved per tf32 value, 2 per
+# fp8 one, against ~400 and ~1600 TFLOP/s): the variant runs where the product does at least
+# this many multiply-adds per value copied (its kernel then saves more than the copy costs)
+TRANSPOSE_WORK = 512
+
+
+def transpose_kernel(src: TensorDecl, ws: TensorDecl, names: Names, target) -> TileKernel:
+    """The kernel that copies tensor `src` ([..., R, C]) transposed into `ws` ([..., C, R']):
+    `ws[..., c, r] = src[..., r, c]`, with R' >= R (rows padded to 128-byte multiples) and zeros
+    past R. Each block moves a square tile through shared memory: read along src's rows, written
+    along ws's (both coalesced). The shared rows are 4 bytes longer than the tile's, so the
+    transposed reads (a warp down one column) fall in 32 different banks. Its name is the part's
+    suffix (tile_graph)."""
+    t = TRANSPOSE_TILE
+    rows, cols, padded = src.shape[-2], src.shape[-1], ws.shape[-1]
+    batch = src.shape[:-2]
+    size = DTYPES[src.dtype][1] // 8
+    bx, by, bz, i, j, s = (names.fresh(n) for n in ("bx", "by", "bz", "i", "j", "S"))
+    lead = tuple(decompose(T.Var(bz), batch)) if batch else ()
+    r0, c0 = imul(T.Var(bx), iconst(t)), imul(T.Var(by), iconst(t))
+    r, c = iadd(r0, T.Var(i)), iadd(c0, T.Var(j))  # (the first loop's: src's row and column)
+
+    def last(x, n):  # x clamped to n - 1 (the select below takes zero where it was past)
+        return T.Binary("min", x, T.isub(dim_to_expr(n), iconst(1)), "i64")
+    zero = T.Const(0.0 if is_float(src.dtype) else 0, src.dtype)
+    value = T.Load(src.name, lead + (last(r, rows), last(c, cols)), src.dtype)
+    rt, ct = iadd(r0, T.Var(j)), iadd(c0, T.Var(i))  # (the second loop's: ws's column and row)
+    body = (Alloc(s, "shared", src.dtype, (iconst(t), iconst(t + max(1, 4 // size)))),
+            For((i, j), (iconst(t), iconst(t)), "parallel",
+                (Store(s, (T.Var(i), T.Var(j)),
+                       T.Select(ilt(r, dim_to_expr(rows)), value, zero, src.dtype)),)),
+            For((i, j), (iconst(t), iconst(t)), "parallel",
+                (If(land(ilt(ct, dim_to_expr(cols)), ilt(rt, dim_to_expr(padded))),
+                    (Store(ws.name, lead + (ct, rt), T.Load(s, (T.Var(j), T.Var(i)), src.dtype)),
+                     )),)))
+    grid = (dim_to_expr(padded.cdiv(t)), dim_to_expr(cols.cdiv(t))) + \
+        ((dim_to_expr(numel(batch)),) if batch else ())
+    return TileKernel(f"_{src.name}", (replace(src, kind="input"), ws), grid,
+                      (bx, by, bz)[:len(grid)], TRANSPOSE_THREADS, body,
+                      f"{src.name} copied transposed into {ws.name} (its last two axes swapped, "
+                      f"rows padded with zeros to {padded} values: K-major, for TMA and wgmma)")
 
 
 def wgmma_config(target, fp8: bool) -> tuple:
@@ -1480,7 +1579,8 @@ def tile_graph(g: Graph, plan: Plan, target, sched) -> TileProgram:
             taken |= {p.name for k in parts for p in k.params if p.kind == "workspace"}
             # (padded operand copies: bytes only where the variant runs)
             copies = {c for k in parts for _, c in k.padded}
-            padded = padded or bool(copies)
+            # (a variant of transposed copies runs where they pay, not where rows are off)
+            padded = padded or (bool(copies) and not any(k.transposed for k in parts))
             for p, k in enumerate(parts):
                 # (a part's name is its suffix: split-K's second part `_sum`)
                 name = f"{g.name}_k{grp.id}{suffix}{k.name}"
