@@ -346,7 +346,7 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
     tile (128 x 128, K tiles of 128 values in the same 128-byte rows), each K tile's products
     promoted (added to the accumulators in f32); two fp8 kinds take the mma.sync kernel on f16
     (the operands converted in the tile copies), and so does a row-major fp8 B, but for the
-    variant that copies it transposed."""
+    variants that copy it transposed."""
     ks = {k.name: k for k in _kernels(GEMMS_FP8)}
     for name, dt in (("hop_fp8", "fp8e4m3"), ("hop_e5m2_batched", "fp8e5m2")):
         k = ks[f"{name}_k0_tma"]
@@ -359,7 +359,7 @@ def test_fp8_gemms_get_the_warp_specialized_variant_on_fp8_wgmma():
         assert "A_s = shared(f16" in T.print_kernel(ks[f"{name}_k0"])
     for text, ws in (
             ("kernel t(A: fp8e4m3[M, K], B: fp8e4m3[K, N]) -> C: f16[M, N]:\n    C = A @ B\n",
-             ["t_k0_tma_pad"]),
+             ["t_k0_tma", "t_k0_tma_pad"]),
             ("kernel t(A: fp8e4m3[M, K], W: fp8e5m2[N, K]) -> C: f16[M, N]:\n    C = A @ W.T\n",
              [])):
         ks = _kernels(text)
@@ -873,37 +873,49 @@ def test_padded_copies_into_the_hopper_kernel_on_gpu(monkeypatch):
 def test_mn_major_operands_take_transposed_copies_into_the_hopper_kernel(monkeypatch):
     """An fp8 or tf32 GEMM operand stored MN-major (which wgmma's fp8 and tf32 forms cannot
     read) is copied transposed, its rows padded to 128-byte multiples, and the warp-specialized
-    kernel reads the copy K-major: the variant's launches, run by the Tile IR interpreter at
-    sizes that are not tile multiples, compute what the reference does. It runs where the
-    product does at least 512 multiply-adds per value copied (M for B, N for A, times the batch
-    dims the operand lacks); the other operand is read as it is. The default kernel keeps its
-    own variant on padded copies. TILEC_TRANSPOSE_WORK=0 or TILEC_PAD_LEAST=0 drop it."""
+    kernel reads the copy K-major: in `_tma` (its epilogue by TMA stores, where the output's
+    rows allow) and in `_tma_pad` (from registers, for the other outputs). The variants'
+    launches, run by the Tile IR interpreter at sizes that are not tile multiples, compute what
+    the reference does. They run where the product does at least 512 multiply-adds per value
+    copied (M for B, N for A, times the batch dims the operand lacks) and has 2^24 values; the
+    other operand is read as it is. The default kernel keeps its own variant on padded copies.
+    TILEC_TRANSPOSE_WORK=0 or TILEC_PAD_LEAST=0 drop them."""
     m0 = driver.frontend(driver.Source("mn.tile", GEMMS_MN_MAJOR))
     mod = driver.stage_module(m0, "tiled", "cuda", options=HOPPER)
+    big = {"M": 1024, "N": 1024, "K": 1024, "Z": 1}
     for g, prog in zip(mod.graphs, mod.programs):
-        (parts,) = _hopper_variants(prog)
-        *copies, gemm = parts
-        assert gemm.name == f"{g.name}_k0_tma_pad" and set(gemm.transposed) == MN_MAJOR[g.name]
-        assert [k.name for k in copies] == [f"{g.name}_k0_tma_pad_{n}" for n in gemm.transposed]
-        (mm,) = [s for s in T.walk_stmts(gemm.body) if isinstance(s, T.Gemm)]
-        assert not mm.transpose_a and mm.transpose_b  # (both K-major)
-        decls = {p.name: p for k in parts for p in k.params}
-        big = {"M": 1024, "N": 1024, "K": 1024, "Z": 1}
-        for (src, copy), kernel in zip(gemm.padded, copies):
-            assert [p.name for p in kernel.params] == [src, copy]
-            a, c = decls[src].shape, decls[copy].shape
-            assert c[:-2] == a[:-2] and c[-2] == a[-1]
-            size = {"f32": 4}.get(decls[src].dtype, 1)
-            rows, padded = a[-2].eval(big | {"K": 999}), c[-1].eval(big | {"K": 999})
-            assert padded * size % 128 == 0 and 0 <= (padded - rows) * size < 128
-            # (where the product pays for the copy)
-            other = "M" if src == "B" else "N"
-            assert gemm.when.eval(big) and not gemm.when.eval({**big, other: 500})
-        for dims in (dict(M=200, N=130, K=70, Z=2), dict(M=1, N=9, K=7, Z=3)):
-            _tiles_match_reference(g, parts, {s: v for s, v in dims.items() if s in g.symbols},
-                                   "C")
+        variants = _hopper_variants(prog)
+        assert [parts[-1].name for parts in variants] == [f"{g.name}_k0_tma",
+                                                          f"{g.name}_k0_tma_pad"]
+        for parts in variants:
+            *copies, gemm = parts
+            assert set(gemm.transposed) == MN_MAJOR[g.name] and \
+                gemm.register_stores == gemm.name.endswith("_pad")
+            assert [k.name for k in copies] == [f"{gemm.name}_{n}" for n in gemm.transposed]
+            (mm,) = [s for s in T.walk_stmts(gemm.body) if isinstance(s, T.Gemm)]
+            assert not mm.transpose_a and mm.transpose_b  # (both K-major)
+            decls = {p.name: p for k in parts for p in k.params}
+            for (src, copy), kernel in zip(gemm.padded, copies):
+                assert [p.name for p in kernel.params] == [src, copy]
+                a, c = decls[src].shape, decls[copy].shape
+                assert c[:-2] == a[:-2] and c[-2] == a[-1]
+                size = {"f32": 4}.get(decls[src].dtype, 1)
+                rows, padded = a[-2].eval(big | {"K": 999}), c[-1].eval(big | {"K": 999})
+                assert padded * size % 128 == 0 and 0 <= (padded - rows) * size < 128
+                # (where the product pays for the copy)
+                other = "M" if src == "B" else "N"
+                assert gemm.when.eval(big) and not gemm.when.eval({**big, other: 500})
+            for dims in (dict(M=200, N=130, K=70, Z=2), dict(M=1, N=9, K=7, Z=3)):
+                _tiles_match_reference(g, parts, {s: v for s, v in dims.items()
+                                                  if s in g.symbols}, "C")
+    # (`_tma` stores its epilogue by TMA, which needs the output's rows on 16 bytes)
+    ks = {k.name: k for k in _kernels(GEMMS_MN_MAJOR)}
+    for name in MN_MAJOR:
+        tma, pad = ks[f"{name}_k0_tma"], ks[f"{name}_k0_tma_pad"]
+        assert tma.tma_stores and not pad.tma_stores
+        assert not tma.when.eval({**big, "N": 1022}) and pad.when.eval({**big, "N": 1022})
     # B broadcast over the batch: each of its values meets Z x M rows of A
-    when = next(iter(_hopper_variants(mod.programs[-1])))[-1].when
+    when = _hopper_variants(mod.programs[-1])[0][-1].when
     assert when.eval({"M": 300, "N": 1024, "K": 1024, "Z": 2}) and \
         not when.eval({"M": 300, "N": 1024, "K": 1024, "Z": 1})
     assert any(parts[-1].name == "mn_tf32_k0_pad" for v in mod.programs[0].slots() for parts in v)
@@ -934,14 +946,24 @@ def test_transposed_copies_compile_without_spills():
 
 @pytest.mark.gpu
 def test_transposed_copies_into_the_hopper_kernel_on_gpu(monkeypatch):
-    """The variant of transposed copies alone (a failing condition is an error, not a
-    fall-through; TILEC_TRANSPOSE_WORK=1: at every size), fp8 and tf32, at sizes that are not
-    tile multiples (K a multiple of 16: the operand read as it is takes TMA)."""
+    """The variants of transposed copies alone, `_tma_pad` then `_tma` (a failing condition is
+    an error, not a fall-through; TILEC_TRANSPOSE_WORK=1 and TILEC_PAD_LEAST=1: at every size),
+    fp8 and tf32, at sizes
+    that are not tile multiples (K a multiple of 16: the operand read as it is takes TMA)."""
     need_gpu()
-    _tma_variants_only(monkeypatch, "_tma_pad")
     monkeypatch.setenv("TILEC_TRANSPOSE_WORK", "1")
+    monkeypatch.setenv("TILEC_PAD_LEAST", "1")
+    _tma_variants_only(monkeypatch, "_tma_pad")
     for dims in (dict(M=200, N=130, K=80, Z=2), dict(M=1, N=9, K=16, Z=3),
                  dict(M=1000, N=262, K=528, Z=2), dict(M=130, N=1001, K=1008, Z=1)):
+        check_text(GEMMS_MN_MAJOR, dims, name="hop_mn_pad.tile", target="cuda", options=HOPPER)
+    # (`_tma`, its epilogue by TMA stores: the output's rows on 16 bytes)
+    monkeypatch.undo()
+    monkeypatch.setenv("TILEC_TRANSPOSE_WORK", "1")
+    monkeypatch.setenv("TILEC_PAD_LEAST", "1")
+    _tma_variants_only(monkeypatch, "_tma")
+    for dims in (dict(M=200, N=136, K=80, Z=2), dict(M=1, N=8, K=16, Z=3),
+                 dict(M=1000, N=264, K=528, Z=2)):
         check_text(GEMMS_MN_MAJOR, dims, name="hop_mn.tile", target="cuda", options=HOPPER)
 
 
@@ -960,8 +982,8 @@ def test_fp8_wgmma_gemms_on_gpu(monkeypatch):
 def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma(monkeypatch):
     """K-major f32 operands under `precision tf32` go through TMA into wgmma: the 16-bit tile's
     bytes (K tiles of 32 values), the gemm marked tf32, TMA's 16-byte rows a run-time condition.
-    A row-major B (tf32 wgmma takes K-major operands only) reaches wgmma through a transposed
-    copy alone; `precision ieee` and TILEC_WGMMA_TF32=0 keep the mma.sync or FMA kernels; the
+    A row-major B (tf32 wgmma takes K-major operands only) reaches wgmma through transposed
+    copies alone; `precision ieee` and TILEC_WGMMA_TF32=0 keep the mma.sync or FMA kernels; the
     unbatched one also takes clusters of 2 (B's rows off 128-byte lines), as the 16-bit GEMMs
     do."""
     ks = {k.name: k for k in _kernels(GEMMS_TF32)}
@@ -977,7 +999,7 @@ def test_tf32_gemms_get_the_warp_specialized_variant_on_tf32_wgmma(monkeypatch):
         assert "% 4 == 0" in str(k.when)  # (16-byte rows: K a multiple of 4 values)
     plain = GEMMS_TF32.replace("X @ W.T", "X @ W").replace("W: f32[N, K]", "W: f32[K, N]")
     assert [k.name for k in _kernels(plain) if k.name.startswith("hop_tf32_k0") and
-            k.warp_specialize] == ["hop_tf32_k0_tma_pad"]
+            k.warp_specialize] == ["hop_tf32_k0_tma", "hop_tf32_k0_tma_pad"]
     ieee = GEMMS_TF32.split("schedule")[0]
     assert not any(k.warp_specialize for k in _kernels(ieee))
     monkeypatch.setenv("TILEC_WGMMA_TF32", "0")

@@ -60,7 +60,8 @@ def round_trip(text: str, target: str, name: str = "test.tile"):
         assert g.tile == replace(k, params=params, comment="", when=None, slot=0, part=0,
                                  capacities=(), blocks_per_sm=1, warp_specialize=0,
                                  persistent=False, pingpong=False, cluster=1, aligned=(),
-                                 longest_first=False, padded=())
+                                 longest_first=False, padded=(), transposed=(),
+                                 register_stores=False)
     # and the parsed kernel goes through the tile pass unchanged (but for its device name)
     again = driver.stage_module(back, "tiled", target, verify=True)
     for p, k in zip(again.programs, kernels):

@@ -277,7 +277,7 @@ class GroupLowering:
         a, b = natural(a_id), natural(b_id)
         if a == b and a in FP8 and self.gemm_config is not None and self.gemm_config.wgmma:
             (sa, ta), (sb, tb) = self._stored_as(a_id), self._stored_as(b_id)
-            if sa is not None and sb is not None and ((not ta and tb) or self.gemm_config.pad):
+            if sa is not None and sb is not None and ((not ta and tb) or self.gemm_config.transpose):
                 return a
         for dt in self.target.resources.mma_dtypes:
             if all(x == dt or (x in FP8 and dt in SIXTEEN) for x in (a, b)):
@@ -549,24 +549,25 @@ class GroupLowering:
             {src_of[buf]: role for buf, role, kmajor in ((gemm.a, "a", not gemm.transpose_a),
                                                          (gemm.b, "b", gemm.transpose_b))
              if not kmajor}
-        if mn_major and (not self.gemm_config.pad or len(set(srcs)) < len(srcs)):
+        if mn_major and (not self.gemm_config.transpose or len(set(srcs)) < len(srcs)):
             raise NotWgmma()  # (one tensor as both operands: its copies would differ)
-        pads = []
-        if self.gemm_config.pad:
+        pads, need = [], None  # (need: when the variant's copies or register stores are needed)
+        if mn_major:
             # (with transposed copies the variant runs at every call where they pay: the other
             # operand is then read as it is, where TMA can, rather than copied at every call)
-            pay = self.transposes_pay(params, mn_major) if mn_major else None
-            k, pads, misaligned = pad_operands(k, list(mn_major) or srcs, self.names,
-                                               self.target, self.g.assumes, frozenset(mn_major))
+            need = self.transposes_pay(params, mn_major)
+            k, pads, _ = pad_operands(k, list(mn_major), self.names, self.target,
+                                      self.g.assumes, frozenset(mn_major))
+        elif self.gemm_config.pad:  # (operands whose rows are off 16 bytes, copied)
+            k, pads, need = pad_operands(k, srcs, self.names, self.target, self.g.assumes)
+        if pads:
             params = {p.name: p for p in k.params}
             srcs = [dict(k.padded).get(n, n) for n in srcs]
-            if pay is not None:  # (the copies then run at every call: where the product pays)
-                misaligned = pay
         when = tma_conditions(params, srcs, None)
         if when is False:
             raise NotWgmma()
-        if pads:  # (only where some operand's rows are off 16 bytes: else `_tma` runs)
-            when = Dim.bin("and", misaligned, when) if when is not None else misaligned
+        if need is not None:
+            when = Dim.bin("and", need, when) if when is not None else need
         if pairs:
             # B's rows start off 128-byte lines: the copy engine splits each of a box's rows into
             # more L2 requests, and B's boxes are most of a stage; a cluster loads each B tile
@@ -586,22 +587,27 @@ class GroupLowering:
         copied = {c for _, c in k.padded}  # (workspaces: aligned by the launcher)
         return pads + [replace(k, when=when, warp_specialize=consumers, pingpong=pingpong,
                                cluster=cluster, persistent=True,
-                               aligned=tuple(sorted(set(srcs) - copied)))]
+                               aligned=tuple(sorted(set(srcs) - copied)),
+                               register_stores=self.gemm_config.pad)]
 
     def transposes_pay(self, params: dict, which: dict) -> Dim:
         """When transposed copies of the tensors `which` maps to their role ("a" or "b") pay:
         the product does TRANSPOSE_WORK multiply-adds per value copied or more (B's K x N
         values are each multiplied by M rows of A, A's by N columns of B, times the batch dims
-        the tensor does not have). NotWgmma where TILEC_TRANSPOSE_WORK=0 says never."""
-        work = split_k.transpose_work(TRANSPOSE_WORK)
-        if not work:
+        the tensor does not have), and the product has PAD_LEAST_TMA values. NotWgmma where
+        TILEC_TRANSPOSE_WORK=0 or TILEC_PAD_LEAST=0 says never."""
+        work, least = split_k.transpose_work(TRANSPOSE_WORK), split_k.pad_least(PAD_LEAST_TMA)
+        if not work or not least:
             raise NotWgmma()
         mm = self.ops[self.grp.members[0]]
         batch, (M, N) = numel(mm.type.shape[:-2]), mm.type.shape[-2:]
-        return functools.reduce(lambda x, y: Dim.bin("and", x, y), (
+        K = self.ops[mm.args[0]].type.shape[-1]
+        # (and a product of PAD_LEAST_TMA values, as for padded copies: gemm_variants' `work`)
+        return functools.reduce(lambda x, y: Dim.bin("and", x, y), [
+            Dim.bin("ge", batch * M * N, Dim.const(least).cdiv(K))] + [
             Dim.bin("ge", batch * (M if role == "b" else N),
                     numel(params[name].shape[:-2]) * work)
-            for name, role in which.items()))
+            for name, role in which.items()])
 
     def gemv_body(self, mm, trip, span, first, k: str, row0, col0, bn: int, threads: int, bidx,
                   batch, mma_dt, unroll: int = 1) -> tuple:
@@ -1129,8 +1135,11 @@ class GemmVariant:
     # rows start off 128-byte lines (wgmma_kernel)
     cluster: int = 0
     # ... reading the operands whose rows TMA may not address (not 16-byte multiples) through
-    # copies with padded rows, written by kernels launched before it (wgmma_kernel)
+    # copies with padded rows, written by kernels launched before it, its epilogue storing from
+    # registers (also for outputs whose rows TMA stores cannot take) (wgmma_kernel)
     pad: bool = False
+    # ... reading fp8 and tf32 operands stored MN-major through transposed copies (wgmma_kernel)
+    transpose: bool = False
 
 
 # the variant of the target's (or schedule's) GEMM kernel on padded copies of the operands whose
@@ -1425,7 +1434,8 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         bm, bn, bk, stages, consumers, pingpong, _ = wgmma_config(target, fp8)
         # (f32 operands under `precision tf32`: the 16-bit K tile's bytes, half its values)
         per_k = 2 if tf32_product(g, mm, target, sched) else 1
-        tma = GemmVariant((bm, bn, bk // per_k), 128 * (consumers + 1), stages, wgmma=True)
+        tma = GemmVariant((bm, bn, bk // per_k), 128 * (consumers + 1), stages, wgmma=True,
+                          transpose=True)
         hopper = [("_tma", None, tma)]
         waves = target.resources.wgmma_waves
         if waves and not fp8 and not pingpong:
@@ -1437,7 +1447,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
                                           wgmma=True)))
         if target.resources.wgmma_pairs and not fp8 and not pingpong and not batch:
             # where B's rows start off 128-byte lines, clusters of 2 sharing its tiles first
-            hopper.insert(0, ("_tma_pairs", None, replace(tma, cluster=2)))
+            hopper.insert(0, ("_tma_pairs", None, replace(tma, cluster=2, transpose=False)))
         if work_tma is not None:
             # where an operand's rows are not 16-byte multiples (TMA cannot read them): its copy
             # with padded rows, then the kernel above on it

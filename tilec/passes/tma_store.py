@@ -126,9 +126,9 @@ def _epilogue_stores(k: T.TileKernel, outputs: dict) -> list:
 def _stage(k: T.TileKernel, target) -> T.TileKernel:
     # (a persistent kernel: its tile's stores run beside the next tile's products; elsewhere
     # they would gain little for their shared memory)
-    # (nor where operands were padded: their rows off 16 bytes, the output's mostly are too, and
-    # the staged stores would need them on 16 bytes)
-    if not k.warp_specialize or k.pingpong or not k.persistent or k.padded:
+    # (nor in the variant for rows off 16 bytes: the output's mostly are too, and the staged
+    # stores would need them on 16 bytes)
+    if not k.warp_specialize or k.pingpong or not k.persistent or k.register_stores:
         return k
     loop = next(s for s in k.body if isinstance(s, T.For) and s.kind == "warp_specialized")
     # (a GEMM's K loop alone)
