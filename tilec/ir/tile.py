@@ -450,8 +450,8 @@ class TileKernel:
     # takes K-major operands only (fp8, tf32) reading a tensor stored the other way
     # (passes/tile.py transpose_kernel)
     transposed: tuple = ()
-    # its epilogue stores from registers, never through TMA (the variant for operands and outputs
-    # whose rows TMA cannot take: passes/tile.py GemmVariant.pad)
+    # its epilogue stores from registers, never through TMA (the variant for operands whose rows
+    # TMA cannot take, and outputs those of `_tma` cannot: passes/tile.py GemmVariant.pad)
     register_stores: bool = False
     # ((output, staging buffer), ...): the epilogue stores these outputs' whole tiles through a
     # shared staging buffer by TMA (passes/tma_store.py)

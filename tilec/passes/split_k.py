@@ -265,7 +265,7 @@ def pad_least(default: int) -> int:
 def transpose_work(default: int) -> int:
     """`TILEC_TRANSPOSE_WORK` (a count, 0 or off: never): the least multiply-adds per value
     copied for which an fp8 or tf32 GEMM operand stored MN-major is copied transposed for the
-    warp-specialized kernel (passes/tile.py, the `_tma_pad` variant), in place of tilec's, for
+    warp-specialized kernel (passes/tile.py, `_tma` and `_tma_pad`), in place of tilec's, for
     measuring on a device."""
     knob = _knob("TILEC_TRANSPOSE_WORK", "a count of multiply-adds per value copied, or 0", 1)
     if knob is None:

@@ -265,8 +265,8 @@ class GroupLowering:
         it (then the dequantized weight is rounded to it, as weight-only kernels do). fp8
         operands are f16 and bf16 values too (converted in the tile copies), and the Hopper
         kernel's wgmma multiplies them as they are: two tensors of one fp8 dtype in memory, both
-        K-major (A as stored, B a transposed view: `A @ W.T`), or either of them not, on the
-        variant of copies (which copies those transposed: wgmma_kernel)."""
+        K-major (A as stored, B a transposed view: `A @ W.T`), or either of them not, in the
+        variants that copy those transposed (GemmVariant.transpose, wgmma_kernel)."""
         def natural(oid):
             op = self.ops[oid]
             if op.kind == "cast" and not self.in_memory(oid):
@@ -543,7 +543,7 @@ class GroupLowering:
         if any(params[n].dtype not in SIXTEEN + FP8 + (("f32",) if tf32 else ()) for n in srcs):
             raise NotWgmma()
         # (fp8 and tf32: K-major operands only; an operand stored the other way is read through
-        # a transposed copy, on the variant of copies)
+        # a transposed copy, in the variants that take them: GemmVariant.transpose)
         src_of = {c.dst.buf: c.src.buf for c in copies}
         mn_major = {} if params[srcs[0]].dtype in SIXTEEN else \
             {src_of[buf]: role for buf, role, kmajor in ((gemm.a, "a", not gemm.transpose_a),
@@ -1136,7 +1136,7 @@ class GemmVariant:
     cluster: int = 0
     # ... reading the operands whose rows TMA may not address (not 16-byte multiples) through
     # copies with padded rows, written by kernels launched before it, its epilogue storing from
-    # registers (also for outputs whose rows TMA stores cannot take) (wgmma_kernel)
+    # registers (wgmma_kernel)
     pad: bool = False
     # ... reading fp8 and tf32 operands stored MN-major through transposed copies (wgmma_kernel)
     transpose: bool = False
@@ -1196,14 +1196,14 @@ def pad_operands(k: TileKernel, srcs: list, names: Names, target, assumes=(),
         off[cond] = None
     if not copies:
         raise NoVariant()
-    swapped = {}  # (the shared buffers that transposed copies fill: name -> swapped shape)
+    swapped = set()  # (the shared buffers that transposed copies fill)
 
     def read_copy(st):
         if isinstance(st, Copy) and st.src.buf in copies:
             offsets = st.src.offsets
             if st.src.buf in transposed:
                 offsets = offsets[:-2] + (offsets[-1], offsets[-2])
-                swapped[st.dst.buf] = True
+                swapped.add(st.dst.buf)
             return [replace(st, src=replace(st.src, buf=copies[st.src.buf].name, offsets=offsets))]
         return None
     body = map_stmts(k.body, read_copy)
