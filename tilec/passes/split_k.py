@@ -249,17 +249,22 @@ def wgmma_pairs(default: bool) -> bool:
     return _switch("TILEC_WGMMA_PAIRS", default)
 
 
+def _least(var: str, what: str, default: int) -> int:
+    """Knob `var`: a count of at least 1 (`what`), or 0 (off: never); `default` where unset."""
+    knob = _knob(var, f"{what}, or 0", 1)
+    if knob is None:
+        return default
+    if knob and knob[0] < 1:
+        raise error(f"{var}={knob[0]}: expected {what} of at least 1, or 0")
+    return knob[0] if knob else 0
+
+
 def pad_least(default: int) -> int:
     """`TILEC_PAD_LEAST` (a count, 0 or off: never): the least product size (batch x M x N x K)
     for which a GEMM whose operand rows are off 16 bytes copies them to padded rows for the
     warp-specialized kernel or the default one (passes/tile.py, the `_tma_pad` and `_pad`
     variants), in place of tilec's two, for measuring on a device."""
-    knob = _knob("TILEC_PAD_LEAST", "a product size (batch x M x N x K), or 0", 1)
-    if knob is None:
-        return default
-    if knob and knob[0] < 1:
-        raise error(f"TILEC_PAD_LEAST={knob[0]}: expected a product size of at least 1, or 0")
-    return knob[0] if knob else 0
+    return _least("TILEC_PAD_LEAST", "a product size (batch x M x N x K)", default)
 
 
 def transpose_work(default: int) -> int:
@@ -267,12 +272,7 @@ def transpose_work(default: int) -> int:
     copied for which an fp8 or tf32 GEMM operand stored MN-major is copied transposed for the
     warp-specialized kernel (passes/tile.py, `_tma` and `_tma_pad`), in place of tilec's, for
     measuring on a device."""
-    knob = _knob("TILEC_TRANSPOSE_WORK", "a count of multiply-adds per value copied, or 0", 1)
-    if knob is None:
-        return default
-    if knob and knob[0] < 1:
-        raise error(f"TILEC_TRANSPOSE_WORK={knob[0]}: expected a count of at least 1, or 0")
-    return knob[0] if knob else 0
+    return _least("TILEC_TRANSPOSE_WORK", "a count of multiply-adds per value copied", default)
 
 
 def wgmma_waves(default: tuple) -> tuple:
