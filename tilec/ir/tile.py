@@ -451,7 +451,7 @@ class TileKernel:
     # (passes/tile.py transpose_kernel)
     transposed: tuple = ()
     # its epilogue stores from registers, never through TMA (the variant for operands whose rows
-    # TMA cannot take, and outputs those of `_tma` cannot: passes/tile.py GemmVariant.pad)
+    # TMA cannot take, whose outputs' rows mostly are off too: passes/tile.py GemmVariant.pad)
     register_stores: bool = False
     # ((output, staging buffer), ...): the epilogue stores these outputs' whole tiles through a
     # shared staging buffer by TMA (passes/tma_store.py)

@@ -511,14 +511,17 @@ class GroupLowering:
                             extra=(replace(ws, kind="input", when=None),))
         return [partial, replace(total, part=1, name="_sum")]
 
-    def wgmma_kernel(self, grid, bvars, threads, body, swizzle) -> TileKernel:
-        """The warp-specialized GEMM kernel (resources.wgmma): both operands tile copies of 16-bit
-        tensors in memory (either of them transposed), or of fp8 ones, or of f32 ones under
-        `precision tf32` (those two K-major: A not transposed, B transposed), whose row strides
-        TMA can take (16-byte multiples: the variant's run-time condition, with every extent,
-        and the product of the leading dims of a tensor of more than 3, below 2^31 for TMA's
-        32-bit coordinates); else NotWgmma. The variant in clusters of 2 (GemmVariant.cluster)
-        adds its own: B's rows off 128-byte lines."""
+    def wgmma_kernel(self, grid, bvars, threads, body, swizzle) -> list:
+        """The warp-specialized GEMM kernel (resources.wgmma), after the kernels that write the
+        copies it reads, if any: both operands tile copies of 16-bit tensors in memory (either
+        of them transposed), or of fp8 ones, or of f32 ones under `precision tf32` (those two
+        K-major: A not transposed, B transposed; the variants of GemmVariant.transpose read an
+        operand stored the other way through a transposed copy), whose row strides TMA can take
+        (16-byte multiples: the variant's run-time condition, with every extent, and the product
+        of the leading dims of a tensor of more than 3, below 2^31 for TMA's 32-bit
+        coordinates; GemmVariant.pad reads rows off 16 bytes through padded copies); else
+        NotWgmma. The variant in clusters of 2 (GemmVariant.cluster) adds its own: B's rows off
+        128-byte lines."""
         loop = next(s for s in body if isinstance(s, For) and s.kind == "pipelined")
         *copies, gemm = loop.body
         if len(copies) != 2 or not all(isinstance(c, Copy) for c in copies) or \
@@ -551,7 +554,7 @@ class GroupLowering:
              if not kmajor}
         if mn_major and (not self.gemm_config.transpose or len(set(srcs)) < len(srcs)):
             raise NotWgmma()  # (one tensor as both operands: its copies would differ)
-        pads, need = [], None  # (need: when the variant's copies or register stores are needed)
+        pads, need = [], None  # (need: where the variant's copies are needed)
         if mn_major:
             # (with transposed copies the variant runs at every call where they pay: the other
             # operand is then read as it is, where TMA can, rather than copied at every call)
