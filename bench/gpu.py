@@ -109,6 +109,14 @@ ABI = {
     "w4a16_kmajor": ("TTT", 1, "M K N"),
     "attention": ("TTT", 1, "B H L D S"),
     "causal_attention": ("TTT", 1, "B H L D"),
+    "swiglu": ("TTT", 1, "T D F"),
+    "linear_residual_tanh": ("TTTTf", 1, "M K N"),
+    "gemm_logsumexp": ("TT", 1, "M K N"),
+    "lm_head": ("TT", 1, "M K N"),
+    "bmm_bias_gelu": ("TTT", 1, "G L D S"),
+    "layernorm_bf16": ("TTT", 1, "R C"),
+    "col_softmax_f16": ("T", 1, "R C"),
+    "sum_mid": ("T", 1, "B L D"),
 }
 
 
@@ -1110,12 +1118,139 @@ def case_attention(bench: Bench) -> None:
             attention_one(bench, *shape[:3], D, False, goal=False)
 
 
+# ----------------------------------------------------------------------------- model layers, fusions
+
+def swiglu_eager(X, Wg, Wu):
+    return F.silu(F.linear(X, Wg)) * F.linear(X, Wu)
+
+
+def residual_tanh_eager(X, W, b, R, s):
+    return torch.tanh(F.linear(X, W, b) * s) + R
+
+
+def logsumexp_eager(X, W):
+    return torch.logsumexp(F.linear(X, W).float(), -1)
+
+
+def bmm_gelu_eager(A, B, bias):
+    return F.gelu(torch.bmm(A, B) + bias, approximate="tanh")
+
+
+def layernorm_eager(X, g, b):
+    return F.layer_norm(X, (X.shape[-1],), g, b, 1e-5)
+
+
+def col_softmax_eager(X):
+    return torch.softmax(X, 0)
+
+
+def sum_mid_eager(X):
+    return X.sum(1)
+
+
+def discard(fn: Callable) -> Callable[[], None]:
+    """fn, its result dropped."""
+    def call() -> None:
+        fn()
+    return call
+
+
+def fusion_one(bench: Bench, kernel: str, fn: Callable, inputs: tuple, dims: tuple, size: str,
+               work: Work, bound: tuple[str, Callable] | None = None) -> None:
+    """tilec's `kernel` against eager `fn` (the reference computed by fn in f32) and torch.compile, and
+    against `bound`: the part of the program a library does in one call (the product alone), which a
+    fused kernel can at best match; each on rotated copies of the operands."""
+    ref = fn(*(x.float() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs))
+    out = fn(*inputs)
+    ref = ref.to(out.dtype)
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    n = n_copies(sum(t.nbytes for t in tensors) + out.nbytes, bench.l2, bench.args.copies)
+    sets = []
+    for c in copies_of(n, *tensors):
+        it = iter(c)
+        args = tuple(next(it) if isinstance(x, torch.Tensor) else x for x in inputs)
+        sets.append((args, torch.empty_like(out)))
+    tol = max(TOL.get(out.dtype, 1e-2), TOL.get(tensors[0].dtype, 1e-2))
+    tc = bench.tilec_entry(kernel, lambda k: [k.bind(list(a), [o], dims) for a, o in sets], [ref], tol)
+    eager = bench.peer("eager", lambda: rotate([functools.partial(fn, *a) for a, _ in sets]))
+    peers = [eager, bench.compiled(fn, [a for a, _ in sets])]
+    if bound:  # (its result is part of the program's: not compared with the reference)
+        label, make = bound
+        peers.append(bench.peer(label, lambda: rotate([discard(make(*a)) for a, _ in sets])))
+    bench.compare(f"{size}{rot(n)}", work, [tc, *peers], {}, ref)
+
+
+def case_fusions(bench: Bench) -> None:
+    """Model layers and KernelBench-style fusions written as a user would, none with a schedule (no
+    goal: how tilec does on programs that are not its own samples)."""
+    q = bench.args.quick
+    T, D, Fh = (1024, 4096, 11008) if q else (4096, 4096, 11008)
+    bench.section("fusions", f"bf16 swiglu: silu(X @ Wg.T) * (X @ Wu.T), T={T} D={D} F={Fh}")
+    X = randn(T, D, dtype=BF16, scale=0.5)
+    Wg, Wu = randn(Fh, D, dtype=BF16, scale=0.03), randn(Fh, D, dtype=BF16, scale=0.03)
+    Wgu = torch.cat([Wg, Wu])  # both weights in one [2F, D]: the two products as one cuBLAS call
+    fusion_one(bench, "swiglu", swiglu_eager, (X, Wg, Wu), (T, D, Fh), f"T={T} D={D} F={Fh}",
+               Work(flops=2 * 2 * T * D * Fh),
+               ("cuBLAS X @ [Wg; Wu].T (one GEMM)", lambda x, g, u: functools.partial(F.linear, x, Wgu)))
+
+    M = K = N = 2048 if q else 4096
+    bench.section("fusions", f"f16 tanh((X @ W.T + b) * s) + R, M=K=N={M}")
+    X, W, b, R = randn(M, K, scale=0.5), randn(N, K, scale=0.03), randn(N), randn(M, N)
+    fusion_one(bench, "linear_residual_tanh", residual_tanh_eager, (X, W, b, R, 0.7), (M, K, N),
+               f"f16 {M}^3", Work(flops=2 * M * N * K),
+               ("cuBLAS F.linear", lambda x, w, b_, r, s: functools.partial(F.linear, x, w, b_)))
+
+    bench.section("fusions", f"f16 logsumexp(X @ W.T, -1), M=K=N={M}")
+    X, W = randn(M, K, scale=0.5), randn(N, K, scale=0.03)
+    fusion_one(bench, "gemm_logsumexp", logsumexp_eager, (X, W), (M, K, N), f"f16 {M}^3",
+               Work(flops=2 * M * N * K), ("cuBLAS F.linear", lambda x, w: functools.partial(F.linear, x, w)))
+
+    M, K, N = (1024 if q else 4096), 768, 50257
+    bench.section("fusions", f"f16 LM head X @ W.T, M={M} K={K} N={N}")
+    X, W = randn(M, K, scale=0.5), randn(N, K, scale=0.03)
+    fusion_one(bench, "lm_head", F.linear, (X, W), (M, K, N), f"f16 M={M} K={K} N={N}",
+               Work(flops=2 * M * N * K))
+
+    G, L, Dd, S = (8 if q else 32), 1024, 1024, 1024
+    bench.section("fusions", f"f16 gelu_tanh(A @ B + bias), batched, G={G} L={L} D={Dd} S={S}")
+    A, B, bias = randn(G, L, Dd, scale=0.5), randn(G, Dd, S, scale=0.03), randn(S)
+    fusion_one(bench, "bmm_bias_gelu", bmm_gelu_eager, (A, B, bias), (G, L, Dd, S), f"f16 G={G} {L}^3",
+               Work(flops=2 * G * L * Dd * S),
+               ("cuBLAS torch.bmm", lambda a, b_, c: functools.partial(torch.bmm, a, b_)))
+
+    R, C = rows_cols(bench)
+    bench.section("fusions", f"bf16 LayerNorm (affine), {R}x{C}")
+    X, g, b = randn(R, C, dtype=BF16), (1 + 0.1 * randn(C, dtype=BF16)), randn(C, dtype=BF16, scale=0.1)
+    fusion_one(bench, "layernorm_bf16", layernorm_eager, (X, g, b), (R, C), f"bf16 {R}x{C}",
+               Work(bytes=2 * X.nbytes))
+
+
+
+def case_columns(bench: Bench) -> None:
+    """Reductions that keep the innermost axis (column reductions): a softmax down the columns
+    and a sum over a middle axis, against eager PyTorch, torch.compile and the copy ceiling (no
+    goal)."""
+    q = bench.args.quick
+    R, C = (4096, 4096) if q else (8192, 8192)
+    bench.section("columns", f"f16 softmax(X, axis=0), {R}x{C}")
+    X = randn(R, C, scale=2.0)
+    fusion_one(bench, "col_softmax_f16", col_softmax_eager, (X,), (R, C), f"f16 {R}x{C}",
+               Work(bytes=2 * X.nbytes))
+
+    B, L, D = (4, 1024, 4096) if q else (8, 2048, 4096)
+    bench.section("columns", f"f32 sum(X, axis=1), B={B} L={L} D={D}")
+    X = randn(B, L, D, dtype=torch.float32)
+    fusion_one(bench, "sum_mid", sum_mid_eager, (X,), (B, L, D), f"f32 {B}x{L}x{D}",
+               Work(bytes=X.nbytes + B * D * 4))
+
+
 CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32, "f32": case_f32,
          "odd": case_odd, "epilogue": case_epilogue, "linear": case_linear, "linear3": case_linear3,
          "decode": case_decode,
          "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16,
-         "w4a16_kmajor": case_w4a16_kmajor, "attention": case_attention}
+         "w4a16_kmajor": case_w4a16_kmajor, "attention": case_attention, "fusions": case_fusions,
+         "columns": case_columns}
 
 
 # ----------------------------------------------------------------------------- main
