@@ -219,6 +219,39 @@ def test_vector_layout_formulas_deal_each_vector_to_one_thread(shape):
     assert sorted(seen) == list(range(rows * cols // vec))
 
 
+ONE_D = """
+kernel twice(X: f32[R, C]) -> s: f32[C]:
+    with grid(cdiv(C, 32), threads=128) as (bx):
+        acc = fragment(f32, [32])
+        for j in parallel(32):
+            if bx * 32 + j < C:
+                acc[j] = X[0, bx * 32 + j] * 2.0
+        for j in parallel(32):
+            if bx * 32 + j < C:
+                s[bx * 32 + j] = acc[j]
+"""
+
+
+def test_a_one_d_fragment_of_a_one_d_loop_holds_every_element():
+    """A 1-D fragment that no loop reads as row values, filled by a loop over its elements, is
+    dealt to the threads as its loop is (it once took the row-value layout, and every thread
+    computed element 0 only)."""
+    from tilec.ir.layout import VecLayout
+    _, _, m = compile_text(ONE_D, "oned.tile", "cuda", options=SM90)
+    (k,) = m.programs[0].kernels
+    (acc,) = [a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)]
+    assert isinstance(acc.layout, VecLayout) and acc.layout.cols == 32
+    loops = [s for s in T.walk_stmts(k.body) if isinstance(s, T.For)]
+    assert loops and all(lp.by == acc.layout for lp in loops)
+
+
+@pytest.mark.gpu
+def test_a_one_d_fragment_of_a_one_d_loop_on_gpu():
+    need_gpu()
+    for dims in (dict(R=2, C=70), dict(R=1, C=1)):
+        check_text(ONE_D, dims, name="oned.tile", target="cuda", options=GPU_OPTIONS)
+
+
 def test_an_if_test_loses_only_parentheses_that_enclose_all_of_it():
     from tilec.targets.cstyle import unwrapped
     assert unwrapped("(a < 0 || b < 0)") == "a < 0 || b < 0"

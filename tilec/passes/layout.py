@@ -234,7 +234,12 @@ class Assign:
         self.propagate()
         for f in sorted(self.frags):
             if f not in self.lay:
-                self.set(f, VecRows(self.threads))
+                # a 1-D fragment no loop reads as row values: its elements dealt to the threads
+                # as a loop over them deals its iterations (a fragment of one value: every
+                # thread holds it)
+                (n, *rest) = self.shape(f)
+                one_d = not rest and n is not None and n > 1
+                self.set(f, self.vec_layout(1, n) if one_d else VecRows(self.threads))
         self.propagate()
         for loop in self.loops:
             if id(loop) not in self.by:
