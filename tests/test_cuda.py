@@ -219,6 +219,30 @@ def test_vector_layout_formulas_deal_each_vector_to_one_thread(shape):
     assert sorted(seen) == list(range(rows * cols // vec))
 
 
+@pytest.mark.parametrize("shape", [(128, 64, 256, 8), (64, 32, 128, 4), (4, 64, 32, 8), (32, 8, 32, 1)],
+                         ids=lambda x: "x".join(map(str, x)))
+def test_column_layout_formulas_give_each_thread_its_columns_in_every_group(shape):
+    """VecCols of a VecLayout tile: every group of a thread covers the same columns (the
+    thread's slot v is column col0 + v in all of them), and the threads holding a column are
+    the tile's rows, per_row apart: what block_col_allreduce's shuffles and warps combine."""
+    from tilec.ir.layout import VecLayout
+    rows, cols, threads, vec = shape
+    L = VecLayout(rows, cols, threads, vec)
+    C = L.cols_layout()
+    assert C is not None and C.slots() == vec and C.per_row == cols // vec
+    holders = {}
+    for tid in range(threads):
+        env = {"tilec_tid": tid}
+        firsts = {eval(L.col0(str(q)).replace("/", "//"), {}, env) for q in range(L.groups())}
+        assert len(firsts) == 1, tid
+        holders.setdefault(firsts.pop(), set()).add(tid)
+    assert sorted(holders) == list(range(0, cols, vec))
+    for c, tids in holders.items():
+        assert tids == set(range(c // vec, threads, C.per_row)), c
+    # groups that move along the columns have no column layout
+    assert VecLayout(1, 1024, 256, 2).cols_layout() is None
+
+
 ONE_D = """
 kernel twice(X: f32[R, C]) -> s: f32[C]:
     with grid(cdiv(C, 32), threads=128) as (bx):

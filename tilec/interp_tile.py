@@ -64,6 +64,9 @@ class KernelRun:
         self.at = k.loc  # where the statement being run was written (its errors point there)
         self.owner: dict = {}  # tensor -> the block that last wrote each element (-1: none)
         self.points: list = []  # the blocks run so far, by their index in `owner`
+        # buffers whose threads' partial values an `allreduce` combines (the tile pass's column
+        # reductions): their reduction stores accumulate over the loop's iterations
+        self.combined = {s.buf for s in T.walk_stmts(k.body) if isinstance(s, T.Allreduce)}
 
     # ---- driver
     def run(self):
@@ -219,7 +222,31 @@ class KernelRun:
         self.bufs[s.dst][...] = wrap(f(quantize(self.bufs[s.src], dt), axis=s.axis), dt)
         self.defined[s.dst][...] = self.defined[s.src].all(axis=s.axis)
 
+    def st_Allreduce(self, s: T.Allreduce, ctx):
+        """Nothing to do: a block's iterations accumulated into one buffer (st_Store)."""
+
+    def accumulate(self, s: T.Store, ctx) -> bool:
+        """A reduction store `b[idx] = combine(b[idx], x)` into a buffer an allreduce combines:
+        every iteration that runs combines its x in (iterations that share an element: a
+        column reduction's rows), as the threads' partials and the allreduce do together."""
+        v = s.value
+        if not (s.buf in self.combined and isinstance(v, T.Binary) and
+                v.fn in ("add", "maximum", "minimum") and isinstance(v.a, T.Load) and
+                v.a.buf == s.buf and v.a.idx == s.idx):
+            return False
+        dtype, arr = self.allocs[s.buf].dtype, self.bufs[s.buf]
+        shape = ctx.space
+        act = np.ones(shape, bool) if ctx.mask is None else np.broadcast_to(ctx.mask, shape)
+        idx = tuple(np.broadcast_to(self.ev(i, ctx), shape)[act].astype(np.int64) for i in s.idx)
+        self.check_bounds(s.buf, arr, list(idx), "writes")
+        x = np.broadcast_to(quantize(self.ev(v.b, ctx), dtype), shape)[act]
+        {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}[v.fn].at(arr, idx, x)
+        arr[...] = quantize(arr, dtype)
+        return True
+
     def st_Store(self, s: T.Store, ctx):
+        if self.accumulate(s, ctx):
+            return
         dtype = self.allocs[s.buf].dtype if s.buf in self.bufs else self.decls[s.buf].dtype
         arr = self.array(s.buf)
         val = quantize(self.ev(s.value, ctx), dtype)

@@ -213,9 +213,53 @@ class VecLayout:
     def row_slot(self, q: str) -> str:
         return "0"
 
+    def cols_layout(self) -> VecCols | None:
+        """The column values' layout (a 1-D fragment read at the column index): where every
+        group of a thread has the same columns, the thread holds their `vec` values; None
+        otherwise (a streamed row, groups that move along the columns)."""
+        if self.cols is None:
+            return None
+        per_row = self.cols // self.vec
+        if self.threads % per_row or (self.rows * per_row) % self.threads:
+            return None
+        return VecCols(self)
+
     def __str__(self):
         cols = "streamed" if self.cols is None else f"{self.slots()} registers"
         return f"vec(threads {self.threads}, {self.vec} columns per access, {cols})"
+
+
+@dataclass(frozen=True)
+class VecCols:
+    """The columns of a VecLayout tile whose threads keep their columns in every group (a column
+    reduction's tile: rows of the reduced axis, columns of the kept one): a thread holds the
+    values of its vector's `vec` columns, and the threads on the tile's other rows (the
+    thread's replicas, `threads / (cols / vec)` of them, `cols / vec` apart) hold the same
+    columns' values (per-thread partials, combined by `allreduce`)."""
+
+    tile: VecLayout
+
+    @property
+    def vec(self) -> int:
+        return self.tile.vec
+
+    @property
+    def per_row(self) -> int:
+        """Threads across a row of the tile (the replicas of a column are this many apart)."""
+        return self.tile.cols // self.tile.vec
+
+    def groups(self) -> int:
+        return 1
+
+    def slots(self) -> int:
+        return self.tile.vec
+
+    def leader(self) -> str:
+        return f"tilec_tid < {self.per_row}"
+
+    def __str__(self):
+        return (f"column values ({self.vec} per thread, {self.tile.threads // self.per_row} "
+                f"replicas {self.per_row} threads apart)")
 
 
 @dataclass(frozen=True)

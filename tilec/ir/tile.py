@@ -351,6 +351,7 @@ class Allreduce:
 
     fn: str
     buf: str
+    loc: object = field(default=None, compare=False)  # hand-written: where, for errors
 
 
 @dataclass(frozen=True, slots=True)

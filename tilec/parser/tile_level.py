@@ -250,7 +250,7 @@ class TileBuilder:
     def call_stmt(self, c: ast.Call) -> list:
         f = c.func
         if self.par and f in ("clear", "fill", "copy", "gemm", "reduce", "swizzle", "gemv_mma",
-                                   "gemv_mma_kmajor"):
+                                   "gemv_mma_kmajor", "allreduce"):
             raise error(f"{f}() works on whole tiles: it runs at block level, not inside a "
                         "parallel loop", c.loc)
         if f in ("clear", "fill"):
@@ -269,11 +269,14 @@ class TileBuilder:
             return [self.gemm(c)]
         if f == "reduce":
             return [self.reduce(c)]
+        if f == "allreduce":
+            return [self.allreduce(c)]
         if f in ("gemv_mma", "gemv_mma_kmajor"):
             return [self.gemv_mma(c, f == "gemv_mma_kmajor")]
         if f == "swizzle":
             raise error("swizzle() must be the first statement of the grid block", c.loc)
-        raise error(f"'{f}' is not a tile operation (clear, fill, copy, gemm, reduce)", c.loc)
+        raise error(f"'{f}' is not a tile operation (clear, fill, copy, gemm, reduce, allreduce)",
+                    c.loc)
 
     def buffer(self, e, read: bool = False) -> T.Alloc:
         if not isinstance(e, ast.Name):
@@ -460,6 +463,20 @@ class TileBuilder:
         self.written.add(dst.name)
         return T.GemvMma(*names, dst.name, kw["zero"], kw["group"],
                          (kw["row"], kw["first"], kw["rows"], kw["col0"]), kmajor)
+
+    def allreduce(self, c: ast.Call) -> T.Allreduce:
+        """`allreduce(op, buf)`: the values a parallel loop's reduction stores accumulated into
+        fragment `buf` (each thread holds a part) combined, so that every thread holds them."""
+        if len(c.args) != 2 or c.kwargs:
+            raise error("allreduce() takes an operation (sum, max, min) and a fragment", c.loc)
+        op = c.args[0]
+        if not (isinstance(op, ast.Name) and op.id in ("sum", "max", "min")):
+            raise error("the reduction is sum, max or min", op.loc)
+        b = self.buffer(c.args[1], read=True)
+        if b.scope == "shared" or len(b.shape) != 1:
+            raise error(f"allreduce() combines a 1-D fragment; '{b.name}' is a "
+                        f"{len(b.shape)}-D {b.scope} buffer", c.args[1].loc)
+        return T.Allreduce(op.id, b.name, loc=c.loc)
 
     def reduce(self, c: ast.Call) -> T.Reduce:
         if len(c.args) != 3:

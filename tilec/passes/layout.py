@@ -7,7 +7,10 @@ it touches (`by=`), so each thread runs exactly the iterations whose registers i
   only; otherwise the warp grid that makes warp tiles squarest.
 * A fragment written or read at [i, j] in a loop with a laid-out fragment takes its layout; a
   1-D fragment read at [i] there takes the matching row layout (the threads that share a row each
-  hold its value: per-thread partials, combined by `allreduce`).
+  hold its value: per-thread partials, combined by `allreduce`), and one read at [j] in a loop
+  over a vector tile the matching column layout (a column reduction's values: the threads on
+  the tile's rows each hold partials of their columns); a loop that reads column values takes
+  their tile.
 * The remaining 2-D fragments (row kernels' cached rows) and loops that touch no fragment get a
   vector layout: 16-byte vectors of columns dealt round-robin to the threads; a run-time column
   extent (a streamed row) is walked in a loop.
@@ -23,7 +26,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from ..ir.layout import MmaLayout, SharedLayout, VecLayout, VecRows, WgmmaLayout, warp_grids
+from ..ir.layout import MmaLayout, MmaRows, SharedLayout, VecCols, VecLayout, VecRows, WgmmaLayout, warp_grids
 from ..ir.types import DTYPES, PACKED
 from . import split_k
 from .rewrite import loads_in, map_stmts, multiple_of, stores_in
@@ -155,6 +158,9 @@ class Assign:
                 L = self.by.get(id(loop))
                 if L is None:
                     L = next((self.lay[b] for b, idx in acc if idx == full and b in self.lay), None)
+                if L is None:  # column values read at [j]: the loop over their tile
+                    L = next((self.lay[b].tile for b, idx in acc if len(full) == 2 and
+                              idx == full[1:] and isinstance(self.lay.get(b), VecCols)), None)
                 if L is None:
                     continue
                 changed |= self.by.get(id(loop)) is None
@@ -165,6 +171,9 @@ class Assign:
                     elif len(loop.vars) == 2 and idx == full[:1] and hasattr(L, "rows_layout") \
                             and L.rows_layout() is not None:
                         changed |= self.set(b, L.rows_layout())
+                    elif len(loop.vars) == 2 and idx == full[1:] and hasattr(L, "cols_layout") \
+                            and L.cols_layout() is not None:
+                        changed |= self.set(b, L.cols_layout())
                     else:
                         raise T.Unsupported(
                             f"fragment {b} is read at [{', '.join(map(T.fmt, idx))}] in a loop "
@@ -231,7 +240,9 @@ class Assign:
                     raise AssertionError(f"parallel loop over ({', '.join(loop.vars)}) has a "
                                          "run-time extent it cannot split")
                 self.by[id(loop)] = self.vec_layout(rows, cols, self.loop_vmax(loop))
-        self.propagate()
+                # (the fragments it lays out decide the layouts of the loops left that read them:
+                # a column reduction's loops all take its first loop's tile)
+                self.propagate()
         for f in sorted(self.frags):
             if f not in self.lay:
                 # a 1-D fragment no loop reads as row values: its elements dealt to the threads
@@ -250,6 +261,11 @@ class Assign:
                     raise T.Unsupported(f"shared tile {name} has one axis; GPU targets lay out "
                                         "2-D shared tiles (make it [1, n], or a fragment)")
                 self.lay[name] = self.shared_layout(a, gemms)
+        for st in T.walk_stmts(self.k.body):
+            if isinstance(st, T.Allreduce) and not self.combinable(self.lay.get(st.buf)):
+                raise T.Unsupported(f"allreduce() combines a fragment's row values (read at [i] "
+                                    f"in a loop over (i, j)) or column values (at [j]); "
+                                    f"{st.buf} is laid out {self.lay.get(st.buf)}", st.loc)
         if self.k.pingpong and any(not isinstance(L, WgmmaLayout) for L in self.by.values()):
             # (tilec_tid counts both consumer warpgroups: a vector layout of one would be wrong)
             raise AssertionError(f"{self.k.name}: a ping-pong kernel's loops must be split by its "
@@ -272,6 +288,12 @@ class Assign:
                 st = replace(st, body=self._set_by(st.body), orelse=self._set_by(st.orelse))
             out.append(st)
         return tuple(out)
+
+    @staticmethod
+    def combinable(L) -> bool:
+        """Whether `allreduce` takes a fragment laid out `L` (row values of one warp's rows, or
+        of a vector tile, or its column values)."""
+        return isinstance(L, (VecRows, VecCols)) or (isinstance(L, MmaRows) and L.warps_n == 1)
 
     def shared_layout(self, a: T.Alloc, gemms) -> SharedLayout:
         rows, cols = self.shape(a.name)[-2:]

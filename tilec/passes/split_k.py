@@ -249,6 +249,19 @@ def wgmma_pairs(default: bool) -> bool:
     return _switch("TILEC_WGMMA_PAIRS", default)
 
 
+def col_reduce(default: tuple) -> tuple | None:
+    """`TILEC_COL_REDUCE` ("threads,groups", e.g. 512,4; 0: off): the block of a column
+    reduction (tile.py lower_col_reduce) and the 16-byte vectors each thread reads per sweep
+    step; off, such reductions run as row kernels of the transposed view (for measuring)."""
+    knob = _knob("TILEC_COL_REDUCE", "threads,groups (or 0)", 2)
+    if knob is None:
+        return default
+    if knob and (knob[0] % 32 or not 32 <= knob[0] <= 1024 or knob[1] < 1):
+        raise error(f"TILEC_COL_REDUCE={','.join(map(str, knob))}: expected threads (a multiple "
+                    "of 32, at most 1024) and groups of at least 1")
+    return knob or None
+
+
 def _least(var: str, what: str, default: int) -> int:
     """Knob `var`: a count of at least 1 (`what`), or 0 (off: never); `default` where unset."""
     knob = _knob(var, f"{what}, or 0", 1)

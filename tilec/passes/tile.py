@@ -49,6 +49,7 @@ from ..ir.types import (
 )
 from . import merge_rows, split_k
 from .fuse import Fuser, fusion_plan, is_squeeze
+from .lower_reductions import identity, reduction_store
 from .rewrite import loads_in, map_expr, map_exprs, map_stmts
 from .signs import nonpositive
 from .tma_store import tma_conditions
@@ -62,6 +63,15 @@ NEG_INF = T.Const(-math.inf, "f32")
 # 0.130 against 0.161. TILEC_PAD_LEAST sets both, for measuring
 PAD_LEAST_TMA = 2 ** 24
 PAD_LEAST = 2 ** 30
+# a reduction that keeps the innermost axis runs on blocks of columns where that axis (with the
+# kept axes after the last reduced one) has at least this many values or a run-time extent
+# (lower_col_reduce); fewer, and the row kernel's strided reads cover whole lines
+COL_REDUCE_LEAST = 8
+# its block: threads, and the 16-byte vectors each reads per step of the sweep over the rows
+# (measured on an H100, docs/PERFORMANCE.md: f16 softmax over axis 0 of 8192 x 8192, 128 blocks,
+# 0.532 / 0.313 / 0.237 ms on 256 / 512 / 1024 threads, 8 vectors no faster than 4; an f32 sum
+# over the middle axis of 8 x 2048 x 4096, 1024 blocks, 0.105 / 0.104 / 0.127 ms)
+COL_REDUCE_BLOCK = (512, 4)
 # attention's online softmax: a row's max is renewed only when its scores exceed it by more than
 # a factor of 2^RESCALE_LOG2 in exp (lower_attention)
 RESCALE_LOG2 = 8.0
@@ -778,6 +788,8 @@ class GroupLowering:
 
     def lower_reduce(self) -> TileKernel:
         S, axes = self.grp.domain, self.grp.axes
+        if self.columns_pay():
+            return self.lower_col_reduce()
         kept = [d for a, d in enumerate(S) if a not in axes]
         red = [d for a, d in enumerate(S) if a in axes]
         rows, cols = numel(kept), numel(red)
@@ -850,6 +862,121 @@ class GroupLowering:
                            self.sched.threads or self.target.resources.row_threads,
                            body, f"row reduction over axes {tuple(axes)}",
                            auto_threads=not self.sched.threads)
+
+    def columns_pay(self) -> bool:
+        """Whether this reduction runs on blocks of columns (lower_col_reduce): the target
+        takes them, the innermost axis is kept and is not a known handful of values (there the
+        row kernel's strided reads cover whole lines too)."""
+        S, axes = self.grp.domain, self.grp.axes
+        if not (self.target.resources.col_reduce and S and len(S) - 1 not in axes and
+                split_k.col_reduce(COL_REDUCE_BLOCK)):
+            return False
+        inner = numel(S[max(axes) + 1:])
+        return inner.op != "const" or inner.args[0] >= COL_REDUCE_LEAST
+
+    def lower_col_reduce(self) -> TileKernel:
+        """A reduction that keeps the innermost axis, on blocks of columns: a block owns BC
+        consecutive values of the axes after the last reduced one (one 128-byte line of each
+        row) for one position of the kept axes before it, and sweeps the reduced rows RB at a
+        time; its threads split a [RB, BC] tile, 16 bytes each, so every row is read whole and
+        each thread accumulates its columns' partials, which `allreduce` combines. Each
+        reduction is its own sweep, and the full-shaped outputs one more: the rows are read again
+        (from L2 where they still are) instead of held, since a column's rows need not fit."""
+        S, axes = self.grp.domain, self.grp.axes
+        last = max(axes)
+        red = [S[a] for a in axes]
+        inner_axes = range(last + 1, len(S))
+        outer_axes = [a for a in range(last) if a not in axes]
+        R, Ci = numel(red), numel([S[a] for a in inner_axes])
+        Po = numel([S[a] for a in outer_axes])
+        # 16 bytes of the widest value read or written per access, 8 threads across a row
+        widest = max(itemsize_bits(self.ops[o].type.dtype) for o in
+                     list(self.grp.reads) + list(self.grp.outputs))
+        vec = max(16 * 8 // max(widest, 8), 1)
+        per_row = 8
+        bc = vec * per_row
+        threads, groups = split_k.col_reduce(COL_REDUCE_BLOCK)
+        threads = self.sched.threads or threads
+        # rows per sweep step: `groups` vectors per thread in flight, fewer where the rows are few
+        rb = groups * threads // per_row
+        if R.op == "const":
+            while rb > per_row and rb // 2 >= R.args[0] and rb * per_row // 2 >= 32:
+                rb //= 2
+            threads = min(threads, rb * per_row)
+        bx, by, r0 = (self.names.fresh(n) for n in ("bx", "by", "r0"))
+        i, j = self.names.fresh("i"), self.names.fresh("j")
+        vi, vj = T.Var(i), T.Var(j)
+        r = iadd(imul(T.Var(r0), iconst(rb)), vi)
+        c = iadd(imul(T.Var(bx), iconst(bc)), vj)
+        ridx, cidx = decompose(r, red), decompose(c, [S[a] for a in inner_axes])
+        pidx = decompose(T.Var(by), [S[a] for a in outer_axes])
+        full, ri, ci, pi = [], iter(ridx), iter(cidx), iter(pidx)
+        for a in range(len(S)):
+            full.append(next(ri) if a in axes else next(ci) if a > last else next(pi))
+        full = tuple(full)
+        keep_idx = tuple(iconst(0) if a in axes else x for a, x in enumerate(full))
+        drop_idx = tuple(x for a, x in enumerate(full) if a not in axes)
+        keep_shape = tuple(Dim.const(1) if a in axes else d for a, d in enumerate(S))
+        row_ok, col_ok = ilt(r, dim_to_expr(R)), ilt(c, dim_to_expr(Ci))
+        RB, BC = iconst(rb), iconst(bc)
+
+        def tile(body, guard):  # one [RB, BC] step of the block's tile
+            return For((i, j), (RB, BC), "parallel", (If(guard, tuple(body)),))
+
+        def sweep(body):  # the reduced rows, RB at a time
+            return For((r0,), (dim_to_expr(R.cdiv(rb)),), "range",
+                       (tile(body, land(row_ok, col_ok)),))
+        body = []
+        # reductions that read none of each other's results share one sweep (a sum and a max of
+        # the same rows); one that reads a pending result starts the next
+        pending: list = []  # (accumulator, fn, its reduction store)
+
+        def flush():
+            if pending:
+                body.extend(Alloc(acc, "fragment", dts[acc], (BC,)) for acc, _, _ in pending)
+                body.extend(Fill(acc, identity(fn, dts[acc])) for acc, fn, _ in pending)
+                body.append(sweep([st for _, _, st in pending]))
+                body.extend(T.Allreduce(fn, acc) for acc, fn, _ in pending)
+                pending.clear()
+
+        def reads_pending(e) -> bool:
+            names = {acc for acc, _, _ in pending}
+            return any(isinstance(x, T.Load) and x.buf in names for x in T.walk_exprs(e))
+        dts: dict = {}
+        users = self.g.users()
+        outs = set(self.grp.outputs)
+        for m in self.grp.members:
+            op = self.ops[m]
+            if op.kind == "reduce" and not is_squeeze(op, self.ops):
+                fn, dt = op.attr("fn"), widened(op.type.dtype)
+                acc = self.names.fresh("col_" + fn)
+                src = self.value(op.args[0], full)
+                if reads_pending(src):
+                    flush()
+                dts[acc] = dt
+                pending.append((acc, fn, reduction_store(fn, acc, dt, (vj,), src)))
+                self.on_chip(m, [keep_idx, drop_idx], self.cast(T.Load(acc, (vj,), dt), op.type.dtype))
+            elif op.type.shape != S and (m in outs or any(u in self.members and
+                                                          self.ops[u].type.shape == S for u in users[m])):
+                # a value per column, computed by every thread that holds the column
+                flush()
+                buf, dt = self.names.fresh("v"), widened(op.type.dtype)
+                at = keep_idx if op.type.shape == keep_shape else drop_idx
+                body += [Alloc(buf, "fragment", dt, (BC,)),
+                         tile([Store(buf, (vj,), self.cast(self.value(m, at), dt))], col_ok)]
+                self.on_chip(m, [keep_idx, drop_idx], T.Load(buf, (vj,), dt))
+        flush()
+        row_outs = [o for o in self.grp.outputs if self.ops[o].type.shape == S]
+        if row_outs:
+            body.append(sweep(self.store_outputs(row_outs, full, None)))
+        for o in self.grp.outputs:  # the values per column: stored by the tile's first row
+            if self.ops[o].type.shape != S:
+                at = keep_idx if self.ops[o].type.shape == keep_shape else drop_idx
+                body.append(tile(self.store_outputs([o], at, None), land(ilt(vi, iconst(1)), col_ok)))
+        grid, bvars = [dim_to_expr(Ci.cdiv(bc))], [bx]
+        if any(S[a] != Dim.const(1) for a in outer_axes):
+            grid, bvars = grid + [dim_to_expr(Po)], bvars + [by]
+        return self.kernel(grid, bvars, threads, body, f"column reduction over axes {tuple(axes)}")
 
     def lower_attention(self) -> TileKernel:
         role = dict(self.grp.roles)

@@ -18,7 +18,7 @@ import tempfile
 
 from ..diagnostics import TilecError
 from ..ir import tile as T
-from ..ir.layout import VecRows
+from ..ir.layout import VecCols, VecRows
 from ..ir.layout_mfma import MfmaLayout, MfmaRows
 from ..passes import (
     barriers,
@@ -91,6 +91,9 @@ class HipRenderer(CudaRenderer):
         elif isinstance(a.layout, VecRows):  # scratch in the kernel's LDS array (hip_kernel)
             self.emit(f"{cname(s.buf)}[0] = tilec::block_allreduce<{op}, {self.k.threads}>"
                       f"({cname(s.buf)}[0], tilec_red);", depth)
+        elif isinstance(a.layout, VecCols):
+            self.emit(f"tilec::block_col_allreduce<{op}, {self.k.threads}, {a.layout.per_row}>"
+                      f"({cname(s.buf)}, tilec_red);", depth)
         else:
             raise AssertionError(f"allreduce of {s.buf} with layout {a.layout}")
 
@@ -128,7 +131,7 @@ def hip_kernel(k: T.TileKernel, symbols, target) -> dict:
     ctx = render_kernel(k, symbols, target, HipRenderer)
     lds = ctx["smem"]
     if any("tilec_red" in line for line in ctx["body"]):
-        lds += REDUCE_SCRATCH * (k.threads // target.resources.warp)
+        lds += reduce_scratch(k, target.resources.warp)
     if lds > target.resources.tile_memory:
         return too_big(ctx, k, lds, target.resources.tile_memory)
     decl = []
@@ -141,6 +144,19 @@ def hip_kernel(k: T.TileKernel, symbols, target) -> dict:
     ctx.update(bounds=str(k.threads), launch=launch_lines(k, 0, ctx["args"]), smem_decl=decl,
                lds=lds)
     return ctx
+
+
+def reduce_scratch(k: T.TileKernel, wave: int) -> int:
+    """Bytes of LDS scratch the kernel's block-wide reductions take: 8 per wave for row values,
+    8 per wave and column for column values (block_col_allreduce)."""
+    waves = k.threads // wave
+    need = REDUCE_SCRATCH * waves
+    allocs = {a.name: a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
+    for st in T.walk_stmts(k.body):
+        if isinstance(st, T.Allreduce) and isinstance(allocs[st.buf].layout, VecCols):
+            L = allocs[st.buf].layout
+            need = max(need, REDUCE_SCRATCH * waves * L.per_row * L.vec)
+    return need
 
 
 def too_big(ctx: dict, k: T.TileKernel, lds: int, limit: int) -> dict:
@@ -250,7 +266,7 @@ HIP = Target(
         dtypes=tuple(d for d in ALL_DTYPES if not d.startswith("fp8")), async_copy=True,
         mma_dtypes=SIXTEEN, matrix_capacities=(64, 128),
         row_capacities=(256, 1024, 4096, 8192), row_threads_by_capacity=((256, 128),),
-        gemm_swizzle=8, scalar_gemm_tile=(64, 64, 32), row_tile=False,
+        gemm_swizzle=8, scalar_gemm_tile=(64, 64, 32), row_tile=False, col_reduce=True,
         # M <= 16 (decode): 16-row tiles on 4 waves of 16 x 32 (16x16x16 MFMA), 2 stages of K
         # tiles of 32 (f32 operands fit too)
         gemm_variants=((16, (16, 128, 32), 256, 2),),

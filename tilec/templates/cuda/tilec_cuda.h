@@ -1451,6 +1451,38 @@ template <class Op, int THREADS, typename T> TILEC_DEV T block_allreduce(T v) {
     return r;
 }
 
+// The column values of a block's vector tile (a column reduction): thread t holds VEC values of
+// its columns, and the threads t % PER_ROW + k * PER_ROW (the tile's other rows) hold partials of
+// the same columns. Combined so that every one of them holds the totals: lanes by shuffles, then
+// warps in a fixed order through shared memory (the same bits in every thread and run).
+template <class Op, int THREADS, int PER_ROW, typename T, int VEC>
+TILEC_DEV void block_col_allreduce(T (&v)[VEC]) {
+    static_assert(PER_ROW <= 32 && 32 % PER_ROW == 0, "a row of the tile within one warp");
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+#pragma unroll
+        for (int m = PER_ROW; m < 32 && m < THREADS; m *= 2) v[e] = Op::apply(v[e], shfl_xor(v[e], m));
+    }
+    if constexpr (THREADS > 32) {
+        __shared__ T scratch[THREADS / 32][PER_ROW * VEC];
+        const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+        if (lane < PER_ROW) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) scratch[warp][lane * VEC + e] = v[e];
+        }
+        __syncthreads();
+        const int c = lane % PER_ROW * VEC;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            T r = scratch[0][c + e];
+#pragma unroll
+            for (int w = 1; w < THREADS / 32; ++w) r = Op::apply(r, scratch[w][c + e]);
+            v[e] = r;
+        }
+        __syncthreads();  // scratch is free for the next reduction
+    }
+}
+
 // ---- host-side helpers for launchers ----------------------------------------------------------
 // The plain entry point's workspace, stream-ordered (the _with_workspace entry point takes the
 // caller's and allocates nothing).

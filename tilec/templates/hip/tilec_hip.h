@@ -640,6 +640,40 @@ template <class Op, int THREADS, typename T> TILEC_DEV T block_allreduce(T v, un
     }
 }
 
+// The column values of a block's vector tile (a column reduction): thread t holds VEC values of
+// its columns, and the threads t % PER_ROW + k * PER_ROW (the tile's other rows) hold partials of
+// the same columns. Combined so that every one of them holds the totals: lanes by shuffles, then
+// waves in a fixed order (the same bits in every thread and run). `scratch`: THREADS / 64 *
+// PER_ROW * VEC values of LDS (8 bytes each), the kernel's own; free again when this returns.
+template <class Op, int THREADS, int PER_ROW, typename T, int VEC>
+TILEC_DEV void block_col_allreduce(T (&v)[VEC], unsigned char* scratch) {
+    static_assert(sizeof(T) <= 8, "a reduction value of at most 8 bytes");
+    static_assert(PER_ROW <= WAVE && WAVE % PER_ROW == 0, "a row of the tile within one wave");
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+#pragma unroll
+        for (int m = PER_ROW; m < WAVE && m < THREADS; m *= 2) v[e] = Op::apply(v[e], shfl_xor(v[e], m));
+    }
+    if constexpr (THREADS > WAVE) {
+        T* s = reinterpret_cast<T*>(scratch);  // [THREADS / WAVE][PER_ROW * VEC]
+        const int lane = threadIdx.x % WAVE, wave = threadIdx.x / WAVE;
+        if (lane < PER_ROW) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) s[wave * PER_ROW * VEC + lane * VEC + e] = v[e];
+        }
+        __syncthreads();
+        const int c = lane % PER_ROW * VEC;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+            T r = s[c + e];
+#pragma unroll
+            for (int w = 1; w < THREADS / WAVE; ++w) r = Op::apply(r, s[w * PER_ROW * VEC + c + e]);
+            v[e] = r;
+        }
+        __syncthreads();  // scratch is free for the next reduction
+    }
+}
+
 // ---- host-side helpers for launchers ----------------------------------------------------------
 // The plain entry point's workspace, stream-ordered (the _with_workspace entry point takes the
 // caller's and allocates nothing).

@@ -1,0 +1,223 @@
+"""Reductions that keep the innermost axis (a column sum, a softmax over axis 0 or over a middle
+axis) on GPU targets: blocks of columns whose threads split the reduced rows (the tile pass's
+lower_col_reduce), their column-value layout and the allreduce that combines the threads'
+partials. Checked by the Tile IR interpreter against the reference here, compiled by nvcc and
+hipcc, and run on a GPU where there is one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import check_text, compile_text
+from test_cuda import GPU_OPTIONS, SM90, need_gpu, need_nvcc, nvcc_each, ptxas_lines, warning_lines
+
+from tilec import driver, interp
+from tilec.interp_tile import pick_slots, run_program
+from tilec.ir import tile as T
+from tilec.ir.layout import VecCols
+
+PROGRAMS = """
+kernel col_softmax(X: f16[R, C]) -> Y: f16[R, C]:
+    Y = softmax(X, axis=0)
+
+kernel mid_stats(X: f32[A, B, C]) -> (s: f32[A, C], m: f32[A, 1, C]):
+    s = sum(X, axis=1)
+    m = max(X * 2.0, axis=1, keepdims=True) + mean(X, axis=1, keepdims=True)
+
+kernel norm0(X: bf16[R, C], g: bf16[R, 1]) -> Y: bf16[R, C]:
+    mu = mean(f32(X), axis=0, keepdims=True)
+    xc = f32(X) - mu
+    Y = xc * rsqrt(mean(xc * xc, axis=0, keepdims=True) + 1e-5) * g
+
+kernel outer_inner(X: f32[A, B, C, D]) -> s: f32[B, D]:
+    s = sum(X, axis=(0, 2))
+
+kernel int_cols(X: i8[R, C]) -> (s: i32[C], lo: i8[C]):
+    s = sum(i32(X), axis=0)
+    lo = min(X, axis=0)
+
+kernel narrow(X: f32[R, 4]) -> s: f32[4]:
+    s = sum(X, axis=0)
+"""
+
+# ragged sizes (R past one sweep step of 128 rows, C past 64-column blocks), one value, few rows
+SIZES = [dict(R=300, C=130, A=3, B=37, D=70), dict(R=1, C=1, A=1, B=1, D=1),
+         dict(R=1000, C=9, A=2, B=200, D=8), dict(R=5, C=700, A=1, B=3, D=33)]
+
+
+def kernels(text: str, target: str, options=None) -> dict:
+    m0 = driver.frontend(driver.Source("cols.tile", text))
+    m = driver.stage_module(m0, "tiled", target, options=options)
+    return {g.name: (g, prog) for g, prog in zip(m0.graphs, m.programs)}
+
+
+@pytest.mark.parametrize("target,options", [("cuda", SM90), ("hip", None)])
+def test_column_reductions_compute_what_the_reference_does(target, options):
+    for name, (g, prog) in kernels(PROGRAMS, target, options).items():
+        for dims in SIZES:
+            inputs = interp.random_inputs(g, dims, 1, False)
+            ref = interp.run_graph(g, inputs, dims)
+            picked = [k for parts in pick_slots(prog, dims) for k in parts]
+            got = run_program(picked, inputs, dims, [p.name for p in g.outputs])
+            for p in g.outputs:
+                r, o = (np.asarray(x[p.name], np.float64) for x in (ref, got))
+                assert np.allclose(o, r, rtol=1e-2, atol=1e-2 * max(np.abs(r).max(), 1e-30)), \
+                    (name, p.name, dims)
+
+
+def test_column_reductions_run_on_blocks_of_columns():
+    """Every program but the one whose kept axis has 4 values runs one column-reduction kernel;
+    reductions that read none of each other's results share a sweep over the rows (mid_stats:
+    one sweep for its three), one that reads another's result takes the next (softmax's sum
+    reads its max; the variance reads the mean), and the full-shaped output one more."""
+    sweeps = {"col_softmax": 3, "mid_stats": 1, "norm0": 3, "outer_inner": 1, "int_cols": 1}
+    for name, (_g, prog) in kernels(PROGRAMS, "cuda", SM90).items():
+        (k,) = prog.kernels
+        if name == "narrow":
+            assert "column reduction" not in k.comment
+            continue
+        assert k.comment.startswith("column reduction"), name
+        loops = [s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "range"]
+        assert len(loops) == sweeps[name], name
+
+
+def test_column_values_take_the_column_layout_of_their_tile():
+    """After the layout pass every accumulator of a column reduction holds its thread's columns
+    (VecCols of the loops' vector tile), and every loop that reads one is split by that tile."""
+    _, _, m = compile_text(PROGRAMS, "cols.tile", "cuda", options=SM90)
+    for k in (k for p in m.programs for k in p.kernels if k.comment.startswith("column")):
+        allocs = {a.name: a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
+        cols = {n for n, a in allocs.items() if isinstance(a.layout, VecCols)}
+        assert cols, k.name
+        tiles = {allocs[n].layout.tile for n in cols}
+        assert len(tiles) == 1, k.name
+        for loop in (s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "parallel"):
+            assert loop.by in tiles, (k.name, loop.by)
+
+
+@pytest.mark.nvcc
+def test_column_reductions_compile_warning_free_without_spills():
+    need_nvcc()
+    for arch in ("sm_80", "sm_90a"):
+        for f, r, _ in nvcc_each(PROGRAMS, "cols.tile", [f"-arch={arch}", "-c", "-Xptxas", "-v"],
+                                 {"arch": (arch,)}):
+            log = r.stdout + r.stderr
+            assert warning_lines(log) == [], (f, arch, log)
+            for kernel, (regs, spills) in ptxas_lines(log).items():
+                assert spills == 0, (f, arch, kernel, regs)
+
+
+@pytest.mark.gpu
+def test_column_reductions_on_gpu():
+    need_gpu()
+    for dims in SIZES + [dict(R=2048, C=2100, A=2, B=40, D=136)]:
+        check_text(PROGRAMS, dims, name="cols.tile", target="cuda", options=GPU_OPTIONS)
+
+
+@pytest.mark.hipcc
+def test_column_reductions_compile_for_gfx90a(tmp_path):
+    """hipcc builds them warning-free; no kernel uses scratch, and each one's LDS is tilec's
+    count (the allreduce's scratch for column values included)."""
+    import os
+    import re
+    import subprocess
+
+    from test_hip import GFX90A, asm_kernels, hipcc, kernel_sources, need_hipcc
+    need_hipcc()
+    src, _, m = compile_text(PROGRAMS, "cols.tile", "hip", options=GFX90A)
+    files = driver.render(src, m, "hip", GFX90A)
+    driver.write_files(tmp_path, files)
+    r = subprocess.run(["make", "-C", str(tmp_path), "-j2", "--no-print-directory"],
+                       capture_output=True, text=True, env={**os.environ, "HIP_PLATFORM": "amd"})
+    assert r.returncode == 0 and "warning" not in r.stdout + r.stderr, r.stdout + r.stderr
+    for name in (n for n in files if n.endswith(".hip")):
+        asm_path = tmp_path / (name[:-4] + ".s")
+        hipcc(["-std=c++17", "-O3", "-ffp-contract=off", "--offload-arch=gfx90a",
+               "--cuda-device-only", "-S", "-o", asm_path.name, name], tmp_path)
+        asm = asm_kernels(asm_path.read_text())
+        for k, body in kernel_sources(files[name]).items():
+            lds = re.search(r"// LDS: (\d+) bytes", body)
+            assert asm[k]["private"] == 0, (k, asm[k])
+            assert asm[k]["lds"] == (int(lds.group(1)) if lds else 0), (k, asm[k])
+
+
+# a column sum written at the tile level: each thread accumulates its columns' rows, then
+# allreduce combines the threads that share a column
+COLSUM_TILE = """
+kernel colsum(X: f32[R, C]) -> s: f32[C]:
+    with grid(cdiv(C, 32), threads=128) as (bx):
+        acc = fragment(f32, [32])
+        clear(acc)
+        for r0 in range(cdiv(R, 64)):
+            for i, j in parallel(64, 32):
+                if (r0 * 64 + i < R) & (bx * 32 + j < C):
+                    acc[j] = acc[j] + X[r0 * 64 + i, bx * 32 + j]
+        allreduce(sum, acc)
+        for i, j in parallel(64, 32):
+            if (i < 1) & (bx * 32 + j < C):
+                s[bx * 32 + j] = acc[j] * 0.5
+"""
+
+
+def test_a_tile_level_column_sum_runs_on_the_cpu():
+    """`allreduce` at the tile level: the interpreter (which `tilec run` checks against) and the
+    CPU target agree with the tensor-level sum."""
+    for dims in (dict(R=130, C=70), dict(R=1, C=1)):
+        check_text(COLSUM_TILE, dims, name="colsum.tile", target="cpu")
+
+
+@pytest.mark.nvcc
+def test_a_tile_level_column_sum_takes_the_column_layout():
+    need_nvcc()
+    _, _, m = compile_text(COLSUM_TILE, "colsum.tile", "cuda", options=SM90)
+    (k,) = m.programs[0].kernels
+    (acc,) = [a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc) and a.name == "acc"]
+    assert isinstance(acc.layout, VecCols) and acc.layout.slots() == acc.layout.vec
+    for f, r, _ in nvcc_each(COLSUM_TILE, "colsum.tile", ["-arch=sm_90", "-c"]):
+        assert warning_lines(r.stdout + r.stderr) == [], f
+
+
+@pytest.mark.parametrize("text,message", [
+    ("""
+kernel bad(X: f32[R, C]) -> s: f32[C]:
+    with grid(1, threads=128) as (bx):
+        acc = fragment(f32, [32])
+        clear(acc)
+        for j in parallel(32):
+            if j < C:
+                acc[j] = acc[j] + X[0, j]
+        allreduce(sum, acc)
+        for j in parallel(32):
+            if j < C:
+                s[j] = acc[j]
+""", "allreduce() combines a fragment's row values"),
+    ("""
+kernel bad(X: f32[R, C]) -> s: f32[C]:
+    with grid(1, threads=128) as (bx):
+        acc = fragment(f32, [32, 2])
+        clear(acc)
+        allreduce(sum, acc)
+""", "allreduce() combines a 1-D fragment"),
+])
+def test_an_allreduce_gpus_cannot_do_is_a_located_error(text, message):
+    from tilec.diagnostics import TilecError
+    with pytest.raises(TilecError) as e:
+        compile_text(text, "bad.tile", "cuda", options=SM90)
+    assert message in str(e.value) and e.value.loc is not None and e.value.loc.line > 1
+
+
+def test_the_column_reduction_knob(monkeypatch):
+    """TILEC_COL_REDUCE sets the block (threads, vectors per thread per step) or turns column
+    reductions off; a malformed value is an error naming it."""
+    from tilec.diagnostics import TilecError
+    monkeypatch.setenv("TILEC_COL_REDUCE", "128,2")
+    (k,) = kernels(PROGRAMS, "cuda", SM90)["col_softmax"][1].kernels
+    assert k.threads == 128 and k.comment.startswith("column")
+    assert {lp.extents[0].value for lp in T.walk_stmts(k.body)
+            if isinstance(lp, T.For) and lp.kind == "parallel"} == {2 * 128 // 8}
+    monkeypatch.setenv("TILEC_COL_REDUCE", "0")
+    (k,) = kernels(PROGRAMS, "cuda", SM90)["col_softmax"][1].kernels
+    assert not k.comment.startswith("column")
+    monkeypatch.setenv("TILEC_COL_REDUCE", "100,2")
+    with pytest.raises(TilecError, match="TILEC_COL_REDUCE"):
+        kernels(PROGRAMS, "cuda", SM90)
