@@ -19,6 +19,8 @@ Cases (kernels in bench/cpu.tile):
   layernorm (X - mean) * rsqrt(var + eps) * gamma + beta  goal: the same
   longrow   softmax over one row of 64M f32 values      goal: matches numpy at the f32 tolerance
   sumall    the sum of 8192 x 8192 f32 values           goal: matches numpy at the f32 tolerance
+  softcols  softmax(X, axis=0), f32 2048x2048           no goal (column reductions)
+  summid    sum(X, axis=1), f32 8x512x2048              no goal
   causal    causal attention against non-causal (tilec both), B1 H2 L=S=4096 D64 f32:
             goal: causal >= 1.7x faster (masked key tiles skipped)
 plus the f32 FMA peak (bench/fma_peak.cpp: vector FMA chains from registers on every core) and
@@ -179,6 +181,8 @@ def build(out_dir: Path, march: str) -> dict:
         "causal_attention_f32": [P, P, P, P, I64, I64, I64, I64],  # Q, K, V, O, B, H, L, D
         "linear_small": [P, P, P, P, I64, I64, I64],     # A, B, bias, C, M, K, N
         "sum_all": [P, P, I64, I64],                     # X, s, R, C
+        "softmax_cols": [P, P, I64, I64],                # X, Y, R, C
+        "sum_mid": [P, P, I64, I64, I64],                # X, Y, B, L, D
     }
     fns = {}
     for name, argtypes in sigs.items():
@@ -604,6 +608,22 @@ def main() -> int:
          nbytes=Xs.nbytes)
     r.update(goal_text=f"error <= {TOL_F32:.0e}", met=r.get("max_rel_error", 0.0) <= TOL_F32)
     del Xs
+
+    # ---- 5b. column reductions (the innermost axis kept): softmax down the columns, a sum over
+    # the middle axis (no goal)
+    Xc, Yc = U(2048, 2048), np.empty((2048, 2048), np.float32)
+
+    def softmax_cols_np(Xc=Xc):
+        e = np.exp(Xc - Xc.max(0, keepdims=True))
+        return e / e.sum(0, keepdims=True)
+    case("softcols", "softmax(X, axis=0), 2048x2048 f32", softmax_cols_np,
+         checked(fns["softmax_cols"], ptr(Xc), ptr(Yc), *Xc.shape), lambda Yc=Yc: Yc, TOL_F32, None,
+         nbytes=2 * Xc.nbytes)
+    Xm, Ym = U(8, 512, 2048), np.empty((8, 2048), np.float32)
+    case("summid", "sum(X, axis=1), 8x512x2048 f32", lambda Xm=Xm: Xm.sum(1),
+         checked(fns["sum_mid"], ptr(Xm), ptr(Ym), *Xm.shape), lambda Ym=Ym: Ym, TOL_F32, None,
+         nbytes=Xm.nbytes + Ym.nbytes)
+    del Xc, Yc, Xm, Ym
 
     # ---- 6. attention, causal against not: the masked key tiles are skipped (goal: causal at
     # least 1.7x faster than non-causal at L = S = 4096; the ideal is just under 2x)

@@ -51,7 +51,7 @@ def kernels(text: str, target: str, options=None) -> dict:
     return {g.name: (g, prog) for g, prog in zip(m0.graphs, m.programs)}
 
 
-@pytest.mark.parametrize("target,options", [("cuda", SM90), ("hip", None)])
+@pytest.mark.parametrize("target,options", [("cuda", SM90), ("hip", None), ("cpu", None)])
 def test_column_reductions_compute_what_the_reference_does(target, options):
     for name, (g, prog) in kernels(PROGRAMS, target, options).items():
         for dims in SIZES:
@@ -207,17 +207,33 @@ def test_an_allreduce_gpus_cannot_do_is_a_located_error(text, message):
 
 
 def test_the_column_reduction_knob(monkeypatch):
-    """TILEC_COL_REDUCE sets the block (threads, vectors per thread per step) or turns column
-    reductions off; a malformed value is an error naming it."""
+    """TILEC_COL_REDUCE sets the block (threads, rows per step) or turns column reductions
+    off; a malformed value is an error naming it. A step's vectors fill at least a warp, and
+    the threads never outnumber them."""
     from tilec.diagnostics import TilecError
-    monkeypatch.setenv("TILEC_COL_REDUCE", "128,2")
-    (k,) = kernels(PROGRAMS, "cuda", SM90)["col_softmax"][1].kernels
-    assert k.threads == 128 and k.comment.startswith("column")
-    assert {lp.extents[0].value for lp in T.walk_stmts(k.body)
-            if isinstance(lp, T.For) and lp.kind == "parallel"} == {2 * 128 // 8}
+
+    def block(target="cuda", options=SM90):
+        (k,) = kernels(PROGRAMS, target, options)["col_softmax"][1].kernels
+        rows = {lp.extents[0].value for lp in T.walk_stmts(k.body)
+                if isinstance(lp, T.For) and lp.kind == "parallel"}
+        assert k.comment.startswith("column") and len(rows) == 1
+        return k.threads, rows.pop()
+    assert block() == (512, 256) and block("cpu", None) == (1, 4)
+    monkeypatch.setenv("TILEC_COL_REDUCE", "128,32")
+    assert block() == (128, 32)
+    monkeypatch.setenv("TILEC_COL_REDUCE", "128,2")  # (16 vectors a step: 4 rows for a warp)
+    assert block() == (32, 4) and block("cpu", None) == (1, 2)
     monkeypatch.setenv("TILEC_COL_REDUCE", "0")
     (k,) = kernels(PROGRAMS, "cuda", SM90)["col_softmax"][1].kernels
     assert not k.comment.startswith("column")
-    monkeypatch.setenv("TILEC_COL_REDUCE", "100,2")
-    with pytest.raises(TilecError, match="TILEC_COL_REDUCE"):
-        kernels(PROGRAMS, "cuda", SM90)
+    for bad in ("100,3", "2000,4"):
+        monkeypatch.setenv("TILEC_COL_REDUCE", bad)
+        with pytest.raises(TilecError, match="TILEC_COL_REDUCE"):
+            kernels(PROGRAMS, "cuda", SM90)
+
+
+def test_column_reductions_on_the_cpu():
+    """The CPU's column reductions (blocks of 512 bytes of each row, a SIMD loop over the
+    columns) built by g++ and run against the reference at ragged sizes."""
+    for dims in SIZES[:3]:
+        check_text(PROGRAMS, dims, name="cols.tile", target="cpu")

@@ -250,16 +250,18 @@ def wgmma_pairs(default: bool) -> bool:
 
 
 def col_reduce(default: tuple) -> tuple | None:
-    """`TILEC_COL_REDUCE` ("threads,groups", e.g. 512,4; 0: off): the block of a column
-    reduction (tile.py lower_col_reduce) and the 16-byte vectors each thread reads per sweep
-    step; off, such reductions run as row kernels of the transposed view (for measuring)."""
-    knob = _knob("TILEC_COL_REDUCE", "threads,groups (or 0)", 2)
-    if knob is None:
-        return default
-    if knob and (knob[0] % 32 or not 32 <= knob[0] <= 1024 or knob[1] < 1):
-        raise error(f"TILEC_COL_REDUCE={','.join(map(str, knob))}: expected threads (a multiple "
-                    "of 32, at most 1024) and groups of at least 1")
-    return knob or None
+    """The target's column reductions (tile.py lower_col_reduce: (threads, rows per step of the
+    sweep, bytes of each row per block); () or None: none), or `TILEC_COL_REDUCE`'s
+    ("threads,rows", e.g. 1024,256; 0: off, such reductions run as row kernels of the
+    transposed view), for measuring."""
+    knob = _knob("TILEC_COL_REDUCE", "threads,rows (or 0)", 2)
+    if knob is None or not default:
+        return default or None
+    if knob and (not 1 <= knob[0] <= 1024 or knob[1] < 1 or knob[1] & (knob[1] - 1)):
+        raise error(f"TILEC_COL_REDUCE={','.join(map(str, knob))}: expected threads (at most "
+                    "1024) and rows per step (a power of 2)")
+    # (a target of one thread per block, the CPU, keeps it)
+    return (knob[0] if default[0] > 1 else 1, knob[1], default[2]) if knob else None
 
 
 def _least(var: str, what: str, default: int) -> int:

@@ -67,11 +67,6 @@ PAD_LEAST = 2 ** 30
 # kept axes after the last reduced one) has at least this many values or a run-time extent
 # (lower_col_reduce); fewer, and the row kernel's strided reads cover whole lines
 COL_REDUCE_LEAST = 8
-# its block: threads, and the 16-byte vectors each reads per step of the sweep over the rows
-# (measured on an H100, docs/PERFORMANCE.md: f16 softmax over axis 0 of 8192 x 8192, 128 blocks,
-# 0.532 / 0.313 / 0.237 ms on 256 / 512 / 1024 threads, 8 vectors no faster than 4; an f32 sum
-# over the middle axis of 8 x 2048 x 4096, 1024 blocks, 0.105 / 0.104 / 0.127 ms)
-COL_REDUCE_BLOCK = (512, 4)
 # attention's online softmax: a row's max is renewed only when its scores exceed it by more than
 # a factor of 2^RESCALE_LOG2 in exp (lower_attention)
 RESCALE_LOG2 = 8.0
@@ -868,20 +863,22 @@ class GroupLowering:
         takes them, the innermost axis is kept and is not a known handful of values (there the
         row kernel's strided reads cover whole lines too)."""
         S, axes = self.grp.domain, self.grp.axes
-        if not (self.target.resources.col_reduce and S and len(S) - 1 not in axes and
-                split_k.col_reduce(COL_REDUCE_BLOCK)):
+        if not (S and len(S) - 1 not in axes and
+                split_k.col_reduce(self.target.resources.col_reduce)):
             return False
         inner = numel(S[max(axes) + 1:])
         return inner.op != "const" or inner.args[0] >= COL_REDUCE_LEAST
 
     def lower_col_reduce(self) -> TileKernel:
         """A reduction that keeps the innermost axis, on blocks of columns: a block owns BC
-        consecutive values of the axes after the last reduced one (one 128-byte line of each
-        row) for one position of the kept axes before it, and sweeps the reduced rows RB at a
-        time; its threads split a [RB, BC] tile, 16 bytes each, so every row is read whole and
-        each thread accumulates its columns' partials, which `allreduce` combines. Each
-        reduction is its own sweep, and the full-shaped outputs one more: the rows are read again
-        (from L2 where they still are) instead of held, since a column's rows need not fit."""
+        consecutive values of the axes after the last reduced one (the target's bytes of each
+        row: GPUs a 128-byte line) for one position of the kept axes before it, and sweeps the
+        reduced rows RB at a time over a [RB, BC] tile (GPUs: split over the threads in 16-byte
+        vectors, 8 across a row), so every row is read whole and the partials per column
+        accumulate, which `allreduce` combines (the CPU: one thread, its loop over the columns
+        a SIMD one). Each reduction is its own sweep, and the full-shaped outputs one more: the
+        rows are read again (from cache where they still are) instead of held, since a
+        column's rows need not fit."""
         S, axes = self.grp.domain, self.grp.axes
         last = max(axes)
         red = [S[a] for a in axes]
@@ -889,20 +886,21 @@ class GroupLowering:
         outer_axes = [a for a in range(last) if a not in axes]
         R, Ci = numel(red), numel([S[a] for a in inner_axes])
         Po = numel([S[a] for a in outer_axes])
-        # 16 bytes of the widest value read or written per access, 8 threads across a row
+        block, rb, row_bytes = split_k.col_reduce(self.target.resources.col_reduce)
         widest = max(itemsize_bits(self.ops[o].type.dtype) for o in
                      list(self.grp.reads) + list(self.grp.outputs))
-        vec = max(16 * 8 // max(widest, 8), 1)
-        per_row = 8
-        bc = vec * per_row
-        threads, groups = split_k.col_reduce(COL_REDUCE_BLOCK)
-        threads = self.sched.threads or threads
-        # rows per sweep step: `groups` vectors per thread in flight, fewer where the rows are few
-        rb = groups * threads // per_row
-        if R.op == "const":
-            while rb > per_row and rb // 2 >= R.args[0] and rb * per_row // 2 >= 32:
+        bc = max(row_bytes * 8 // max(widest, 8), 1)
+        # (GPUs: 16 bytes per thread and access, `per_row` threads across a row of the tile,
+        # every thread as many vectors, a step's vectors at least a warp's)
+        per_row = max(row_bytes // 16, 1)
+        least = -(-self.target.resources.warp // per_row)
+        rb = max(rb, least)
+        if R.op == "const":  # few rows: a shorter tile
+            while rb // 2 >= max(R.args[0], least):
                 rb //= 2
-            threads = min(threads, rb * per_row)
+        threads = min(self.sched.threads or block, rb * per_row)
+        if (rb * per_row) % threads:  # (a schedule's threads that do not divide the tile)
+            threads = min(block, rb * per_row)
         bx, by, r0 = (self.names.fresh(n) for n in ("bx", "by", "r0"))
         i, j = self.names.fresh("i"), self.names.fresh("j")
         vi, vj = T.Var(i), T.Var(j)

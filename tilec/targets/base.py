@@ -136,10 +136,10 @@ class Resources:
     gemm_swizzle: int = 0  # default block rasterization panel of GEMM kernels (0: none)
     row_tile: bool = True  # a schedule's `tile M=` sets the rows per block of row kernels
     # reductions that keep the innermost axis (over rows: a column sum, a softmax over axis 0 or
-    # a middle axis) run on blocks of columns whose threads also split the reduced rows, each
-    # row read whole (GPUs: coalesced); otherwise, and on the CPU, as row kernels of the
-    # transposed view
-    col_reduce: bool = False
+    # a middle axis) run on blocks of columns that sweep the reduced rows, each row read whole
+    # (GPUs: coalesced; the CPU: a SIMD loop over the columns): (threads, rows per step, bytes of
+    # a row per block); (): as row kernels of the transposed view (strided reads)
+    col_reduce: tuple = ()
     # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)
     scalar_gemm_tile: tuple | None = None
     # (stages, blocks per SM) of that GEMM of f32 operands copied as they are where both are

@@ -2903,7 +2903,13 @@ CUDA = Target(
         mma_dtypes=SIXTEEN, tf32=True,
         matrix_capacities=(64, 96, 128), row_capacities=(256, 1024, 4096, 8192, 16384),
         row_threads_by_capacity=((256, 128),),
-        gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32), row_tile=False, col_reduce=True,
+        gemm_swizzle=8, scalar_gemm_tile=(64, 128, 32), row_tile=False,
+        # column reductions: blocks of 512 threads over 128 bytes of each row, 256 rows a step (4
+        # 16-byte vectors a thread; on an H100, f16 softmax over axis 0 of 8192 x 8192, 128
+        # blocks: 0.532 / 0.313 / 0.237 ms on 256 / 512 / 1024 threads, 8 vectors a thread no
+        # faster than 4; an f32 sum over the middle axis of 8 x 2048 x 4096, 1024 blocks: 0.105 /
+        # 0.104 / 0.127 ms; docs/PERFORMANCE.md)
+        col_reduce=(512, 256, 128),
         # f32 X @ W.T on the scalar units: 2 stages, registers capped for 3 blocks per SM (168
         # a thread, no spills): 3.30 ms against 3.67 at 4096^3 on an H100; A @ B measured
         # slower so (3.62 against 3.41) and keeps 3 stages, one block's bound
