@@ -117,6 +117,7 @@ ABI = {
     "layernorm_bf16": ("TTT", 1, "R C"),
     "col_softmax_f16": ("T", 1, "R C"),
     "sum_mid": ("T", 1, "B L D"),
+    "col_mean": ("T", 1, "R C"),
 }
 
 
@@ -1157,6 +1158,10 @@ def sum_mid_eager(X):
     return X.sum(1)
 
 
+def col_mean_eager(X):
+    return X.mean(0)
+
+
 def discard(fn: Callable) -> Callable[[], None]:
     """fn, its result dropped."""
     def call() -> None:
@@ -1259,6 +1264,12 @@ def case_columns(bench: Bench) -> None:
     X = randn(B, L, D, dtype=torch.float32)
     fusion_one(bench, "sum_mid", sum_mid_eager, (X,), (B, L, D), f"f32 {B}x{L}x{D}",
                Work(bytes=X.nbytes + B * D * 4))
+
+    R, C = (65536, 512) if q else (262144, 512)
+    bench.section("columns", f"f32 mean(X, axis=0), {R}x{C} (rows split over blocks)")
+    X = randn(R, C, dtype=torch.float32)
+    fusion_one(bench, "col_mean", col_mean_eager, (X,), (R, C), f"f32 {R}x{C}",
+               Work(bytes=X.nbytes + C * 4))
 
 
 CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": case_tf32, "f32": case_f32,

@@ -72,7 +72,7 @@ def test_column_reductions_run_on_blocks_of_columns():
     reads its max; the variance reads the mean), and the full-shaped output one more."""
     sweeps = {"col_softmax": 3, "mid_stats": 1, "norm0": 3, "outer_inner": 1, "int_cols": 1}
     for name, (_g, prog) in kernels(PROGRAMS, "cuda", SM90).items():
-        (k,) = prog.kernels
+        (k,) = prog.slots()[0][-1]  # (the plain variant; one level of reductions also splits)
         if name == "narrow":
             assert "column reduction" not in k.comment
             continue
@@ -213,7 +213,7 @@ def test_the_column_reduction_knob(monkeypatch):
     from tilec.diagnostics import TilecError
 
     def block(target="cuda", options=SM90):
-        (k,) = kernels(PROGRAMS, target, options)["col_softmax"][1].kernels
+        (k,) = kernels(PROGRAMS, target, options)["col_softmax"][1].kernels  # (no split)
         rows = {lp.extents[0].value for lp in T.walk_stmts(k.body)
                 if isinstance(lp, T.For) and lp.kind == "parallel"}
         assert k.comment.startswith("column") and len(rows) == 1
@@ -237,3 +237,62 @@ def test_column_reductions_on_the_cpu():
     columns) built by g++ and run against the reference at ragged sizes."""
     for dims in SIZES[:3]:
         check_text(PROGRAMS, dims, name="cols.tile", target="cpu")
+
+
+# tall reductions: few columns, many rows (a split of the rows over blocks pays)
+TALL = """
+kernel stats(X: f32[R, C]) -> (mu: f32[C], mx: f32[1, C]):
+    mu = mean(X, axis=0)
+    mx = max(X, axis=0, keepdims=True) + mean(X * X, axis=0, keepdims=True)
+
+kernel bn(X: f16[N, P, C]) -> s: f32[C]:
+    s = sum(f32(X), axis=(0, 1))
+
+kernel imin(X: i8[R, C]) -> (lo: i8[C], s: i32[C]):
+    lo = min(X, axis=0)
+    s = sum(i32(X), axis=0)
+"""
+TALL_SIZES = [dict(R=5000, C=70, N=50, P=100), dict(R=3000, C=300, N=7, P=400)]
+
+
+@pytest.mark.parametrize("target,options", [("cuda", SM90), ("hip", None), ("cpu", None)])
+def test_tall_column_reductions_split_their_rows(target, options):
+    """Where the columns give fewer blocks than the target's goal and the rows are many, the
+    rows are split over blocks: `_split` writes each slice's partials (a workspace per
+    reduction, needed by that variant alone), `_split_combine` combines them in slice order and
+    computes the outputs; the Tile IR interpreter picks it at these sizes and agrees with the
+    reference. Programs with full-shaped outputs or a reduction of another's result keep one
+    kernel (the combined values are needed before the next sweep)."""
+    for name, (g, prog) in kernels(TALL, target, options).items():
+        (split, plain) = prog.slots()[0]
+        assert [k.name for k in split] == [f"{name}_k0_split", f"{name}_k0_split_combine"]
+        assert [k.name for k in plain] == [f"{name}_k0"]
+        assert {p.name for p in prog.workspaces} == \
+            {p.name for p in split[0].params if p.kind == "workspace"} and \
+            all(p.when is not None for p in prog.workspaces)
+        for dims in TALL_SIZES:
+            picked = [k for parts in pick_slots(prog, dims) for k in parts]
+            assert picked == list(split), (name, dims)
+            inputs = interp.random_inputs(g, dims, 1, False)
+            ref = interp.run_graph(g, inputs, dims)
+            got = run_program(picked, inputs, dims, [p.name for p in g.outputs])
+            for p in g.outputs:
+                r, o = (np.asarray(x[p.name], np.float64) for x in (ref, got))
+                assert np.allclose(o, r, rtol=1e-4, atol=1e-4 * max(np.abs(r).max(), 1e-30)), \
+                    (name, p.name, dims)
+        small = dict(R=100, C=70, N=2, P=10)
+        assert [k.name for parts in pick_slots(prog, small) for k in parts] == [f"{name}_k0"]
+    for name in ("col_softmax", "norm0"):
+        assert len(kernels(PROGRAMS, target, options)[name][1].slots()[0]) == 1, name
+
+
+def test_tall_column_reductions_on_the_cpu():
+    for dims in TALL_SIZES[:1]:
+        check_text(TALL, dims, name="tall.tile", target="cpu")
+
+
+@pytest.mark.gpu
+def test_tall_column_reductions_on_gpu():
+    need_gpu()
+    for dims in TALL_SIZES + [dict(R=100, C=70, N=2, P=10)]:
+        check_text(TALL, dims, name="tall.tile", target="cuda", options=GPU_OPTIONS)

@@ -251,9 +251,9 @@ def wgmma_pairs(default: bool) -> bool:
 
 def col_reduce(default: tuple) -> tuple | None:
     """The target's column reductions (tile.py lower_col_reduce: (threads, rows per step of the
-    sweep, bytes of each row per block); () or None: none), or `TILEC_COL_REDUCE`'s
-    ("threads,rows", e.g. 1024,256; 0: off, such reductions run as row kernels of the
-    transposed view), for measuring."""
+    sweep, bytes of each row per block, the blocks a split of the rows aims at, the least steps
+    per slice); () or None: none), or `TILEC_COL_REDUCE`'s ("threads,rows", e.g. 1024,256; 0:
+    off, such reductions run as row kernels of the transposed view), for measuring."""
     knob = _knob("TILEC_COL_REDUCE", "threads,rows (or 0)", 2)
     if knob is None or not default:
         return default or None
@@ -261,7 +261,7 @@ def col_reduce(default: tuple) -> tuple | None:
         raise error(f"TILEC_COL_REDUCE={','.join(map(str, knob))}: expected threads (at most "
                     "1024) and rows per step (a power of 2)")
     # (a target of one thread per block, the CPU, keeps it)
-    return (knob[0] if default[0] > 1 else 1, knob[1], default[2]) if knob else None
+    return (knob[0] if default[0] > 1 else 1, knob[1], *default[2:]) if knob else None
 
 
 def _least(var: str, what: str, default: int) -> int:

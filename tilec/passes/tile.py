@@ -781,8 +781,10 @@ class GroupLowering:
         return self.kernel([dim_to_expr(cols.cdiv(bc)), dim_to_expr(rows.cdiv(br))], [bx, by],
                            self.sched.threads or self.target.resources.ew_threads, body, "elementwise")
 
-    def lower_reduce(self) -> TileKernel:
+    def lower_reduce(self) -> TileKernel | list:
         S, axes = self.grp.domain, self.grp.axes
+        if self.gemm_config is COL_SPLIT:
+            return self.split_col_reduce()
         if self.columns_pay():
             return self.lower_col_reduce()
         kept = [d for a, d in enumerate(S) if a not in axes]
@@ -869,7 +871,54 @@ class GroupLowering:
         inner = numel(S[max(axes) + 1:])
         return inner.op != "const" or inner.args[0] >= COL_REDUCE_LEAST
 
-    def lower_col_reduce(self) -> TileKernel:
+    def split_col_reduce(self) -> list:
+        """The split variant of a column reduction (COL_SPLIT): where the columns give fewer
+        blocks than the target's goal and the rows are many, `count` blocks per column block
+        each sweep a slice of the rows into f32 partials (a workspace [count, outer, columns]
+        per reduction), and a second kernel combines each column's partials in slice order
+        (deterministic) and computes the outputs. Only for one level of reductions (none reads
+        another's result) whose outputs are all reduced values: others need the combined values
+        before the next sweep over the rows. NoVariant elsewhere."""
+        S, axes = self.grp.domain, self.grp.axes
+        reduces = [m for m in self.grp.members if self.ops[m].kind == "reduce" and
+                   not is_squeeze(self.ops[m], self.ops)]
+        if not self.columns_pay() or not reduces or \
+                any(self.ops[o].type.shape == S for o in self.grp.outputs):
+            raise NoVariant()
+        members = set(self.grp.members)
+
+        def reads_reduce(oid) -> bool:  # (a walk with a stack: chains may be long)
+            todo, seen = list(self.ops[oid].args), set()
+            while todo:
+                x = todo.pop()
+                if x in seen or x not in members:
+                    continue
+                seen.add(x)
+                if x in reduces:
+                    return True
+                todo.extend(self.ops[x].args)
+            return False
+        if any(reads_reduce(m) for m in reduces):
+            raise NoVariant()
+        _, rb, row_bytes, blocks, least = split_k.col_reduce(self.target.resources.col_reduce)
+        last = max(axes)
+        R = numel([S[a] for a in axes])
+        Ci = numel(S[last + 1:])
+        Po = numel([S[a] for a in range(last) if a not in axes])
+        widest = max(itemsize_bits(self.ops[o].type.dtype) for o in
+                     list(self.grp.reads) + list(self.grp.outputs))
+        bc = max(row_bytes * 8 // max(widest, 8), 1)
+        split = split_k.plan(Ci.cdiv(bc) * Po, R.cdiv(rb), blocks, least)
+        if split.when == Dim.const(0):
+            raise NoVariant()
+        ws = {m: TensorDecl(self.names.fresh("partials"), widened(self.ops[m].type.dtype),
+                            (split.count, Po, Ci), "workspace", split.when) for m in reduces}
+        part = self.lower_col_reduce(split=(split, ws))
+        self.used = set()
+        total = self.lower_col_reduce(combine=(split.count, ws))
+        return [replace(part, when=split.when), replace(total, part=1, name="_combine")]
+
+    def lower_col_reduce(self, split=None, combine=None) -> TileKernel:
         """A reduction that keeps the innermost axis, on blocks of columns: a block owns BC
         consecutive values of the axes after the last reduced one (the target's bytes of each
         row: GPUs a 128-byte line) for one position of the kept axes before it, and sweeps the
@@ -886,7 +935,9 @@ class GroupLowering:
         outer_axes = [a for a in range(last) if a not in axes]
         R, Ci = numel(red), numel([S[a] for a in inner_axes])
         Po = numel([S[a] for a in outer_axes])
-        block, rb, row_bytes = split_k.col_reduce(self.target.resources.col_reduce)
+        if combine:  # (the rows swept: the partials of the row slices)
+            R = combine[0]
+        block, rb, row_bytes, *_ = split_k.col_reduce(self.target.resources.col_reduce)
         widest = max(itemsize_bits(self.ops[o].type.dtype) for o in
                      list(self.grp.reads) + list(self.grp.outputs))
         bc = max(row_bytes * 8 // max(widest, 8), 1)
@@ -895,18 +946,24 @@ class GroupLowering:
         per_row = max(row_bytes // 16, 1)
         least = -(-self.target.resources.warp // per_row)
         rb = max(rb, least)
-        if R.op == "const":  # few rows: a shorter tile
+        if combine:  # (a few rows of partials: a short tile, one vector per thread on GPUs)
+            rb = min(rb, 4 * least)
+        if R.op == "const" and not split:  # few rows: a shorter tile (a split's is its plan's)
             while rb // 2 >= max(R.args[0], least):
                 rb //= 2
         threads = min(self.sched.threads or block, rb * per_row)
         if (rb * per_row) % threads:  # (a schedule's threads that do not divide the tile)
             threads = min(block, rb * per_row)
-        bx, by, r0 = (self.names.fresh(n) for n in ("bx", "by", "r0"))
+        bx, by, bz, r0 = (self.names.fresh(n) for n in ("bx", "by", "bz", "r0"))
         i, j = self.names.fresh("i"), self.names.fresh("j")
         vi, vj = T.Var(i), T.Var(j)
-        r = iadd(imul(T.Var(r0), iconst(rb)), vi)
+        step = T.Var(r0)
+        if split:  # (this block's slice of the sweep's steps)
+            step = iadd(imul(T.Var(bz), dim_to_expr(split[0].chunk)), step)
+        r = iadd(imul(step, iconst(rb)), vi)
         c = iadd(imul(T.Var(bx), iconst(bc)), vj)
-        ridx, cidx = decompose(r, red), decompose(c, [S[a] for a in inner_axes])
+        ridx = [iconst(0)] * len(red) if combine else decompose(r, red)
+        cidx = decompose(c, [S[a] for a in inner_axes])
         pidx = decompose(T.Var(by), [S[a] for a in outer_axes])
         full, ri, ci, pi = [], iter(ridx), iter(cidx), iter(pidx)
         for a in range(len(S)):
@@ -921,9 +978,10 @@ class GroupLowering:
         def tile(body, guard):  # one [RB, BC] step of the block's tile
             return For((i, j), (RB, BC), "parallel", (If(guard, tuple(body)),))
 
-        def sweep(body):  # the reduced rows, RB at a time
-            return For((r0,), (dim_to_expr(R.cdiv(rb)),), "range",
-                       (tile(body, land(row_ok, col_ok)),))
+        def sweep(body):  # the reduced rows, RB at a time (a split: this block's slice)
+            steps = split[0].chunk if split else R.cdiv(rb)
+            return For((r0,), (dim_to_expr(steps),), "range", (tile(body, land(row_ok, col_ok)),))
+        pflat = T.Var(by) if any(S[a] != Dim.const(1) for a in outer_axes) else iconst(0)
         body = []
         # reductions that read none of each other's results share one sweep (a sum and a max of
         # the same rows); one that reads a pending result starts the next
@@ -941,6 +999,7 @@ class GroupLowering:
             names = {acc for acc, _, _ in pending}
             return any(isinstance(x, T.Load) and x.buf in names for x in T.walk_exprs(e))
         dts: dict = {}
+        accs: list = []  # (the reductions' accumulators, in member order)
         users = self.g.users()
         outs = set(self.grp.outputs)
         for m in self.grp.members:
@@ -948,12 +1007,19 @@ class GroupLowering:
             if op.kind == "reduce" and not is_squeeze(op, self.ops):
                 fn, dt = op.attr("fn"), widened(op.type.dtype)
                 acc = self.names.fresh("col_" + fn)
-                src = self.value(op.args[0], full)
+                if combine:  # (the partials of the row slices, combined as the values were)
+                    w = combine[1][m]
+                    src = T.Load(w.name, (r, pflat, c), w.dtype)
+                else:
+                    src = self.value(op.args[0], full)
                 if reads_pending(src):
                     flush()
                 dts[acc] = dt
+                accs.append(acc)
                 pending.append((acc, fn, reduction_store(fn, acc, dt, (vj,), src)))
                 self.on_chip(m, [keep_idx, drop_idx], self.cast(T.Load(acc, (vj,), dt), op.type.dtype))
+            elif split:
+                continue  # (the values after the reductions: the combining kernel's)
             elif op.type.shape != S and (m in outs or any(u in self.members and
                                                           self.ops[u].type.shape == S for u in users[m])):
                 # a value per column, computed by every thread that holds the column
@@ -964,17 +1030,31 @@ class GroupLowering:
                          tile([Store(buf, (vj,), self.cast(self.value(m, at), dt))], col_ok)]
                 self.on_chip(m, [keep_idx, drop_idx], T.Load(buf, (vj,), dt))
         flush()
+        first = land(ilt(vi, iconst(1)), col_ok)  # (the tile's first row stores the columns')
+        grid, bvars = [dim_to_expr(Ci.cdiv(bc))], [bx]
+        if any(S[a] != Dim.const(1) for a in outer_axes):
+            grid, bvars = grid + [dim_to_expr(Po)], bvars + [by]
+        what = f"column reduction over axes {tuple(axes)}"
+        if split:  # the slice's partials, one per column
+            sp, ws = split
+            body.append(tile([Store(ws[m].name, (T.Var(bz), pflat, c), T.Load(acc, (vj,), dts[acc]))
+                              for m, acc in zip(ws, accs)], first))
+            return self.kernel(grid + [dim_to_expr(sp.count)], bvars + [bz], threads, body,
+                               f"{what}, rows split over blocks: each slice's partials",
+                               extra=tuple(ws.values()), writes_outputs=False)
         row_outs = [o for o in self.grp.outputs if self.ops[o].type.shape == S]
         if row_outs:
             body.append(sweep(self.store_outputs(row_outs, full, None)))
         for o in self.grp.outputs:  # the values per column: stored by the tile's first row
             if self.ops[o].type.shape != S:
                 at = keep_idx if self.ops[o].type.shape == keep_shape else drop_idx
-                body.append(tile(self.store_outputs([o], at, None), land(ilt(vi, iconst(1)), col_ok)))
-        grid, bvars = [dim_to_expr(Ci.cdiv(bc))], [bx]
-        if any(S[a] != Dim.const(1) for a in outer_axes):
-            grid, bvars = grid + [dim_to_expr(Po)], bvars + [by]
-        return self.kernel(grid, bvars, threads, body, f"column reduction over axes {tuple(axes)}")
+                body.append(tile(self.store_outputs([o], at, None), first))
+        if combine:
+            what += ", rows split over blocks: the slices' partials combined"
+            return self.kernel(grid, bvars, threads, body, what,
+                               extra=tuple(replace(w, kind="input", when=None)
+                                           for w in combine[1].values()))
+        return self.kernel(grid, bvars, threads, body, what)
 
     def lower_attention(self) -> TileKernel:
         role = dict(self.grp.roles)
@@ -1273,6 +1353,10 @@ class GemmVariant:
 # the variant of the target's (or schedule's) GEMM kernel on padded copies of the operands whose
 # rows are off 16 bytes (its copies then 16 bytes at a time): pad_operands, GroupLowering.padded
 PADDED = GemmVariant(None, 0, 0, pad=True)
+# the variant of a column reduction whose rows are split over blocks (lower_col_reduce): where
+# the columns give the device too few blocks, each block sweeps a slice of the rows into partial
+# values, and a second kernel combines them (in slice order) and computes the outputs
+COL_SPLIT = GemmVariant(None, 0, 0)
 
 
 def multiple_of_assumed(d: Dim, n: int, assumes) -> bool:
@@ -1541,6 +1625,9 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
             bn = bm
         return [("_tma", None, GemmVariant((bm, bn, 0), 128 * (bm // 64 + 1), stages, wgmma=True)),
                 ("", None, None)]
+    if grp.kind == "reduce" and split_k.col_reduce(target.resources.col_reduce):
+        # (lower_col_reduce leaves it out where it does not apply)
+        return [("_split", None, COL_SPLIT), ("", None, None)]
     if grp.kind != "gemm":
         return [("", None, None)]
     # Hopper: the warp-specialized kernel, where the operands suit TMA at run time (its own

@@ -598,7 +598,7 @@ CPU = Target(
         gemm_stages=1, gemm_threads=1, row_block=1, row_threads=1, ew_tile=(2, 16384),
         # column reductions: blocks of 512 bytes of each row, 4 rows a step (measured on the
         # 2-core dev machine against 128-1024 bytes and 1-256 rows, docs/PERFORMANCE.md)
-        col_reduce=(1, 4, 512),
+        col_reduce=(1, 4, 512, 8, 64),
         ew_threads=1, attn_tile=(64, 64), attn_threads=1, attn_stages=1, dtypes=ALL_DTYPES,
         # M = 1: a GEMV streaming B's rows (8192 columns per block: long contiguous runs for the
         # prefetchers; 4 rows per SIMD loop: the sums are read and written once per 4 rows),

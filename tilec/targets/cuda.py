@@ -2909,7 +2909,7 @@ CUDA = Target(
         # blocks: 0.532 / 0.313 / 0.237 ms on 256 / 512 / 1024 threads, 8 vectors a thread no
         # faster than 4; an f32 sum over the middle axis of 8 x 2048 x 4096, 1024 blocks: 0.105 /
         # 0.104 / 0.127 ms; docs/PERFORMANCE.md)
-        col_reduce=(512, 256, 128),
+        col_reduce=(512, 256, 128, 264, 4),
         # f32 X @ W.T on the scalar units: 2 stages, registers capped for 3 blocks per SM (168
         # a thread, no spills): 3.30 ms against 3.67 at 4096^3 on an H100; A @ B measured
         # slower so (3.62 against 3.41) and keeps 3 stages, one block's bound

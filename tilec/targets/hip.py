@@ -268,7 +268,7 @@ HIP = Target(
         row_capacities=(256, 1024, 4096, 8192), row_threads_by_capacity=((256, 128),),
         gemm_swizzle=8, scalar_gemm_tile=(64, 64, 32), row_tile=False,
         # column reductions: CUDA's blocks (not measured on an AMD GPU)
-        col_reduce=(512, 256, 128),
+        col_reduce=(512, 256, 128, 264, 4),
         # M <= 16 (decode): 16-row tiles on 4 waves of 16 x 32 (16x16x16 MFMA), 2 stages of K
         # tiles of 32 (f32 operands fit too)
         gemm_variants=((16, (16, 128, 32), 256, 2),),
