@@ -871,6 +871,18 @@ class GroupLowering:
         inner = numel(S[max(axes) + 1:])
         return inner.op != "const" or inner.args[0] >= COL_REDUCE_LEAST
 
+    def col_block(self) -> tuple:
+        """A column reduction's block: (threads, rows per step, columns, threads across a row,
+        the least rows per step): the target's (or TILEC_COL_REDUCE's) bytes of each row in
+        columns of the widest value read or written, and on GPUs 16 bytes per thread and
+        access, every thread as many vectors, a step's vectors at least a warp's."""
+        block, rb, row_bytes, *_ = split_k.col_reduce(self.target.resources.col_reduce)
+        widest = max(itemsize_bits(self.ops[o].type.dtype) for o in
+                     list(self.grp.reads) + list(self.grp.outputs))
+        per_row = max(row_bytes // 16, 1)
+        least = -(-self.target.resources.warp // per_row)
+        return block, max(rb, least), max(row_bytes * 8 // max(widest, 8), 1), per_row, least
+
     def split_col_reduce(self) -> list:
         """The split variant of a column reduction (COL_SPLIT): where the columns give fewer
         blocks than the target's goal and the rows are many, `count` blocks per column block
@@ -900,15 +912,13 @@ class GroupLowering:
             return False
         if any(reads_reduce(m) for m in reduces):
             raise NoVariant()
-        _, rb, row_bytes, blocks, least = split_k.col_reduce(self.target.resources.col_reduce)
+        *_, blocks, steps = split_k.col_reduce(self.target.resources.col_reduce)
         last = max(axes)
         R = numel([S[a] for a in axes])
         Ci = numel(S[last + 1:])
         Po = numel([S[a] for a in range(last) if a not in axes])
-        widest = max(itemsize_bits(self.ops[o].type.dtype) for o in
-                     list(self.grp.reads) + list(self.grp.outputs))
-        bc = max(row_bytes * 8 // max(widest, 8), 1)
-        split = split_k.plan(Ci.cdiv(bc) * Po, R.cdiv(rb), blocks, least)
+        _, rb, bc, _, _ = self.col_block()
+        split = split_k.plan(Ci.cdiv(bc) * Po, R.cdiv(rb), blocks, steps)
         if split.when == Dim.const(0):
             raise NoVariant()
         ws = {m: TensorDecl(self.names.fresh("partials"), widened(self.ops[m].type.dtype),
@@ -937,15 +947,7 @@ class GroupLowering:
         Po = numel([S[a] for a in outer_axes])
         if combine:  # (the rows swept: the partials of the row slices)
             R = combine[0]
-        block, rb, row_bytes, *_ = split_k.col_reduce(self.target.resources.col_reduce)
-        widest = max(itemsize_bits(self.ops[o].type.dtype) for o in
-                     list(self.grp.reads) + list(self.grp.outputs))
-        bc = max(row_bytes * 8 // max(widest, 8), 1)
-        # (GPUs: 16 bytes per thread and access, `per_row` threads across a row of the tile,
-        # every thread as many vectors, a step's vectors at least a warp's)
-        per_row = max(row_bytes // 16, 1)
-        least = -(-self.target.resources.warp // per_row)
-        rb = max(rb, least)
+        block, rb, bc, per_row, least = self.col_block()
         if combine:  # (a few rows of partials: a short tile, one vector per thread on GPUs)
             rb = min(rb, 4 * least)
         if R.op == "const" and not split:  # few rows: a shorter tile (a split's is its plan's)
