@@ -235,14 +235,20 @@ class KernelRun:
                 v.a.buf == s.buf and v.a.idx == s.idx):
             return False
         dtype, arr = self.allocs[s.buf].dtype, self.bufs[s.buf]
-        shape = ctx.space
-        act = np.ones(shape, bool) if ctx.mask is None else np.broadcast_to(ctx.mask, shape)
-        idx = tuple(np.broadcast_to(self.ev(i, ctx), shape)[act].astype(np.int64) for i in s.idx)
-        self.check_bounds(s.buf, arr, list(idx), "writes")
-        x = np.broadcast_to(quantize(self.ev(v.b, ctx), dtype), shape)[act]
-        {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}[v.fn].at(arr, idx, x)
+        act, idx = self.store_index(s, arr, ctx)
+        x = np.broadcast_to(quantize(self.ev(v.b, ctx), dtype), ctx.space)[act]
+        {"add": np.add, "maximum": np.maximum, "minimum": np.minimum}[v.fn].at(arr, tuple(idx), x)
         arr[...] = quantize(arr, dtype)
         return True
+
+    def store_index(self, s: T.Store, arr, ctx) -> tuple:
+        """(the mask of the iterations that run, their indices into `arr`, one array per axis),
+        checked inside it."""
+        shape = ctx.space
+        act = np.ones(shape, bool) if ctx.mask is None else np.broadcast_to(ctx.mask, shape)
+        idx = [np.broadcast_to(self.ev(i, ctx), shape)[act].astype(np.int64) for i in s.idx]
+        self.check_bounds(s.buf, arr, idx, "writes")
+        return act, idx
 
     def st_Store(self, s: T.Store, ctx):
         if self.accumulate(s, ctx):
@@ -250,12 +256,8 @@ class KernelRun:
         dtype = self.allocs[s.buf].dtype if s.buf in self.bufs else self.decls[s.buf].dtype
         arr = self.array(s.buf)
         val = quantize(self.ev(s.value, ctx), dtype)
-        idx = [self.ev(i, ctx) for i in s.idx]
-        shape = ctx.space
-        act = np.ones(shape, bool) if ctx.mask is None else np.broadcast_to(ctx.mask, shape)
-        idx = [np.broadcast_to(i, shape)[act].astype(np.int64) for i in idx]
-        val = np.broadcast_to(val, shape)[act]
-        self.check_bounds(s.buf, arr, idx, "writes")
+        act, idx = self.store_index(s, arr, ctx)
+        val = np.broadcast_to(val, ctx.space)[act]
         if arr.ndim == 0:  # a rank-0 tensor: the last running iteration's value
             if val.size:
                 arr[()] = val[-1]

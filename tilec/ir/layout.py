@@ -248,14 +248,8 @@ class VecCols:
         """Threads across a row of the tile (the replicas of a column are this many apart)."""
         return self.tile.cols // self.tile.vec
 
-    def groups(self) -> int:
-        return 1
-
     def slots(self) -> int:
         return self.tile.vec
-
-    def leader(self) -> str:
-        return f"tilec_tid < {self.per_row}"
 
     def __str__(self):
         return (f"column values ({self.vec} per thread, {self.tile.threads // self.per_row} "

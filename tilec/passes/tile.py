@@ -868,8 +868,18 @@ class GroupLowering:
         if not (S and len(S) - 1 not in axes and
                 split_k.col_reduce(self.target.resources.col_reduce)):
             return False
-        inner = numel(S[max(axes) + 1:])
+        *_, (_, inner, _) = self.col_axes()
         return inner.op != "const" or inner.args[0] >= COL_REDUCE_LEAST
+
+    def col_axes(self) -> tuple:
+        """A column reduction's axes: (the reduced ones, the kept ones after the last reduced one
+        (its columns), the kept ones before it (a block per position), whether those are more
+        than one position), and the extents (R, Ci, Po) of the three."""
+        S, axes = self.grp.domain, self.grp.axes
+        inner = list(range(max(axes) + 1, len(S)))
+        outer = [a for a in range(max(axes)) if a not in axes]
+        extents = tuple(numel([S[a] for a in x]) for x in (axes, inner, outer))
+        return axes, inner, outer, any(S[a] != Dim.const(1) for a in outer), extents
 
     def col_block(self) -> tuple:
         """A column reduction's block: (threads, rows per step, columns, threads across a row,
@@ -886,12 +896,13 @@ class GroupLowering:
     def split_col_reduce(self) -> list:
         """The split variant of a column reduction (COL_SPLIT): where the columns give fewer
         blocks than the target's goal and the rows are many, `count` blocks per column block
-        each sweep a slice of the rows into f32 partials (a workspace [count, outer, columns]
-        per reduction), and a second kernel combines each column's partials in slice order
-        (deterministic) and computes the outputs. Only for one level of reductions (none reads
-        another's result) whose outputs are all reduced values: others need the combined values
-        before the next sweep over the rows. NoVariant elsewhere."""
-        S, axes = self.grp.domain, self.grp.axes
+        each sweep a slice of the rows into partials (a workspace [count, outer, columns] per
+        reduction, in its dtype in registers: f32 for floats), and a second kernel combines
+        each column's partials in slice order (deterministic) and computes the outputs. Only
+        for one level of reductions (none reads another's result) whose outputs are all reduced
+        values: others need the combined values before the next sweep over the rows. NoVariant
+        elsewhere."""
+        S = self.grp.domain
         reduces = [m for m in self.grp.members if self.ops[m].kind == "reduce" and
                    not is_squeeze(self.ops[m], self.ops)]
         if not self.columns_pay() or not reduces or \
@@ -913,10 +924,7 @@ class GroupLowering:
         if any(reads_reduce(m) for m in reduces):
             raise NoVariant()
         *_, blocks, steps = split_k.col_reduce(self.target.resources.col_reduce)
-        last = max(axes)
-        R = numel([S[a] for a in axes])
-        Ci = numel(S[last + 1:])
-        Po = numel([S[a] for a in range(last) if a not in axes])
+        *_, (R, Ci, Po) = self.col_axes()
         _, rb, bc, _, _ = self.col_block()
         split = split_k.plan(Ci.cdiv(bc) * Po, R.cdiv(rb), blocks, steps)
         if split.when == Dim.const(0):
@@ -938,13 +946,10 @@ class GroupLowering:
         a SIMD one). Each reduction is its own sweep, and the full-shaped outputs one more: the
         rows are read again (from cache where they still are) instead of held, since a
         column's rows need not fit."""
-        S, axes = self.grp.domain, self.grp.axes
+        S = self.grp.domain
+        axes, inner_axes, outer_axes, blocks_y, (R, Ci, Po) = self.col_axes()
         last = max(axes)
         red = [S[a] for a in axes]
-        inner_axes = range(last + 1, len(S))
-        outer_axes = [a for a in range(last) if a not in axes]
-        R, Ci = numel(red), numel([S[a] for a in inner_axes])
-        Po = numel([S[a] for a in outer_axes])
         if combine:  # (the rows swept: the partials of the row slices)
             R = combine[0]
         block, rb, bc, per_row, least = self.col_block()
@@ -983,7 +988,7 @@ class GroupLowering:
         def sweep(body):  # the reduced rows, RB at a time (a split: this block's slice)
             steps = split[0].chunk if split else R.cdiv(rb)
             return For((r0,), (dim_to_expr(steps),), "range", (tile(body, land(row_ok, col_ok)),))
-        pflat = T.Var(by) if any(S[a] != Dim.const(1) for a in outer_axes) else iconst(0)
+        pflat = T.Var(by) if blocks_y else iconst(0)
         body = []
         # reductions that read none of each other's results share one sweep (a sum and a max of
         # the same rows); one that reads a pending result starts the next
@@ -1034,7 +1039,7 @@ class GroupLowering:
         flush()
         first = land(ilt(vi, iconst(1)), col_ok)  # (the tile's first row stores the columns')
         grid, bvars = [dim_to_expr(Ci.cdiv(bc))], [bx]
-        if any(S[a] != Dim.const(1) for a in outer_axes):
+        if blocks_y:
             grid, bvars = grid + [dim_to_expr(Po)], bvars + [by]
         what = f"column reduction over axes {tuple(axes)}"
         if split:  # the slice's partials, one per column

@@ -138,7 +138,8 @@ class Resources:
     # reductions that keep the innermost axis (over rows: a column sum, a softmax over axis 0 or
     # a middle axis) run on blocks of columns that sweep the reduced rows, each row read whole
     # (GPUs: coalesced; the CPU: a SIMD loop over the columns): (threads, rows per step, bytes of
-    # a row per block); (): as row kernels of the transposed view (strided reads)
+    # a row per block, the blocks a split of the rows over blocks aims at, the least steps per
+    # slice); (): as row kernels of the transposed view (strided reads)
     col_reduce: tuple = ()
     # default (M, N, K) tile of a GEMM the matrix units cannot take (scalar FMAs; None: gemm_tile)
     scalar_gemm_tile: tuple | None = None
