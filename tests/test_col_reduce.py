@@ -200,6 +200,7 @@ kernel bad(X: f32[R, C]) -> s: f32[C]:
 """, "allreduce() combines a 1-D fragment"),
 ])
 def test_an_allreduce_gpus_cannot_do_is_a_located_error(text, message):
+    # (errors of the layout pass: GPU targets)
     from tilec.diagnostics import TilecError
     with pytest.raises(TilecError) as e:
         compile_text(text, "bad.tile", "cuda", options=SM90)
@@ -296,3 +297,30 @@ def test_tall_column_reductions_on_gpu():
     need_gpu()
     for dims in TALL_SIZES + [dict(R=100, C=70, N=2, P=10)]:
         check_text(TALL, dims, name="tall.tile", target="cuda", options=GPU_OPTIONS)
+
+
+ALLREDUCE_HEAD = """
+kernel bad(X: f32[R, C]) -> s: f32[C]:
+    with grid(1, threads=128) as (bx):
+        acc = fragment(f32, [32])
+        clear(acc)
+"""
+
+
+@pytest.mark.parametrize("line,message", [
+    ("        allreduce(mean, acc)", "the reduction is sum, max or min"),
+    ("        allreduce(sum)", "allreduce() takes an operation (sum, max, min) and a fragment"),
+    ("        allreduce(sum, acc, axis=0)", "allreduce() takes an operation"),
+    ("        allreduce(sum, X)", "'X' is a tensor in memory, not a tile buffer"),
+    ("        for i, j in parallel(2, 32):\n            allreduce(sum, acc)",
+     "allreduce() works on whole tiles: it runs at block level"),
+])
+def test_a_malformed_allreduce_is_a_located_error(line, message):
+    """allreduce() at the tile level: its operation, its operand, and where it may stand, each
+    an error at the statement on every target."""
+    from tilec.diagnostics import TilecError
+    for target in ("cpu", "cuda"):
+        with pytest.raises(TilecError) as e:
+            compile_text(ALLREDUCE_HEAD + line + "\n", "bad.tile", target)
+        assert message in str(e.value) and e.value.loc is not None and e.value.loc.line >= 6, \
+            (target, str(e.value))
