@@ -116,6 +116,7 @@ ABI = {
     "bmm_bias_gelu": ("TTT", 1, "G L D S"),
     "layernorm_bf16": ("TTT", 1, "R C"),
     "col_softmax_f16": ("T", 1, "R C"),
+    "chan_softmax_f16": ("T", 1, "B K P"),
     "sum_mid": ("T", 1, "B L D"),
     "col_mean": ("T", 1, "R C"),
 }
@@ -1154,6 +1155,10 @@ def col_softmax_eager(X):
     return torch.softmax(X, 0)
 
 
+def chan_softmax_eager(X):
+    return torch.softmax(X, 1)
+
+
 def sum_mid_eager(X):
     return X.sum(1)
 
@@ -1257,6 +1262,18 @@ def case_columns(bench: Bench) -> None:
     bench.section("columns", f"f16 softmax(X, axis=0), {R}x{C}")
     X = randn(R, C, scale=2.0)
     fusion_one(bench, "col_softmax_f16", col_softmax_eager, (X,), (R, C), f"f16 {R}x{C}",
+               Work(bytes=2 * X.nbytes))
+
+    R, C = (1024, 32768) if q else (2048, 65536)  # (many blocks of columns)
+    bench.section("columns", f"f16 softmax(X, axis=0), {R}x{C}")
+    X = randn(R, C, scale=2.0)
+    fusion_one(bench, "col_softmax_f16", col_softmax_eager, (X,), (R, C), f"f16 {R}x{C}",
+               Work(bytes=2 * X.nbytes))
+
+    B, K, P = (16, 256, 1024) if q else (32, 256, 4096)
+    bench.section("columns", f"f16 softmax over channels (axis 1), B={B} C={K} H*W={P}")
+    X = randn(B, K, P, scale=2.0)
+    fusion_one(bench, "chan_softmax_f16", chan_softmax_eager, (X,), (B, K, P), f"f16 {B}x{K}x{P}",
                Work(bytes=2 * X.nbytes))
 
     B, L, D = (4, 1024, 4096) if q else (8, 2048, 4096)

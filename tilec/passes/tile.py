@@ -860,6 +860,24 @@ class GroupLowering:
                            body, f"row reduction over axes {tuple(axes)}",
                            auto_threads=not self.sched.threads)
 
+    def online_max(self, m: int):
+        """The max reduction a sum `m` of exp(x - max(x)) over the same axes subtracts (the
+        max's x the same value as the sum's, floats as wide as they compute in): the sum can
+        follow the max's running value, rescaled where it grows (an online sum); None
+        otherwise."""
+        e = self.ops[self.ops[m].args[0]]
+        if not (e.kind == "unary" and e.attr("fn") == "exp" and e.args[0] in self.members):
+            return None
+        d = self.ops[e.args[0]]
+        if not (d.kind == "binary" and d.attr("fn") == "sub" and d.args[1] in self.members):
+            return None
+        r = self.ops[d.args[1]]
+        if r.kind == "reduce" and r.attr("fn") == "max" and r.args[0] == d.args[0] and \
+                r.attr("axes") == self.ops[m].attr("axes") and r.attr("keepdims") and \
+                e.type.dtype in ("f32", "f64") and r.type.dtype == e.type.dtype:
+            return r.id
+        return None
+
     def columns_pay(self) -> bool:
         """Whether this reduction runs on blocks of columns (lower_col_reduce): the target
         takes them, the innermost axis is kept and is not a known handful of values (there the
@@ -982,31 +1000,70 @@ class GroupLowering:
         row_ok, col_ok = ilt(r, dim_to_expr(R)), ilt(c, dim_to_expr(Ci))
         RB, BC = iconst(rb), iconst(bc)
 
-        def tile(body, guard):  # one [RB, BC] step of the block's tile
-            return For((i, j), (RB, BC), "parallel", (If(guard, tuple(body)),))
+        def tile(body, guard, rows=RB):  # one [RB, BC] step of the block's tile (guard None: all)
+            return For((i, j), (rows, BC), "parallel",
+                       tuple(body) if guard is None else (If(guard, tuple(body)),))
 
-        def sweep(body):  # the reduced rows, RB at a time (a split: this block's slice)
+        def sweep(*tiles):  # the reduced rows, RB at a time (a split: this block's slice)
             steps = split[0].chunk if split else R.cdiv(rb)
-            return For((r0,), (dim_to_expr(steps),), "range", (tile(body, land(row_ok, col_ok)),))
+            return For((r0,), (dim_to_expr(steps),), "range",
+                       tuple(t if isinstance(t, For) else tile(*t) for t in tiles))
+        inside = land(row_ok, col_ok)
         pflat = T.Var(by) if blocks_y else iconst(0)
         body = []
         # reductions that read none of each other's results share one sweep (a sum and a max of
-        # the same rows); one that reads a pending result starts the next
+        # the same rows); one that reads a pending result starts the next, except a sum of
+        # exp(x - max(x)) whose max is pending: an online sum, in the max's sweep
         pending: list = []  # (accumulator, fn, its reduction store)
+        online: list = []  # (the sum's accumulator, its max's, the max's value before the step)
+
+        def rescaled():
+            """Each online sum rescaled to its max's running value (from the value it had when
+            the sum was last rescaled, `prev`): a tile of statements, idempotent, so a thread
+            runs it once per row of the tile it holds and only the first changes its partials
+            (one thread: one row of the tile)."""
+            stmts = []
+            for s_acc, mx, prev in online:
+                dt = dts[s_acc]
+                grown = T.Binary("sub", T.Load(prev, (vj,), dt), safe_max(mx), dt)
+                stmts += [Store(s_acc, (vj,), T.Binary("mul", T.Load(s_acc, (vj,), dt),
+                                                       T.Unary("exp_nonpos", grown, dt), dt)),
+                          Store(prev, (vj,), T.Load(mx, (vj,), dt))]
+            return tile(stmts, None, RB if threads > 1 else iconst(1))
 
         def flush():
-            if pending:
-                body.extend(Alloc(acc, "fragment", dts[acc], (BC,)) for acc, _, _ in pending)
-                body.extend(Fill(acc, identity(fn, dts[acc])) for acc, fn, _ in pending)
-                body.append(sweep([st for _, _, st in pending]))
-                body.extend(T.Allreduce(fn, acc) for acc, fn, _ in pending)
-                pending.clear()
+            if not pending:
+                return
+            sums = {s_acc for s_acc, _, _ in online}
+            body.extend(Alloc(acc, "fragment", dts[acc], (BC,)) for acc, _, _ in pending)
+            body.extend(Fill(acc, identity(fn, dts[acc])) for acc, fn, _ in pending)
+            body.extend(Alloc(prev, "fragment", dts[mx], (BC,)) for _, mx, prev in online)
+            body.extend(Fill(prev, identity("max", dts[mx])) for _, mx, prev in online)
+            first = [st for acc, _, st in pending if acc not in sums]
+            if online:  # a step: the maxima, the sums rescaled to them, the step's terms added
+                body.append(sweep((first, inside), rescaled(),
+                                  ([st for acc, _, st in pending if acc in sums], inside)))
+            else:
+                body.append(sweep((first, inside)))
+            # the threads' partials combined; an online sum's rescaled to the combined max first
+            body.extend(T.Allreduce(fn, acc) for acc, fn, _ in pending if acc not in sums)
+            if online:
+                body.append(rescaled())
+                body.extend(T.Allreduce("sum", s_acc) for s_acc, _, _ in online)
+            pending.clear()
+            online.clear()
+
+        def safe_max(mx):  # (a max of -inf so far: every value -inf, each exp(-inf - 0) = 0)
+            v = T.Load(mx, (vj,), dts[mx])
+            return T.Select(T.Compare("eq", v, identity("max", dts[mx])), T.Const(0.0, dts[mx]), v,
+                            dts[mx])
 
         def reads_pending(e) -> bool:
             names = {acc for acc, _, _ in pending}
             return any(isinstance(x, T.Load) and x.buf in names for x in T.walk_exprs(e))
         dts: dict = {}
         accs: list = []  # (the reductions' accumulators, in member order)
+        acc_of: dict = {}  # (a reduction's accumulator)
         users = self.g.users()
         outs = set(self.grp.outputs)
         for m in self.grp.members:
@@ -1019,10 +1076,20 @@ class GroupLowering:
                     src = T.Load(w.name, (r, pflat, c), w.dtype)
                 else:
                     src = self.value(op.args[0], full)
-                if reads_pending(src):
+                mx = acc_of.get(self.online_max(m)) if not (split or combine) else None
+
+                def at_max(src, value, mx=mx):  # (src with its max's loads replaced)
+                    return map_expr(src, lambda x: value if isinstance(x, T.Load) and
+                                    x.buf == mx else None)
+                if any(mx == a for a, _, _ in pending) and \
+                        not reads_pending(at_max(src, T.Const(0.0, dt))):
+                    online.append((acc, mx, self.names.fresh(mx + "_prev")))
+                    src = at_max(src, safe_max(mx))
+                elif reads_pending(src):
                     flush()
                 dts[acc] = dt
                 accs.append(acc)
+                acc_of[m] = acc
                 pending.append((acc, fn, reduction_store(fn, acc, dt, (vj,), src)))
                 self.on_chip(m, [keep_idx, drop_idx], self.cast(T.Load(acc, (vj,), dt), op.type.dtype))
             elif split:
@@ -1051,7 +1118,7 @@ class GroupLowering:
                                extra=tuple(ws.values()), writes_outputs=False)
         row_outs = [o for o in self.grp.outputs if self.ops[o].type.shape == S]
         if row_outs:
-            body.append(sweep(self.store_outputs(row_outs, full, None)))
+            body.append(sweep((self.store_outputs(row_outs, full, None), inside)))
         for o in self.grp.outputs:  # the values per column: stored by the tile's first row
             if self.ops[o].type.shape != S:
                 at = keep_idx if self.ops[o].type.shape == keep_shape else drop_idx
