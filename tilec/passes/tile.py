@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 from dataclasses import dataclass, replace
 
 from ..diagnostics import TilecError, error
@@ -67,6 +68,8 @@ PAD_LEAST = 2 ** 30
 # kept axes after the last reduced one) has at least this many values or a run-time extent
 # (lower_col_reduce); fewer, and the row kernel's strided reads cover whole lines
 COL_REDUCE_LEAST = 8
+# the largest finite value of each float dtype computed in (an online sum's floor for its max)
+FLOAT_MAX = {"f32": 3.4028234663852886e38, "f64": sys.float_info.max}
 # attention's online softmax: a row's max is renewed only when its scores exceed it by more than
 # a factor of 2^RESCALE_LOG2 in exp (lower_attention)
 RESCALE_LOG2 = 8.0
@@ -1053,10 +1056,9 @@ class GroupLowering:
             pending.clear()
             online.clear()
 
-        def safe_max(mx):  # (a max of -inf so far: every value -inf, each exp(-inf - 0) = 0)
-            v = T.Load(mx, (vj,), dts[mx])
-            return T.Select(T.Compare("eq", v, identity("max", dts[mx])), T.Const(0.0, dts[mx]), v,
-                            dts[mx])
+        def safe_max(mx):  # (a max of -inf so far: every value -inf, each exp(-inf - lowest) 0)
+            dt = dts[mx]
+            return T.Binary("maximum", T.Load(mx, (vj,), dt), T.Const(-FLOAT_MAX[dt], dt), dt)
 
         def reads_pending(e) -> bool:
             names = {acc for acc, _, _ in pending}
