@@ -13,8 +13,10 @@ Cases (kernels in bench/cpu.tile):
   small     relu(A @ B + bias) at 16x16x16, per call in a loop, against numpy's expression
                                                        goal: < 20 us per call
   softmax   softmax(X, axis=-1), f32 4096x4096          goal: >= 2x numpy, >= 0.7x copy bandwidth
+  softmax16 the same on f16 values, against numpy in f32 on them   no goal
   rmsnorm   X * rsqrt(mean(X*X, -1) + eps) * w          goal: the same
   ewchain   Z = silu(X * s + Y) * X  (4 ops)             goal: the same
+  where     Z = where(X > Y, exp(X - Y), X * Y)          no goal
   actchain  Z = mish(X) * tanh(Y) + log(|X| + 1)          goal: >= 2x numpy
   layernorm (X - mean) * rsqrt(var + eps) * gamma + beta  goal: the same
   longrow   softmax over one row of 64M f32 values      goal: matches numpy at the f32 tolerance
@@ -171,6 +173,8 @@ def build(out_dir: Path, march: str) -> dict:
         "gemm_f32": [P, P, P, I64, I64, I64],            # A, B, C, M, K, N
         "gemm_f16": [P, P, P, I64, I64, I64],            # A, B, C (f16), M, K, N
         "softmax_rows": [P, P, I64, I64],                # X, Y, R, C
+        "softmax_rows_f16": [P, P, I64, I64],            # X, Y (f16), R, C
+        "where_chain": [P, P, P, I64, I64],              # X, Y, Z, R, C
         "rmsnorm_f32": [P, P, F32, P, I64, I64],         # X, w, eps, Y, R, C
         "elementwise_chain": [P, P, F32, P, I64, I64],   # X, Y, s, Z, R, C
         "activation_chain": [P, P, P, I64, I64],         # X, Y, Z, R, C
@@ -543,6 +547,18 @@ def main() -> int:
          nbytes=2 * X.nbytes, copy_goal=0.7)
     del Ys
 
+    # ---- 2a. softmax of f16 values (computed in f32, as numpy does here on the same values)
+    X16, Y16 = X.astype(np.float16), np.empty(X.shape, np.float16)
+
+    def softmax16_np(X16=X16):
+        x = X16.astype(np.float32)
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)).astype(np.float16)
+    case("softmax16", "softmax(X, axis=-1), 4096x4096 f16 (numpy: in f32 on the same values)",
+         softmax16_np, checked(fns["softmax_rows_f16"], ptr(X16), ptr(Y16), R, Cc),
+         lambda Y16=Y16: Y16, TOL_F16, None, nbytes=2 * X16.nbytes)
+    del X16, Y16
+
     # ---- 3. RMSNorm (reads X and w, writes Y)
     w = U(Cc)
     eps = 1e-6
@@ -565,7 +581,15 @@ def main() -> int:
          checked(fns["elementwise_chain"], ptr(X), ptr(Y2), F32(s), ptr(Z), R, Cc), lambda: Z,
          TOL_F32, 2.0, nbytes=3 * X.nbytes, copy_goal=0.7)
 
-    # ---- 4a. a chain of transcendental activations (reads X and Y, writes Z): numpy's own
+    # ---- 4a. a where() over two computed sides (reads X and Y, writes Z)
+    Zw = np.empty_like(X)
+    case("where", "Z = where(X > Y, exp(X - Y), X * Y), 4096x4096 f32",
+         lambda: np.where(X > Y2, np.exp(X - Y2), X * Y2),
+         checked(fns["where_chain"], ptr(X), ptr(Y2), ptr(Zw), R, Cc), lambda: Zw,
+         TOL_F32, None, nbytes=3 * X.nbytes)
+    del Zw
+
+    # ---- 4b. a chain of transcendental activations (reads X and Y, writes Z): numpy's own
     # vectorized tanh, exp, log1p and log against tilec_cpu.h's (softplus as log1p(exp(X)), which
     # cannot overflow on these inputs and is faster in numpy than logaddexp)
     def activations_np():

@@ -287,7 +287,11 @@ def test_sin_and_cos_reduce_with_the_table_the_generator_makes():
 
 
 ACTIVATIONS = ["exp_f32(x[i])", "exp2_f32(x[i])", "exp_nonpos_f32(x[i])", "gelu_tanh(x[i])",
-               "relu(x[i])", "maximum(x[i], 0.5f)", "pow_f32(x[i], 1.5)"] + \
+               "relu(x[i])", "maximum(x[i], 0.5f)", "pow_f32(x[i], 1.5)", "round_f16(x[i])",
+               "f16_to_f32(tilec::f32_to_f16(x[i] * 3.0f))",
+               # (a where() as the CPU renderer writes it: g++ blends the two sides where
+               # -fno-trapping-math lets it compute both)
+               "exp_f32(x[i] > 0.0f ? x[i] * 2.0f : tilec::exp_f32(x[i]))"] + \
               [f"{fn}(x[i])" for fn in MATH]
 
 
@@ -298,7 +302,9 @@ def test_activations_vectorize_on_every_instruction_set(tmp_path, march):
     branches that only AVX-512's masks vectorize: sigmoid's around a multiply (the default AVX2
     build of an elementwise chain with silu ran scalar, 6x slower), mish's clamp, log's special
     values around the whole function; sin's table gather of doubles needed a 64-bit index under
-    AVX2, and a double floor or fmin became a libm call."""
+    AVX2, and a double floor or fmin became a libm call. f16 conversions with branches, or
+    F16C's on one value, kept every loop that converts scalar (f16 programs ran up to 18x
+    slower than f32 ones); so did a where() under -ftrapping-math (the Makefile's flags here)."""
     if shutil.which("g++") is None:
         pytest.skip("g++ not found")
     src = tmp_path / "act.cpp"
@@ -307,8 +313,9 @@ def test_activations_vectorize_on_every_instruction_set(tmp_path, march):
         f"    #pragma omp simd\n    for (long i = 0; i < n; ++i) y[i] = tilec::{e};\n}}\n"
         for n, e in enumerate(ACTIVATIONS)))
     r = subprocess.run(["g++", "-std=c++17", "-O3", f"-march={march}", "-fopenmp", "-ffp-contract=off",
-                        "-fno-math-errno", f"-I{TEMPLATES / 'cpu'}", f"-I{TEMPLATES / 'common'}",
-                        "-fopt-info-vec-optimized", "-c", str(src), "-o", str(tmp_path / "act.o")],
+                        "-fno-math-errno", "-fno-trapping-math", f"-I{TEMPLATES / 'cpu'}",
+                        f"-I{TEMPLATES / 'common'}", "-fopt-info-vec-optimized", "-c", str(src),
+                        "-o", str(tmp_path / "act.o")],
                        capture_output=True, text=True)
     if r.returncode != 0 and "march" in r.stderr:
         pytest.skip(f"g++ here does not take -march={march}")

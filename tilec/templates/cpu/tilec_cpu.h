@@ -56,61 +56,53 @@ typedef uint16_t bf16_t;  // bfloat16 bits
 static inline uint32_t bits_f32(float x) { uint32_t u; std::memcpy(&u, &x, 4); return u; }
 static inline float f32_bits(uint32_t u) { float x; std::memcpy(&x, &u, 4); return x; }
 
+// c ? a : b as masks on the bits. Written as a select (`?:`), g++ may see that one side is not
+// needed on some path and move the arithmetic feeding that side into a branch, which it then
+// will not run for every lane (-ftrapping-math): the loop stays scalar. With masks, both sides
+// are computed for every lane and blended.
+static inline uint32_t select_u32(bool c, uint32_t a, uint32_t b) {
+    const uint32_t m = 0u - (uint32_t)c;
+    return (a & m) | (b & ~m);
+}
+static inline float select_f32(bool c, float a, float b) { return f32_bits(select_u32(c, bits_f32(a), bits_f32(b))); }
+
 // ---------------------------------------------------------------------------
-// binary16 <-> binary32
-#if defined(__F16C__) && defined(__GNUC__) && !defined(__clang__)
-// g++ with F16C (x86-64-v3 and up): the hardware conversions (vcvtph2ps / vcvtps2ph, round to
-// nearest even: the same results as the portable code below, except that a signaling NaN
-// comes back quiet)
-#define TILEC_F16_HARDWARE 1
-static inline float f16_to_f32(uint16_t h) {
-    _Float16 v;
-    std::memcpy(&v, &h, 2);
-    return (float)v;
-}
-static inline uint16_t f32_to_f16(float x) {
-    const _Float16 v = (_Float16)x;
-    uint16_t h;
-    std::memcpy(&h, &v, 2);
-    return h;
-}
-#else
-static inline float f16_to_f32(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    const uint32_t e = (h >> 10) & 0x1fu;
-    const uint32_t m = h & 0x3ffu;
-    if (e == 0x1f)  // inf / nan: keep the payload (a quiet nan stays quiet)
-        return f32_bits(sign | 0x7f800000u | (m << 13));
-    if (e == 0) {   // zero / subnormal: m * 2^-24 is exact in f32
-        const float v = (float)m * 5.9604644775390625e-8f;
-        return f32_bits(sign | bits_f32(v));
-    }
-    return f32_bits(sign | ((e + 112u) << 23) | (m << 13));  // rebias 15 -> 127
+// binary16 <-> binary32, in integer and float arithmetic whose cases are picked by
+// select_u32, so that a loop converting element by element vectorizes (a branch, or a scalar
+// hardware conversion, vcvtph2ps on one value, keeps such a loop scalar).
+// To f16: round to nearest even, a NaN quiet with its top payload bits; to f32: exact, a NaN's
+// payload kept. (On f16 bits in 32-bit integers: round_f16 then needs no narrowing and
+// widening, which vectorized loops would do with shuffles.)
+static inline float f16_bits_to_f32(uint32_t h) {
+    const uint32_t sign = (h & 0x8000u) << 16;
+    const uint32_t em = (h & 0x7fffu) << 13;  // exponent and mantissa, in f32's places
+    const uint32_t e = em & 0x0f800000u;      // (f16's exponent field, moved)
+    // zero / subnormal: m * 2^-24, exact in f32
+    const uint32_t sub = bits_f32((float)(int32_t)(h & 0x3ffu) * 5.9604644775390625e-8f);
+    const uint32_t r = select_u32(e == 0x0f800000u, em | 0x7f800000u,  // inf / nan: the payload
+                                  select_u32(e == 0, sub, em + (112u << 23)));  // rebias 15 -> 127
+    return f32_bits(sign | r);
 }
 
-static inline uint16_t f32_to_f16(float x) {
-    uint32_t u = bits_f32(x);
-    const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    u &= 0x7fffffffu;
-    if (u >= 0x7f800000u) {  // inf, or nan: keep the top payload bits, force quiet
-        if (u == 0x7f800000u) return (uint16_t)(sign | 0x7c00u);
-        return (uint16_t)(sign | 0x7e00u | ((u >> 13) & 0x3ffu));
-    }
-    if (u >= 0x477ff000u)  // >= 65520 = halfway between 65504 and 2^16: ties-to-even gives inf
-        return (uint16_t)(sign | 0x7c00u);
-    if (u >= 0x38800000u) {  // result is a normal f16 (|x| >= 2^-14)
-        // Rebias the exponent and round the 13 dropped bits to nearest even;
-        // a mantissa carry correctly bumps the exponent.
-        const uint32_t odd = (u >> 13) & 1u;
-        return (uint16_t)(sign | ((u - 0x38000000u + 0xfffu + odd) >> 13));
-    }
-    // Subnormal or zero: adding 0.5f (whose ulp is 2^-24, the f16 subnormal
-    // step) lets the FPU do the round-to-nearest-even; the low bits of the sum
-    // are then the f16 encoding (0x400 = smallest normal when it rounds up).
-    const float v = f32_bits(u) + 0.5f;
-    return (uint16_t)(sign | (bits_f32(v) - 0x3f000000u));
+static inline uint32_t f32_to_f16_bits(float x) {
+    const uint32_t bits = bits_f32(x);
+    const uint32_t sign = (bits >> 16) & 0x8000u;
+    const uint32_t u = bits & 0x7fffffffu;
+    // a normal f16 (|x| >= 2^-14): rebias the exponent and round the 13 dropped bits to
+    // nearest even; a mantissa carry correctly bumps the exponent
+    const uint32_t normal = (u - 0x38000000u + 0xfffu + ((u >> 13) & 1u)) >> 13;
+    // subnormal or zero: adding 0.5f (whose ulp is 2^-24, the f16 subnormal step) lets the FPU
+    // round to nearest even; the low bits of the sum are then the f16 encoding (0x400, the
+    // smallest normal, where it rounds up). (Computed for every x, used below 2^-14.)
+    const uint32_t sub = bits_f32(f32_bits(u & 0x3fffffffu) + 0.5f) - 0x3f000000u;
+    const uint32_t r = select_u32(u > 0x7f800000u, 0x7e00u | ((u >> 13) & 0x3ffu),  // nan: quiet
+                                  select_u32(u >= 0x477ff000u, 0x7c00u,  // >= 65520: inf
+                                             select_u32(u >= 0x38800000u, normal, sub)));
+    return sign | r;
 }
-#endif
+
+static inline float f16_to_f32(uint16_t h) { return f16_bits_to_f32(h); }
+static inline uint16_t f32_to_f16(float x) { return (uint16_t)f32_to_f16_bits(x); }
 
 // bfloat16 is the top half of a binary32.
 static inline float bf16_to_f32(uint16_t h) { return f32_bits((uint32_t)h << 16); }
@@ -123,7 +115,7 @@ static inline uint16_t f32_to_bf16(float x) {
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static inline float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
+static inline float round_f16(float x) { return f16_bits_to_f32(f32_to_f16_bits(x)); }
 static inline float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 // 8-bit floats (OCP FP8) with E exponent and M mantissa bits: E4M3 (no infinities; its NaN is
@@ -462,15 +454,6 @@ static inline float exp_reduced(float r, int32_t n, float times = 1.0f) {
     return ((times * exp_poly(r)) * pow2_f32(n1)) * pow2_f32(n - n1);
 }
 
-// c ? a : b as masks on the bits. Written as a select (`?:`), g++ may see that one side is not
-// needed on some path and move the arithmetic feeding that side into a branch, which it then
-// will not run for every lane (-ftrapping-math): the loop stays scalar. With masks, both sides
-// are computed for every lane and blended.
-static inline uint32_t select_u32(bool c, uint32_t a, uint32_t b) {
-    const uint32_t m = 0u - (uint32_t)c;
-    return (a & m) | (b & ~m);
-}
-static inline float select_f32(bool c, float a, float b) { return f32_bits(select_u32(c, bits_f32(a), bits_f32(b))); }
 
 // |x| above `lim` (the bits of a float) -> +-lim, on the bits: magnitudes order as integers, a
 // NaN keeps its bits, and no branch gives the compiler a constant x to fold (a float clamp did:
@@ -1292,8 +1275,9 @@ static inline void convert_row(const S* __restrict in, D* __restrict out, int64_
 #pragma omp simd
     for (int64_t c = 0; c < n; ++c) out[c] = conv(in[c]);
 }
-#if defined(TILEC_F16_HARDWARE)
-// f16 to f32: eight values per vcvtph2ps (the element loop compiles to one conversion per value)
+#if defined(__F16C__) && defined(__GNUC__) && !defined(__clang__)
+// f16 to f32 with F16C: eight values per vcvtph2ps (the same values as f16_to_f32, but for a
+// signaling NaN, which comes back quiet)
 static inline void convert_row(const uint16_t* __restrict in, float* __restrict out, int64_t n,
                                from_f16 conv) {
     typedef short h8 __attribute__((vector_size(16)));
