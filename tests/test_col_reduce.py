@@ -51,18 +51,26 @@ def kernels(text: str, target: str, options=None) -> dict:
     return {g.name: (g, prog) for g, prog in zip(m0.graphs, m.programs)}
 
 
+def agree(name: str, g, prog, dims: dict, tol: float) -> dict:
+    """Run the kernels the launcher picks at `dims` in the Tile IR interpreter on random inputs
+    and compare each output with the reference interpreter's (relative to its largest value);
+    returns the reference's outputs."""
+    inputs = interp.random_inputs(g, dims, 1, False)
+    ref = interp.run_graph(g, inputs, dims)
+    picked = [k for parts in pick_slots(prog, dims) for k in parts]
+    got = run_program(picked, inputs, dims, [p.name for p in g.outputs])
+    for p in g.outputs:
+        r, o = (np.asarray(x[p.name], np.float64) for x in (ref, got))
+        assert np.allclose(o, r, rtol=tol, atol=tol * max(np.abs(r).max(), 1e-30)), \
+            (name, p.name, dims)
+    return ref
+
+
 @pytest.mark.parametrize("target,options", [("cuda", SM90), ("hip", None), ("cpu", None)])
 def test_column_reductions_compute_what_the_reference_does(target, options):
     for name, (g, prog) in kernels(PROGRAMS, target, options).items():
         for dims in SIZES:
-            inputs = interp.random_inputs(g, dims, 1, False)
-            ref = interp.run_graph(g, inputs, dims)
-            picked = [k for parts in pick_slots(prog, dims) for k in parts]
-            got = run_program(picked, inputs, dims, [p.name for p in g.outputs])
-            for p in g.outputs:
-                r, o = (np.asarray(x[p.name], np.float64) for x in (ref, got))
-                assert np.allclose(o, r, rtol=1e-2, atol=1e-2 * max(np.abs(r).max(), 1e-30)), \
-                    (name, p.name, dims)
+            agree(name, g, prog, dims, 1e-2)
 
 
 def test_column_reductions_run_on_blocks_of_columns():
@@ -266,14 +274,8 @@ def test_online_column_sums_follow_their_max(target, options):
         loops = [s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "range"]
         assert k.comment.startswith("column") and len(loops) == (2 if name == "masked_softmax" else 1)
         for dims in ONLINE_SIZES:
-            picked = [k for parts in pick_slots(prog, dims) for k in parts]
-            inputs = interp.random_inputs(g, dims, 1, False)
-            ref = interp.run_graph(g, inputs, dims)
-            got = run_program(picked, inputs, dims, [p.name for p in g.outputs])
-            for p in g.outputs:
-                r, o = (np.asarray(x[p.name], np.float64) for x in (ref, got))
-                assert np.isfinite(r).all() and \
-                    np.allclose(o, r, rtol=1e-5, atol=1e-5 * np.abs(r).max()), (name, p.name, dims)
+            ref = agree(name, g, prog, dims, 1e-5)
+            assert all(np.isfinite(v).all() for v in ref.values()), (name, dims)
 
 
 def test_online_column_sums_on_the_cpu():
@@ -322,13 +324,7 @@ def test_tall_column_reductions_split_their_rows(target, options):
         for dims in TALL_SIZES:
             picked = [k for parts in pick_slots(prog, dims) for k in parts]
             assert picked == list(split), (name, dims)
-            inputs = interp.random_inputs(g, dims, 1, False)
-            ref = interp.run_graph(g, inputs, dims)
-            got = run_program(picked, inputs, dims, [p.name for p in g.outputs])
-            for p in g.outputs:
-                r, o = (np.asarray(x[p.name], np.float64) for x in (ref, got))
-                assert np.allclose(o, r, rtol=1e-4, atol=1e-4 * max(np.abs(r).max(), 1e-30)), \
-                    (name, p.name, dims)
+            agree(name, g, prog, dims, 1e-4)
         small = dict(R=100, C=70, N=2, P=10)
         assert [k.name for parts in pick_slots(prog, small) for k in parts] == [f"{name}_k0"]
     for name in ("col_softmax", "norm0"):
