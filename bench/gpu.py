@@ -1255,7 +1255,8 @@ def case_fusions(bench: Bench) -> None:
 
 def case_columns(bench: Bench) -> None:
     """Reductions that keep the innermost axis (column reductions): a softmax down the columns
-    and a sum over a middle axis, against eager PyTorch, torch.compile and the copy ceiling (no
+    (few and many blocks of columns), a softmax over channels, a sum over a middle axis and a
+    column mean of a tall matrix, against eager PyTorch, torch.compile and the copy ceiling (no
     goal)."""
     q = bench.args.quick
     R, C = (4096, 4096) if q else (8192, 8192)
