@@ -964,7 +964,8 @@ class GroupLowering:
         reduced rows RB at a time over a [RB, BC] tile (GPUs: split over the threads in 16-byte
         vectors, 8 across a row), so every row is read whole and the partials per column
         accumulate, which `allreduce` combines (the CPU: one thread, its loop over the columns
-        a SIMD one). Each reduction is its own sweep, and the full-shaped outputs one more: the
+        a SIMD one). Reductions share a sweep unless one reads another's result (an online sum
+        of exp(x - max(x)) shares its max's), and the full-shaped outputs take one more: the
         rows are read again (from cache where they still are) instead of held, since a
         column's rows need not fit."""
         S = self.grp.domain
@@ -1042,12 +1043,12 @@ class GroupLowering:
             body.extend(Fill(acc, identity(fn, dts[acc])) for acc, fn, _ in pending)
             body.extend(Alloc(prev, "fragment", dts[mx], (BC,)) for _, mx, prev in online)
             body.extend(Fill(prev, identity("max", dts[mx])) for _, mx, prev in online)
-            first = [st for acc, _, st in pending if acc not in sums]
-            if online:  # a step: the maxima, the sums rescaled to them, the step's terms added
-                body.append(sweep((first, inside), rescaled(),
-                                  ([st for acc, _, st in pending if acc in sums], inside)))
-            else:
-                body.append(sweep((first, inside)))
+            # a step: the reductions' terms; with online sums, the maxima first, the sums
+            # rescaled to them, then the sums' terms
+            terms = [st for acc, _, st in pending if acc not in sums]
+            then = [rescaled(), ([st for acc, _, st in pending if acc in sums], inside)] \
+                if online else []
+            body.append(sweep((terms, inside), *then))
             # the threads' partials combined; an online sum's rescaled to the combined max first
             body.extend(T.Allreduce(fn, acc) for acc, fn, _ in pending if acc not in sums)
             if online:
@@ -1064,8 +1065,7 @@ class GroupLowering:
             names = {acc for acc, _, _ in pending}
             return any(isinstance(x, T.Load) and x.buf in names for x in T.walk_exprs(e))
         dts: dict = {}
-        accs: list = []  # (the reductions' accumulators, in member order)
-        acc_of: dict = {}  # (a reduction's accumulator)
+        acc_of: dict = {}  # (each reduction's accumulator, in member order)
         users = self.g.users()
         outs = set(self.grp.outputs)
         for m in self.grp.members:
@@ -1090,7 +1090,6 @@ class GroupLowering:
                 elif reads_pending(src):
                     flush()
                 dts[acc] = dt
-                accs.append(acc)
                 acc_of[m] = acc
                 pending.append((acc, fn, reduction_store(fn, acc, dt, (vj,), src)))
                 self.on_chip(m, [keep_idx, drop_idx], self.cast(T.Load(acc, (vj,), dt), op.type.dtype))
@@ -1113,8 +1112,9 @@ class GroupLowering:
         what = f"column reduction over axes {tuple(axes)}"
         if split:  # the slice's partials, one per column
             sp, ws = split
-            body.append(tile([Store(ws[m].name, (T.Var(bz), pflat, c), T.Load(acc, (vj,), dts[acc]))
-                              for m, acc in zip(ws, accs)], first))
+            body.append(tile([Store(w.name, (T.Var(bz), pflat, c),
+                                    T.Load(acc_of[m], (vj,), dts[acc_of[m]])) for m, w in ws.items()],
+                             first))
             return self.kernel(grid + [dim_to_expr(sp.count)], bvars + [bz], threads, body,
                                f"{what}, rows split over blocks: each slice's partials",
                                extra=tuple(ws.values()), writes_outputs=False)
