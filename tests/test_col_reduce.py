@@ -116,13 +116,6 @@ def test_column_reductions_compile_warning_free_without_spills():
                 assert spills == 0, (f, arch, kernel, regs)
 
 
-@pytest.mark.gpu
-def test_column_reductions_on_gpu():
-    need_gpu()
-    for dims in SIZES + [dict(R=2048, C=2100, A=2, B=40, D=136)]:
-        check_text(PROGRAMS, dims, name="cols.tile", target="cuda", options=GPU_OPTIONS)
-
-
 @pytest.mark.hipcc
 def test_column_reductions_compile_for_gfx90a(tmp_path):
     """hipcc builds them warning-free; no kernel uses scratch, and each one's LDS is tilec's
@@ -242,13 +235,6 @@ def test_the_column_reduction_knob(monkeypatch):
             kernels(PROGRAMS, "cuda", SM90)
 
 
-def test_column_reductions_on_the_cpu():
-    """The CPU's column reductions (blocks of 512 bytes of each row, a SIMD loop over the
-    columns) built by g++ and run against the reference at ragged sizes."""
-    for dims in SIZES[:3]:
-        check_text(PROGRAMS, dims, name="cols.tile", target="cpu")
-
-
 # online sums of exp(x - max(x)): leading rows of -inf in odd columns (a thread's running max
 # -inf, then finite), a scale that makes the max grow often, a bf16 logsumexp over a middle axis
 ONLINE = """
@@ -276,18 +262,6 @@ def test_online_column_sums_follow_their_max(target, options):
         for dims in ONLINE_SIZES:
             ref = agree(name, g, prog, dims, 1e-5)
             assert all(np.isfinite(v).all() for v in ref.values()), (name, dims)
-
-
-def test_online_column_sums_on_the_cpu():
-    for dims in ONLINE_SIZES[:2]:
-        check_text(ONLINE, dims, name="online.tile", target="cpu")
-
-
-@pytest.mark.gpu
-def test_online_column_sums_on_gpu():
-    need_gpu()
-    for dims in ONLINE_SIZES + [dict(R=4100, C=2100, A=2, B=3000)]:
-        check_text(ONLINE, dims, name="online.tile", target="cuda", options=GPU_OPTIONS)
 
 
 # tall reductions: few columns, many rows (a split of the rows over blocks pays)
@@ -331,16 +305,31 @@ def test_tall_column_reductions_split_their_rows(target, options):
         assert len(kernels(PROGRAMS, target, options)[name][1].slots()[0]) == 1, name
 
 
-def test_tall_column_reductions_on_the_cpu():
-    for dims in TALL_SIZES[:1]:
-        check_text(TALL, dims, name="tall.tile", target="cpu")
+# each program set built and run against the reference: (the text, sizes on the CPU, on GPUs)
+# (ragged sizes; on GPUs a larger one too: several sweep steps, many blocks)
+BUILT = {
+    "cols": (PROGRAMS, SIZES[:3], SIZES + [dict(R=2048, C=2100, A=2, B=40, D=136)]),
+    "online": (ONLINE, ONLINE_SIZES[:2], ONLINE_SIZES + [dict(R=4100, C=2100, A=2, B=3000)]),
+    "tall": (TALL, TALL_SIZES[:1], TALL_SIZES + [dict(R=100, C=70, N=2, P=10)]),
+}
+
+
+@pytest.mark.parametrize("name", list(BUILT))
+def test_column_programs_on_the_cpu(name):
+    """The CPU's column reductions (blocks of 512 bytes of each row, a SIMD loop over the
+    columns) built by g++ and run against the reference."""
+    text, sizes, _ = BUILT[name]
+    for dims in sizes:
+        check_text(text, dims, name=f"{name}.tile", target="cpu")
 
 
 @pytest.mark.gpu
-def test_tall_column_reductions_on_gpu():
+@pytest.mark.parametrize("name", list(BUILT))
+def test_column_programs_on_gpu(name):
     need_gpu()
-    for dims in TALL_SIZES + [dict(R=100, C=70, N=2, P=10)]:
-        check_text(TALL, dims, name="tall.tile", target="cuda", options=GPU_OPTIONS)
+    text, _, sizes = BUILT[name]
+    for dims in sizes:
+        check_text(text, dims, name=f"{name}.tile", target="cuda", options=GPU_OPTIONS)
 
 
 ALLREDUCE_HEAD = """
