@@ -930,19 +930,8 @@ class GroupLowering:
                 any(self.ops[o].type.shape == S for o in self.grp.outputs):
             raise NoVariant()
         members = set(self.grp.members)
-
-        def reads_reduce(oid) -> bool:  # (a walk with a stack: chains may be long)
-            todo, seen = list(self.ops[oid].args), set()
-            while todo:
-                x = todo.pop()
-                if x in seen or x not in members:
-                    continue
-                seen.add(x)
-                if x in reduces:
-                    return True
-                todo.extend(self.ops[x].args)
-            return False
-        if any(reads_reduce(m) for m in reduces):
+        if any(_reaches(self.ops, self.ops[m].args, lambda x: x in reduces, members)
+               for m in reduces):
             raise NoVariant()
         *_, blocks, steps = split_k.col_reduce(self.target.resources.col_reduce)
         *_, (R, Ci, Po) = self.col_axes()
@@ -1670,18 +1659,24 @@ def _index_masked(g: Graph, grp: Group) -> bool:
     """Does a `where` of the group select by a condition computed from `index` (a mask on
     positions, e.g. causal)?"""
     ops = g.op_map()
+    return any(ops[m].kind == "where" and _reaches(ops, [ops[m].args[0]],
+                                                   lambda x: ops[x].kind == "index")
+               for m in grp.members)
 
-    def reads_index(oid) -> bool:  # (a walk with a stack: conditions may be long chains)
-        todo, seen = [oid], set()
-        while todo:
-            x = todo.pop()
-            if x not in seen:
-                seen.add(x)
-                if ops[x].kind == "index":
-                    return True
-                todo.extend(ops[x].args)
-        return False
-    return any(ops[m].kind == "where" and reads_index(ops[m].args[0]) for m in grp.members)
+
+def _reaches(ops: dict, roots, hit, within=None) -> bool:
+    """Does a walk up the arguments from the ops `roots` (through the ops in `within` only,
+    where given) meet one for which `hit` holds? (A stack, not recursion: chains may be long.)"""
+    todo, seen = list(roots), set()
+    while todo:
+        x = todo.pop()
+        if x in seen or (within is not None and x not in within):
+            continue
+        seen.add(x)
+        if hit(x):
+            return True
+        todo.extend(ops[x].args)
+    return False
 
 
 def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
