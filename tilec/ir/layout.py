@@ -10,7 +10,7 @@ q * vec .. q * vec + vec - 1. Names the formulas use: `tilec_tid` (thread in blo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -222,7 +222,7 @@ class VecLayout:
         per_row = self.cols // self.vec
         if self.threads % per_row or (self.rows * per_row) % self.threads:
             return None
-        return VecCols(self)
+        return VecCols(self.cols, self.threads, self.vec, self.rows)
 
     def __str__(self):
         cols = "streamed" if self.cols is None else f"{self.slots()} registers"
@@ -235,24 +235,33 @@ class VecCols:
     reduction's tile: rows of the reduced axis, columns of the kept one): a thread holds the
     values of its vector's `vec` columns, and the threads on the tile's other rows (the
     thread's replicas, `threads / (cols / vec)` of them, `cols / vec` apart) hold the same
-    columns' values (per-thread partials, combined by `allreduce`)."""
+    columns' values (per-thread partials, combined by `allreduce`). The values are the same
+    for a tile of any rows that keeps every thread's columns (`rows` only says which tile laid
+    them out)."""
 
-    tile: VecLayout
-
-    @property
-    def vec(self) -> int:
-        return self.tile.vec
+    cols: int
+    threads: int
+    vec: int
+    rows: int = field(compare=False)
 
     @property
     def per_row(self) -> int:
         """Threads across a row of the tile (the replicas of a column are this many apart)."""
-        return self.tile.cols // self.tile.vec
+        return self.cols // self.vec
 
     def slots(self) -> int:
-        return self.tile.vec
+        return self.vec
+
+    def tile(self, rows: int | None = None) -> VecLayout:
+        """A tile of `rows` rows (default: the one that laid them out) that keeps these column
+        values: each group of a thread has its columns; a `rows` that would not keep them
+        gives the default."""
+        if rows is None or rows < 1 or (rows * self.per_row) % self.threads:
+            rows = self.rows
+        return VecLayout(rows, self.cols, self.threads, self.vec)
 
     def __str__(self):
-        return (f"column values ({self.vec} per thread, {self.tile.threads // self.per_row} "
+        return (f"column values ({self.vec} per thread, {self.threads // self.per_row} "
                 f"replicas {self.per_row} threads apart)")
 
 

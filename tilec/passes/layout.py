@@ -158,9 +158,12 @@ class Assign:
                 L = self.by.get(id(loop))
                 if L is None:
                     L = next((self.lay[b] for b, idx in acc if idx == full and b in self.lay), None)
-                if L is None:  # column values read at [j]: the loop over their tile
-                    L = next((self.lay[b].tile for b, idx in acc if len(full) == 2 and
-                              idx == full[1:] and isinstance(self.lay.get(b), VecCols)), None)
+                if L is None:  # column values read at [j]: a tile of the loop's rows with their
+                    #              columns (a thread's groups each run the body: one group a row
+                    #              of the threads, the fewest that keeps them)
+                    L = next((self.lay[b].tile(_const(loop.extents[0])) for b, idx in acc
+                              if len(full) == 2 and idx == full[1:] and
+                              isinstance(self.lay.get(b), VecCols)), None)
                 if L is None:
                     continue
                 changed |= self.by.get(id(loop)) is None

@@ -299,7 +299,8 @@ class CudaRenderer(CStyleRenderer):
             return "tilec_q" if ctx.layout.vec == 1 else f"tilec_q * {ctx.layout.vec} + tilec_v"
         if ctx.rows_of is not None and a.layout == ctx.rows_of and idx == (T.Var(ctx.ivar),):
             return "0" if ctx.streaming else ctx.layout.row_slot("tilec_q")
-        if isinstance(a.layout, VecCols) and a.layout.tile == ctx.layout and ctx.jvar is not None \
+        if isinstance(a.layout, VecCols) and isinstance(ctx.layout, VecLayout) \
+                and ctx.layout.cols_layout() == a.layout and ctx.jvar is not None \
                 and idx == (T.Var(ctx.jvar),):
             return "tilec_v" if a.layout.vec > 1 else "0"  # (every group: the same columns)
         raise AssertionError(f"fragment {a.name} (layout {a.layout}) is accessed at "
