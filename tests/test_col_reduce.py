@@ -15,6 +15,7 @@ from tilec import driver, interp
 from tilec.interp_tile import pick_slots, run_program
 from tilec.ir import tile as T
 from tilec.ir.layout import VecCols
+from tilec.passes.rewrite import loads_in, stores_in
 
 PROGRAMS = """
 kernel col_softmax(X: f16[R, C]) -> Y: f16[R, C]:
@@ -92,9 +93,12 @@ def test_column_reductions_run_on_blocks_of_columns():
 
 def test_column_values_take_the_column_layout_of_their_tile():
     """After the layout pass every accumulator of a column reduction holds its thread's columns
-    (VecCols of the loops' vector tile), and every loop that reads one is split by a tile that
-    keeps them."""
-    _, _, m = compile_text(PROGRAMS, "cols.tile", "cuda", options=SM90)
+    (VecCols of the loops' vector tile), every loop that reads one is split by a tile that keeps
+    them, and a loop on column values alone (an online sum's rescale, a value per column, the
+    stores of the columns' results) by a tile of one row per thread: each thread runs it once,
+    not once per row of the sweep's tile it holds."""
+    _, _, m = compile_text(PROGRAMS + ONLINE, "cols.tile", "cuda", options=SM90)
+    rescales = 0
     for k in (k for p in m.programs for k in p.kernels if k.comment.startswith("column")):
         allocs = {a.name: a for a in T.walk_stmts(k.body) if isinstance(a, T.Alloc)}
         cols = {n for n, a in allocs.items() if isinstance(a.layout, VecCols)}
@@ -103,6 +107,10 @@ def test_column_values_take_the_column_layout_of_their_tile():
         assert len(layouts) == 1, k.name
         for loop in (s for s in T.walk_stmts(k.body) if isinstance(s, T.For) and s.kind == "parallel"):
             assert loop.by.cols_layout() in layouts, (k.name, loop.by)
+            if not any(isinstance(x, T.Load) and x.buf not in cols for x in loads_in(loop)):
+                assert loop.by.groups() == 1, (k.name, loop.by)
+                rescales += all(st.buf in cols for st in stores_in(loop))
+    assert rescales >= 2 * ONLINE.count("softmax(")  # (one in each sweep, one after it)
 
 
 @pytest.mark.nvcc

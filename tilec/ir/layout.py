@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .types import DTYPES
+
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -164,6 +166,12 @@ class MmaRows:
 
     def __str__(self):
         return f"mma rows ({self.groups()} per thread, shared by a quad of lanes)"
+
+
+def columns_per_access(dtypes) -> int:
+    """Values of the widest of `dtypes` in one 16-byte access (4-bit values count as bytes; no
+    dtype: 4, as for f32): a vector layout's columns per thread and access."""
+    return 16 // max([DTYPES[d][1] // 8 or 1 for d in dtypes] or [4])
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import tile as T
-from ..ir.layout import MmaLayout, MmaRows, SharedLayout, VecCols, VecLayout, VecRows, WgmmaLayout, warp_grids
+from ..ir.layout import (
+    MmaLayout,
+    MmaRows,
+    SharedLayout,
+    VecCols,
+    VecLayout,
+    VecRows,
+    WgmmaLayout,
+    columns_per_access,
+    warp_grids,
+)
 from ..ir.types import DTYPES, PACKED
 from . import split_k
 from .rewrite import loads_in, map_stmts, multiple_of, stores_in
@@ -61,12 +71,6 @@ def mma_layout(rows: int, cols: int, warps: int, rows_in_warp: bool,
     return MmaLayout(rows, cols, *best_grid(rows, cols, warps, rows_in_warp, scalar=scalar))
 
 
-def _columns_per_access(dtypes) -> int:
-    """Values of the widest of `dtypes` in one 16-byte access (4-bit values count as bytes; no
-    dtype: 4, as for f32)."""
-    return 16 // max([DTYPES[d][1] // 8 or 1 for d in dtypes] or [4])
-
-
 def _frag_accesses(loop: T.For, frags: set) -> list:
     """(buffer, index) of every fragment load and store in a loop body."""
     out = []
@@ -90,7 +94,7 @@ class Assign:
         # one of them)
         self.threads = 128 if k.pingpong else k.threads - 128 if k.warp_specialize else k.threads
         self.params = {p.name: p for p in k.params if p.kind != "scalar"}
-        self.vmax = _columns_per_access(p.dtype for p in self.params.values())
+        self.vmax = columns_per_access(p.dtype for p in self.params.values())
 
     def acc_layout(self, rows: int, cols: int, rows_in_warp: bool, scalar: bool = False):
         """The register layout of a gemm's rows x cols accumulator (a target's matrix units:
@@ -135,7 +139,7 @@ class Assign:
         does not narrow it)."""
         decls = {**self.params, **{n: a for n, a in self.allocs.items() if a.scope == "shared"}}
         bufs = {x.buf for x in stores_in(loop) + loads_in(loop) if x.buf in decls}
-        return _columns_per_access(decls[b].dtype for b in bufs)
+        return columns_per_access(decls[b].dtype for b in bufs)
 
     def stored_tile(self, loop: T.For):
         """The static (rows, cols) of the shared tile a loop fills at [i, j], if it fills one."""

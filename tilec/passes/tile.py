@@ -14,7 +14,7 @@ from ..diagnostics import TilecError, error
 from ..ir import tile as T
 from ..ir.fused import Group, Plan
 from ..ir.graph import Graph, Module
-from ..ir.layout import warp_grids
+from ..ir.layout import columns_per_access, warp_grids
 from ..ir.tile import (
     Alloc,
     Copy,
@@ -997,6 +997,15 @@ class GroupLowering:
             return For((i, j), (rows, BC), "parallel",
                        tuple(body) if guard is None else (If(guard, tuple(body)),))
 
+        across = []  # (threads across a row of the column values' tile: set by the first sweep)
+
+        def col_tile(body, guard):
+            """A tile of statements on the column values (idempotent: each writes what it does
+            not read, or rescales by a ratio that is 1 once applied), of the fewest rows that
+            every thread holds a row of: a thread runs them once (GPUs: a row of threads
+            across the tile; one thread: one row). Its row 0 stores the columns'."""
+            return tile(body, guard, iconst(max(1, threads // across[0])) if across else RB)
+
         def sweep(*tiles):  # the reduced rows, RB at a time (a split: this block's slice)
             steps = split[0].chunk if split else R.cdiv(rb)
             return For((r0,), (dim_to_expr(steps),), "range",
@@ -1012,9 +1021,7 @@ class GroupLowering:
 
         def rescaled():
             """Each online sum rescaled to its max's running value (from the value it had when
-            the sum was last rescaled, `prev`): a tile of statements, idempotent, so a thread
-            runs it once per row of the tile it holds and only the first changes its partials
-            (one thread: one row of the tile)."""
+            the sum was last rescaled, `prev`)."""
             stmts = []
             for s_acc, mx, prev in online:
                 dt = dts[s_acc]
@@ -1022,11 +1029,14 @@ class GroupLowering:
                 stmts += [Store(s_acc, (vj,), T.Binary("mul", T.Load(s_acc, (vj,), dt),
                                                        T.Unary("exp_nonpos", grown, dt), dt)),
                           Store(prev, (vj,), T.Load(mx, (vj,), dt))]
-            return tile(stmts, None, RB if threads > 1 else iconst(1))
+            return col_tile(stmts, None)
 
         def flush():
             if not pending:
                 return
+            if not across:  # (the layout pass splits this sweep in 16-byte vectors of what it reads)
+                read = [x.dtype for _, _, st in pending for x in loads_in(st) if x.buf not in dts]
+                across.append(max(1, bc // columns_per_access(read)))
             sums = {s_acc for s_acc, _, _ in online}
             body.extend(Alloc(acc, "fragment", dts[acc], (BC,)) for acc, _, _ in pending)
             body.extend(Fill(acc, identity(fn, dts[acc])) for acc, fn, _ in pending)
@@ -1091,7 +1101,7 @@ class GroupLowering:
                 buf, dt = self.names.fresh("v"), widened(op.type.dtype)
                 at = keep_idx if op.type.shape == keep_shape else drop_idx
                 body += [Alloc(buf, "fragment", dt, (BC,)),
-                         tile([Store(buf, (vj,), self.cast(self.value(m, at), dt))], col_ok)]
+                         col_tile([Store(buf, (vj,), self.cast(self.value(m, at), dt))], col_ok)]
                 self.on_chip(m, [keep_idx, drop_idx], T.Load(buf, (vj,), dt))
         flush()
         first = land(ilt(vi, iconst(1)), col_ok)  # (the tile's first row stores the columns')
@@ -1101,7 +1111,7 @@ class GroupLowering:
         what = f"column reduction over axes {tuple(axes)}"
         if split:  # the slice's partials, one per column
             sp, ws = split
-            body.append(tile([Store(w.name, (T.Var(bz), pflat, c),
+            body.append(col_tile([Store(w.name, (T.Var(bz), pflat, c),
                                     T.Load(acc_of[m], (vj,), dts[acc_of[m]])) for m, w in ws.items()],
                              first))
             return self.kernel(grid + [dim_to_expr(sp.count)], bvars + [bz], threads, body,
@@ -1113,7 +1123,7 @@ class GroupLowering:
         for o in self.grp.outputs:  # the values per column: stored by the tile's first row
             if self.ops[o].type.shape != S:
                 at = keep_idx if self.ops[o].type.shape == keep_shape else drop_idx
-                body.append(tile(self.store_outputs([o], at, None), first))
+                body.append(col_tile(self.store_outputs([o], at, None), first))
         if combine:
             what += ", rows split over blocks: the slices' partials combined"
             return self.kernel(grid, bvars, threads, body, what,
