@@ -21,11 +21,15 @@ from tilec.ir.types import DTYPES, Dim
 from tilec.passes import split_k
 
 
-@pytest.mark.parametrize("blocks,min_tiles,multiple", [(512, 4, 1), (16, 1, 1), (7, 3, 1),
-                                                     (16, 1, 4), (512, 128, 4)])
-def test_every_k_tile_is_in_exactly_one_split(blocks, min_tiles, multiple):
+@pytest.mark.parametrize("blocks,min_tiles,multiple,wave", [
+    (512, 4, 1, False), (16, 1, 1, False), (7, 3, 1, False), (16, 1, 4, False),
+    (512, 128, 4, False), (264, 4, 1, True), (7, 3, 1, True), (8, 64, 1, True)])
+def test_every_k_tile_is_in_exactly_one_split(blocks, min_tiles, multiple, wave):
+    """Every split walks a non-empty run of K tiles and together they walk all; a split stays
+    near its block goal (`wave`: within it: the blocks a device runs at once, where a few more
+    would start a second wave)."""
     tiles, nk = Dim.sym("t"), Dim.sym("n")
-    sk = split_k.plan(tiles, nk, blocks, min_tiles, multiple)
+    sk = split_k.plan(tiles, nk, blocks, min_tiles, multiple, wave=wave)
     for t in range(1, 40):
         for n in list(range(1, 70)) + [255, 256, 1001, 4096]:
             env = {"t": t, "n": n}
@@ -37,6 +41,7 @@ def test_every_k_tile_is_in_exactly_one_split(blocks, min_tiles, multiple):
             assert count <= max(1, -(-blocks // t)), "more splits than the block goal asks"
             if sk.when.eval(env):
                 assert count >= 2 and chunk >= min_tiles, "the split variant must split"
+                assert not wave or count * t <= blocks, "a second wave of blocks"
 
 
 def variant_names(text: str, dims: dict) -> list:

@@ -11,6 +11,8 @@ The split is chosen from the dimensions alone (the workspace size is a function 
 `count` is about `blocks / tiles` (the target's block goal over the output tiles), with at least
 `min_tiles` K tiles per split, and every split gets at least one K tile (`count = cdiv(nk,
 chunk)`). The variant runs only where it splits (`count >= 2`); the plain variant follows it.
+A column reduction's split of its rows (tile.py) plans the same way with `wave`: its goal is the
+blocks the device runs at once, and `count` stays within it (`blocks // tiles`).
 
 Bounds: the variant needs `tiles < blocks`, so M * N * batch < blocks * tile size, and the
 workspace (count <= blocks) stays far below any overflow of the launcher's 64-bit arithmetic.
@@ -33,18 +35,22 @@ class Split:
     when: Dim  # the split pays: the output has fewer tiles than the block goal, K is long
 
 
-def plan(tiles: Dim, nk: Dim, blocks: int, min_tiles: int, multiple: int = 1) -> Split:
+def plan(tiles: Dim, nk: Dim, blocks: int, min_tiles: int, multiple: int = 1,
+         wave: bool = False) -> Split:
     """The split of `nk` K tiles for a grid of `tiles` output tiles, aiming at `blocks` blocks
     with at least `min_tiles` K tiles per split; each split's chunk a multiple of `multiple` (a
-    GEMV's rows per step: its steps then start at multiples of it)."""
+    GEMV's rows per step: its steps then start at multiples of it). `wave`: `blocks` is what the
+    device runs at once, and the split stays within it (a few blocks more would make a second
+    wave as long as the first): splits only where each tile gets two."""
     # at least `min_tiles` per split: at most nk // min_tiles splits (and at least one)
-    want = Dim.bin("min", Dim.const(blocks).cdiv(tiles),
-                   Dim.bin("max", Dim.bin("floordiv", nk, min_tiles), 1))
+    per_tile = Dim.bin("max", Dim.bin("floordiv", Dim.const(blocks), tiles), 1) if wave else \
+        Dim.const(blocks).cdiv(tiles)
+    want = Dim.bin("min", per_tile, Dim.bin("max", Dim.bin("floordiv", nk, min_tiles), 1))
     chunk = nk.cdiv(want)
     if multiple > 1:
         chunk = chunk.cdiv(multiple) * multiple
     count = nk.cdiv(chunk)
-    when = Dim.bin("and", Dim.bin("lt", tiles, Dim.const(blocks)),
+    when = Dim.bin("and", Dim.bin("le" if wave else "lt", tiles * 2 if wave else tiles, Dim.const(blocks)),
                    Dim.bin("ge", nk, Dim.const(2 * min_tiles)))
     if multiple > 1:  # (a chunk rounded up may leave a single split: then no split variant)
         when = Dim.bin("and", when, Dim.bin("ge", count, Dim.const(2)))

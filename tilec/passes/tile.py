@@ -936,7 +936,7 @@ class GroupLowering:
         *_, blocks, steps = split_k.col_reduce(self.target.resources.col_reduce)
         *_, (R, Ci, Po) = self.col_axes()
         _, rb, bc, _, _ = self.col_block()
-        split = split_k.plan(Ci.cdiv(bc) * Po, R.cdiv(rb), blocks, steps)
+        split = split_k.plan(Ci.cdiv(bc) * Po, R.cdiv(rb), blocks, steps, wave=True)
         if split.when == Dim.const(0):
             raise NoVariant()
         ws = {m: TensorDecl(self.names.fresh("partials"), widened(self.ops[m].type.dtype),
