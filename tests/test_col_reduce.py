@@ -117,8 +117,8 @@ def test_column_values_take_the_column_layout_of_their_tile():
 def test_column_reductions_compile_warning_free_without_spills():
     need_nvcc()
     for arch in ("sm_80", "sm_90a"):
-        for f, r, _ in nvcc_each(PROGRAMS, "cols.tile", [f"-arch={arch}", "-c", "-Xptxas", "-v"],
-                                 {"arch": (arch,)}):
+        for f, r, _ in nvcc_each(PROGRAMS + ONLINE + TALL, "cols.tile",
+                                 [f"-arch={arch}", "-c", "-Xptxas", "-v"], {"arch": (arch,)}):
             log = r.stdout + r.stderr
             assert warning_lines(log) == [], (f, arch, log)
             for kernel, (regs, spills) in ptxas_lines(log).items():

@@ -2558,9 +2558,12 @@ def render_kernel(k: T.TileKernel, symbols, target, renderer=None, after: bool =
         kparams
     params += [f"int64_t {cname(s)}" for s in symbols]  # the host launcher passes them all
     grid = [em.expr(g) for g in k.grid] + ["1"] * (3 - len(k.grid))
-    # matrix kernels: registers matter more than a second block per SM (no spills)
-    gemm = any(isinstance(s, T.Gemm) for s in T.walk_stmts(k.body))
-    bounds = f"{k.threads}, {k.blocks_per_sm}" if gemm or k.blocks_per_sm > 1 else f"{k.threads}"
+    # matrix kernels and column reductions: registers matter more than a second block per SM
+    # (no spills; given only the threads, ptxas held column reductions of 512 threads to 64
+    # registers or fewer and spilled: 12 bytes for sm_80 at 64, 36 for sm_90a at 40)
+    regs_first = any(isinstance(s, T.Gemm) or (isinstance(s, T.Alloc) and isinstance(s.layout, VecCols))
+                     for s in T.walk_stmts(k.body))
+    bounds = f"{k.threads}, {k.blocks_per_sm}" if regs_first or k.blocks_per_sm > 1 else f"{k.threads}"
     args = [f"tilec_map_{cname(t)}" for t in em.ws_maps] + \
         [cname(p.name) for p in k.params] + [cname(s) for s in symbols] + host_names + \
         ["tilec_g0", "tilec_g1", "tilec_g2"]

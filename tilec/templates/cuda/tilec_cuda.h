@@ -1454,7 +1454,10 @@ template <class Op, int THREADS, typename T> TILEC_DEV T block_allreduce(T v) {
 // The column values of a block's vector tile (a column reduction): thread t holds VEC values of
 // its columns, and the threads t % PER_ROW + k * PER_ROW (the tile's other rows) hold partials of
 // the same columns. Combined so that every one of them holds the totals: lanes by shuffles, then
-// warps in a fixed order through shared memory (the same bits in every thread and run).
+// warps in a fixed order through shared memory (the same bits in every thread and run): a
+// thread per value combines the warps' partials, and every thread reads its totals back (every
+// thread combining all the warps' partials itself kept the shared-memory pipe busy: ncu's
+// mio_throttle the top stall of a softmax over 256 channels; 0.201 -> 0.138 ms on an H100).
 template <class Op, int THREADS, int PER_ROW, typename T, int VEC>
 TILEC_DEV void block_col_allreduce(T (&v)[VEC]) {
     static_assert(PER_ROW <= 32 && 32 % PER_ROW == 0, "a row of the tile within one warp");
@@ -1471,14 +1474,16 @@ TILEC_DEV void block_col_allreduce(T (&v)[VEC]) {
             for (int e = 0; e < VEC; ++e) scratch[warp][lane * VEC + e] = v[e];
         }
         __syncthreads();
+        for (int i = threadIdx.x; i < PER_ROW * VEC; i += THREADS) {  // (a value per thread)
+            T r = scratch[0][i];
+#pragma unroll
+            for (int w = 1; w < THREADS / 32; ++w) r = Op::apply(r, scratch[w][i]);
+            scratch[0][i] = r;
+        }
+        __syncthreads();
         const int c = lane % PER_ROW * VEC;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            T r = scratch[0][c + e];
-#pragma unroll
-            for (int w = 1; w < THREADS / 32; ++w) r = Op::apply(r, scratch[w][c + e]);
-            v[e] = r;
-        }
+        for (int e = 0; e < VEC; ++e) v[e] = scratch[0][c + e];
         __syncthreads();  // scratch is free for the next reduction
     }
 }

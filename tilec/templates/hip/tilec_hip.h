@@ -643,8 +643,10 @@ template <class Op, int THREADS, typename T> TILEC_DEV T block_allreduce(T v, un
 // The column values of a block's vector tile (a column reduction): thread t holds VEC values of
 // its columns, and the threads t % PER_ROW + k * PER_ROW (the tile's other rows) hold partials of
 // the same columns. Combined so that every one of them holds the totals: lanes by shuffles, then
-// waves in a fixed order (the same bits in every thread and run). `scratch`: THREADS / 64 *
-// PER_ROW * VEC values of LDS (8 bytes each), the kernel's own; free again when this returns.
+// waves in a fixed order (the same bits in every thread and run): a thread per value combines
+// the waves' partials, and every thread reads its totals back (CUDA's block_col_allreduce does
+// the same, measured there). `scratch`: THREADS / 64 * PER_ROW * VEC values of LDS (8 bytes
+// each), the kernel's own; free again when this returns.
 template <class Op, int THREADS, int PER_ROW, typename T, int VEC>
 TILEC_DEV void block_col_allreduce(T (&v)[VEC], unsigned char* scratch) {
     static_assert(sizeof(T) <= 8, "a reduction value of at most 8 bytes");
@@ -662,14 +664,16 @@ TILEC_DEV void block_col_allreduce(T (&v)[VEC], unsigned char* scratch) {
             for (int e = 0; e < VEC; ++e) s[wave * PER_ROW * VEC + lane * VEC + e] = v[e];
         }
         __syncthreads();
+        for (int i = threadIdx.x; i < PER_ROW * VEC; i += THREADS) {  // (a value per thread)
+            T r = s[i];
+#pragma unroll
+            for (int w = 1; w < THREADS / WAVE; ++w) r = Op::apply(r, s[w * PER_ROW * VEC + i]);
+            s[i] = r;
+        }
+        __syncthreads();
         const int c = lane % PER_ROW * VEC;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-            T r = s[c + e];
-#pragma unroll
-            for (int w = 1; w < THREADS / WAVE; ++w) r = Op::apply(r, s[w * PER_ROW * VEC + c + e]);
-            v[e] = r;
-        }
+        for (int e = 0; e < VEC; ++e) v[e] = s[c + e];
         __syncthreads();  // scratch is free for the next reduction
     }
 }
