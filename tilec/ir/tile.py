@@ -121,6 +121,12 @@ def isub(a, b):
     return Binary("sub", a, b, "i64")
 
 
+def imin(a, b):
+    if isinstance(a, Const) and isinstance(b, Const):
+        return iconst(min(a.value, b.value))
+    return Binary("min", a, b, "i64")
+
+
 def imul(a, b):
     for x, y in ((a, b), (b, a)):
         if isinstance(x, Const) and x.value == 1:

@@ -49,7 +49,7 @@ def _hoist(s):
             continue
         v, base, bound = hit
         k = s.vars.index(v)
-        extents[k] = T.Binary("min", extents[k], T.isub(bound, base), "i64")
+        extents[k] = T.imin(extents[k], T.isub(bound, base))
     inner = s.body[0].body
     if rest:
         cond = rest[0]
