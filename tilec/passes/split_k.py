@@ -50,8 +50,9 @@ def plan(tiles: Dim, nk: Dim, blocks: int, min_tiles: int, multiple: int = 1,
     if multiple > 1:
         chunk = chunk.cdiv(multiple) * multiple
     count = nk.cdiv(chunk)
-    when = Dim.bin("and", Dim.bin("le" if wave else "lt", tiles * 2 if wave else tiles, Dim.const(blocks)),
-                   Dim.bin("ge", nk, Dim.const(2 * min_tiles)))
+    room = Dim.bin("le", tiles * 2, Dim.const(blocks)) if wave else \
+        Dim.bin("lt", tiles, Dim.const(blocks))  # (wave: two splits per tile within the goal)
+    when = Dim.bin("and", room, Dim.bin("ge", nk, Dim.const(2 * min_tiles)))
     if multiple > 1:  # (a chunk rounded up may leave a single split: then no split variant)
         when = Dim.bin("and", when, Dim.bin("ge", count, Dim.const(2)))
     return Split(chunk, count, when)
