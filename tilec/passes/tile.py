@@ -997,14 +997,14 @@ class GroupLowering:
             return For((i, j), (rows, BC), "parallel",
                        tuple(body) if guard is None else (If(guard, tuple(body)),))
 
-        across = []  # (threads across a row of the column values' tile: set by the first sweep)
+        across = 0  # (threads across a row of the column values' tile: set by the first sweep)
 
         def col_tile(body, guard):
             """A tile of statements on the column values (idempotent: each writes what it does
             not read, or rescales by a ratio that is 1 once applied), of the fewest rows that
             every thread holds a row of: a thread runs them once (GPUs: a row of threads
             across the tile; one thread: one row). Its row 0 stores the columns'."""
-            return tile(body, guard, iconst(max(1, threads // across[0])) if across else RB)
+            return tile(body, guard, iconst(max(1, threads // across)) if across else RB)
 
         def sweep(*tiles):  # the reduced rows, RB at a time (a split: this block's slice)
             steps = split[0].chunk if split else R.cdiv(rb)
@@ -1032,11 +1032,12 @@ class GroupLowering:
             return col_tile(stmts, None)
 
         def flush():
+            nonlocal across
             if not pending:
                 return
             if not across:  # (the layout pass splits this sweep in 16-byte vectors of what it reads)
                 read = [x.dtype for _, _, st in pending for x in loads_in(st) if x.buf not in dts]
-                across.append(max(1, bc // columns_per_access(read)))
+                across = max(1, bc // columns_per_access(read))
             sums = {s_acc for s_acc, _, _ in online}
             body.extend(Alloc(acc, "fragment", dts[acc], (BC,)) for acc, _, _ in pending)
             body.extend(Fill(acc, identity(fn, dts[acc])) for acc, fn, _ in pending)
