@@ -1024,9 +1024,13 @@ def test_hand_written_gemv_mma_on_gpu():
     """A hand-written gemv_mma with column counts that are and are not multiples of 8 (the
     device function's value-by-value path), a block's columns cut at N, and a first chunk cut."""
     need_gpu()
-    from test_tile_level import GEMV_MMA
+    from test_tile_level import GEMV_MMA, GEMV_MMA_ROWS
     for dims in (dict(M=1, K=384, N=264), dict(M=2, K=256, N=261), dict(M=1, K=1280, N=7)):
         check_text(GEMV_MMA, dims, name="gemv_mma.tile", target="cuda",
+                   options=GPU_OPTIONS)
+    # 8 rows of A at once (a last block of 3 rows; N = 100 and 7: value by value)
+    for dims in (dict(M=11, K=384, N=264), dict(M=11, K=384, N=100), dict(M=8, K=256, N=7)):
+        check_text(GEMV_MMA_ROWS, dims, name="gemv_mma_rows.tile", target="cuda",
                    options=GPU_OPTIONS)
 
 

@@ -225,7 +225,7 @@ def test_gemv_of_4bit_weights_runs_on_the_matrix_units_where_words_are_whole(dt)
     assert all(any(isinstance(st, T.GemvMma) for st in T.walk_stmts(k.body)) for k in gemvs)
     src = "\n".join(cuda_kernel_sources(text, "w.tile").values())
     # (the target's gemv_mma block shape: 64 columns, 32 warps)
-    assert f"tilec::gemv_dequant4_mma<tilec::{dt.upper()}, false, 64, 32, 64>" in src
+    assert f"tilec::gemv_dequant4_mma<tilec::{dt.upper()}, false, 64, 32, 64, 1>" in src
     for dims in (dict(M=1, N=264, K=1280), dict(M=1, N=512, K=384), dict(M=1, N=8, K=128)):
         agree(text, "cuda", dims)
     agree(text.replace("u4[", "i4[").replace("zero=8", "zero=0"), "cuda", dict(M=1, N=136, K=256))

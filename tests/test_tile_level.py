@@ -484,6 +484,39 @@ def test_gemv_mma_reads_back_and_checks_its_operands():
             driver.frontend(driver.Source("g.tile", GEMV_MMA.replace(old, new)))
 
 
+GEMV_MMA_ROWS = """
+kernel gr(A: bf16[M, K], Wq: u4[K, N], s: bf16[K // 128, N]) -> P: f32[M, N]:
+    with grid(cdiv(N, 64), cdiv(M, 8), threads=128) as (bx, by):
+        red = shared(f32, [32, 64])
+        gemv_mma(red, A, Wq, s, zero=8, group=128, row=by * 8, first=16, rows=K - 16,
+                 col0=bx * 64, m=min(8, M - by * 8), mr=8)
+        for i, j in parallel(8, 64):
+            if (by * 8 + i < M) & (bx * 64 + j < N):
+                P[by * 8 + i, bx * 64 + j] = red[i, j] + red[8 + i, j] + red[16 + i, j] + red[24 + i, j]
+"""
+
+
+def test_gemv_mma_of_several_rows_of_a():
+    """`gemv_mma(..., m=.., mr=..)`: the partial sums of m rows of A at once, mr rows per warp in
+    the buffer (a last block of rows cut by M: m = 3 of 8), rows from 16; misuse names it."""
+    (g,) = driver.frontend(driver.Source("gr.tile", GEMV_MMA_ROWS)).graphs
+    rng = np.random.default_rng(5)
+    M, K, N = 11, 128 * 3, 100
+    a = interp.quantize(rng.standard_normal((M, K)).astype(np.float32), "bf16")
+    q = rng.integers(0, 16, (K, N))
+    sc = interp.quantize(rng.standard_normal((K // 128, N)).astype(np.float32) * 0.1, "bf16")
+    got = interp.run_graph(g, {"A": a, "Wq": q, "s": sc}, {"M": M, "K": K, "N": N})["P"]
+    w = interp.quantize((q - 8.0) * np.repeat(sc, 128, axis=0), "bf16")
+    want = a[:, 16:].astype(np.float64) @ w[16:]
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-4) and not np.allclose(got, a @ w, atol=1e-4)
+    bad = [("mr=8)", "mr=17)", "takes at most 16 rows of A"),
+           (", mr=8)", ")", r"takes m= \(A's rows\) with mr="),
+           ("[32, 64]", "[30, 64]", "its 30 rows are no multiple of that")]
+    for old, new, msg in bad:
+        with pytest.raises(TilecError, match=r"gemv_mma\(\)" + ".*" + msg):
+            driver.frontend(driver.Source("gr.tile", GEMV_MMA_ROWS.replace(old, new)))
+
+
 GEMV_MMA_KMAJOR = """
 kernel gk(A: bf16[M, K], Wq: u4[N, K], s: bf16[N, K // 128]) -> P: f32[M, N]:
     with grid(cdiv(N, 32), M, threads=256) as (bx, by):

@@ -194,9 +194,10 @@ class KernelRun:
         self.defined[s.c] &= da.all(axis=1)[:, None] & db.all(axis=0)[None, :]
 
     def st_GemvMma(self, s: T.GemvMma, ctx):
-        row, first, rows, col0 = (int(self.scalar(self.ev(x, ctx), "a GEMV bound")) for x in s.idx)
+        row, first, rows, col0, m = (int(self.scalar(self.ev(x, ctx), "a GEMV bound"))
+                                     for x in s.idx)
         dst = self.bufs[s.dst]
-        slices, bn = dst.shape
+        slices, bn = dst.shape[0] // s.mr, dst.shape[1]
         a, q, sc = self.env[s.a], self.env[s.q], self.env[s.s]
         dt = self.decls[s.s].dtype
         if s.kmajor:  # [N, K] weights and [N, K // group] scales
@@ -205,15 +206,20 @@ class KernelRun:
         cols = np.arange(col0, min(col0 + bn, q.shape[-1]))
         end, c0 = first + rows, first // chunk
         per = -(-(-(-end // chunk) - c0) // slices) * chunk if rows > 0 else 0
+        m = min(m, s.mr)
+        if m > 0 and not 0 <= row <= row + m <= a.shape[0]:
+            self.fail(f"gemv_mma reads rows {row} .. {row + m - 1} of '{s.a}' outside its shape "
+                      f"{list(a.shape)}")
         dst[...] = 0.0
         self.defined[s.dst][...] = True
         for w in range(slices):
             r = np.arange(max(first, c0 * chunk + w * per), min(c0 * chunk + (w + 1) * per, end))
-            if r.size == 0 or cols.size == 0:
+            if r.size == 0 or cols.size == 0 or m <= 0:
                 continue
             wts = quantize((q[r][:, cols].astype(np.float64) - s.zero) *
                            sc[r // s.group][:, cols].astype(np.float64), dt)
-            dst[w, :cols.size] = quantize(a[row, r].astype(np.float64) @ wts, "f32")
+            dst[w * s.mr:w * s.mr + m, :cols.size] = quantize(
+                a[row:row + m][:, r].astype(np.float64) @ wts, "f32")
 
     def st_Reduce(self, s: T.Reduce, ctx):
         f = {"sum": np.sum, "max": np.max, "min": np.min}[s.fn]

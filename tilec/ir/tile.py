@@ -321,14 +321,14 @@ class GemmLoad:
 class GemvMma:
     """The partial sums of a GEMV of 4-bit weights by the target's GEMV routine (targets with
     `gemv_mma`: tilec_cuda.h gemv_dequant4_mma on the matrix units, tilec_cpu.h gemv_dequant4
-    for f32, which scales each group's sum once): with idx = (row, first, rows, col0) and S x BN
-    the shape of
-    shared `dst`, dst[w, j] = the sum over warp w's rows r of
-    f32(a[row, r]) * f32(dt((f32(q[r, col0 + j]) - zero) * f32(s[r // group, col0 + j]))), dt the
-    dtype of s, for col0 + j below q's column count (0 past it). The 16-row chunks (rows
-    16c .. 16c + 15) that hold rows first .. first + rows - 1 go to the S warps in contiguous
-    runs: warp w takes the rows of that range from 16 (first // 16) + w * per, per rows,
-    per = 16 cdiv(chunks, S) (group is a multiple of 16: a chunk lies in one group)."""
+    for f32, which scales each group's sum once): with idx = (row, first, rows, col0, m) and
+    (S * mr) x BN the shape of shared `dst`, dst[w * mr + i, j] = the sum over warp w's rows r of
+    f32(a[row + i, r]) * f32(dt((f32(q[r, col0 + j]) - zero) * f32(s[r // group, col0 + j]))), dt
+    the dtype of s, for i < m (A's rows given, at most mr) and col0 + j below q's column count (0
+    past it, and for i >= m). The 16-row chunks (rows 16c .. 16c + 15) that hold rows first ..
+    first + rows - 1 go to the S warps in contiguous runs: warp w takes the rows of that range
+    from 16 (first // 16) + w * per, per rows, per = 16 cdiv(chunks, S) (group is a multiple of
+    16: a chunk lies in one group)."""
 
     a: str
     q: str
@@ -336,10 +336,11 @@ class GemvMma:
     dst: str
     zero: int
     group: int
-    idx: tuple  # (A's row, first row, rows, first column)
+    idx: tuple  # (A's first row, first row of q, rows, first column, A's rows given)
     # q is [N, K] and s [N, K // group] (weights packed along K): q[r, n] above reads q[n, r]
     # and s[r // group, n] reads s[n, r // group]; the warps' rows go in 128-row chunks
     kmajor: bool = False
+    mr: int = 1  # rows of A a warp's sums hold (a compile-time bound on m)
 
 
 @dataclass(frozen=True, slots=True)
@@ -649,10 +650,11 @@ def print_stmts(stmts, indent: int) -> list:
         elif isinstance(s, Reduce):
             out.append(f"{pad}reduce({s.fn}, {s.src}, {s.dst}, axis={s.axis})")
         elif isinstance(s, GemvMma):
-            row, first, rows, col0 = (fmt(x) for x in s.idx)
+            row, first, rows, col0, m = (fmt(x) for x in s.idx)
+            more = f", m={m}, mr={s.mr}" if s.mr != 1 else ""  # (one row: m = mr = 1)
             out.append(f"{pad}gemv_mma{'_kmajor' if s.kmajor else ''}({s.dst}, {s.a}, {s.q}, {s.s}, "
                        f"zero={s.zero}, group={s.group}, row={row}, first={first}, rows={rows}, "
-                       f"col0={col0})")
+                       f"col0={col0}{more})")
         elif isinstance(s, Allreduce):
             out.append(f"{pad}allreduce({s.fn}, {s.buf})")
         elif isinstance(s, Store):

@@ -422,8 +422,9 @@ class TileBuilder:
         return T.Gemm(a.name, b.name, acc.name, ta, tb, tf32=bool(tf32 and tf32[0]))
 
     def gemv_mma(self, c: ast.Call, kmajor: bool = False) -> T.GemvMma:
-        """gemv_mma(dst, A, q, s, zero=Z, group=G, row=.., first=.., rows=.., col0=..): what the
-        CUDA tiling of a 4-bit GEMV writes (ir/tile.py GemvMma says what it computes);
+        """gemv_mma(dst, A, q, s, zero=Z, group=G, row=.., first=.., rows=.., col0=..[, m=..,
+        mr=MR]): what the CUDA tiling of a 4-bit GEMV writes (ir/tile.py GemvMma says what it
+        computes; m of A's rows from `row`, at most the literal MR, which is 1 unless given);
         gemv_mma_kmajor(...) the same of weights packed along K (q [N, K], s [N, K / G])."""
         if len(c.args) != 4:
             raise error(f"{c.func}() takes the partial sums' buffer, A, the 4-bit weights and "
@@ -442,19 +443,30 @@ class TileBuilder:
                 kw[k_] = -self.int_literal(v.operand, k_) if neg else self.int_literal(v, k_)
             elif k_ == "group":
                 kw[k_] = self.int_literal(v, k_, minimum=16)
-            elif k_ in ("row", "first", "rows", "col0"):
+            elif k_ in ("row", "first", "rows", "col0", "m"):
                 kw[k_] = self.index(v, f"'{k_}'").e
+            elif k_ == "mr":
+                kw[k_] = self.int_literal(v, k_, minimum=1)
+                if kw[k_] > 16:
+                    raise error(f"{c.func}() takes at most 16 rows of A (mr=), not {kw[k_]}", loc)
             else:
-                raise error(f"{c.func}() takes zero=, group=, row=, first=, rows= and col0=, not "
-                            f"'{k_}='", loc)
+                raise error(f"{c.func}() takes zero=, group=, row=, first=, rows=, col0=, m= and "
+                            f"mr=, not '{k_}='", loc)
         missing = [k_ for k_ in ("zero", "group", "row", "first", "rows", "col0") if k_ not in kw]
         if missing:
             raise error(f"{c.func}() needs {', '.join(k_ + '=' for k_ in missing)}", c.loc)
         if kw["group"] % 16:
             raise error(f"{c.func}()'s group is a multiple of 16", c.loc)
+        if ("m" in kw) != ("mr" in kw):
+            raise error(f"{c.func}() takes m= (A's rows) with mr= (their bound), or neither",
+                        c.loc)
         if dst.scope != "shared" or dst.dtype != "f32" or len(dst.shape) != 2:
             raise error(f"{c.func}() writes a 2-D shared f32 buffer; '{dst.name}' is not one",
                         c.args[0].loc)
+        mr, rows0 = kw.get("mr", 1), dst.shape[0]
+        if isinstance(rows0, T.Const) and rows0.value % mr:
+            raise error(f"{c.func}()'s buffer holds mr={mr} rows for each warp: its {rows0.value} "
+                        "rows are no multiple of that", c.args[0].loc)
         shapes = [self.rank(x) for x in (a, q, s)]
         if shapes != [2, 2, 2] or q.type.dtype not in ("u4", "i4") or \
                 a.type.dtype not in ("f16", "bf16", "f32") or s.type.dtype != a.type.dtype:
@@ -462,7 +474,8 @@ class TileBuilder:
                         "scales of A's dtype", c.loc)
         self.written.add(dst.name)
         return T.GemvMma(*names, dst.name, kw["zero"], kw["group"],
-                         (kw["row"], kw["first"], kw["rows"], kw["col0"]), kmajor)
+                         (kw["row"], kw["first"], kw["rows"], kw["col0"], kw.get("m", T.iconst(1))),
+                         kmajor, kw.get("mr", 1))
 
     def allreduce(self, c: ast.Call) -> T.Allreduce:
         """`allreduce(op, buf)`: the values a parallel loop's reduction stores accumulated into

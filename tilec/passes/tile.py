@@ -726,7 +726,8 @@ class GroupLowering:
             body += scalar
         else:  # on the matrix units where the weights are whole words (else the scalar GEMV;
             # weights packed along K: the routine takes every shape itself)
-            mma = T.GemvMma(*form[:3], red, *form[3:5], (row0, first, trip, col0), form[5])
+            mma = T.GemvMma(*form[:3], red, *form[3:5], (row0, first, trip, col0, iconst(1)),
+                            form[5])
             words = T.Compare("eq", T.Binary("mod", dim_to_expr(N), iconst(8), "i64"), iconst(0))
             body.append(mma if form[5] else If(words, (mma,), tuple(scalar)))
         body += [

@@ -186,11 +186,13 @@ class CpuRenderer(CStyleRenderer):
                                 "along K take the scalar GEMV")
         a, q, sc = self.globals[s.a], self.globals[s.q], self.globals[s.s]
         dst = self.allocs[s.dst]
+        if s.mr != 1:
+            raise T.Unsupported(f"gemv_mma() on the CPU takes one row of A, not mr={s.mr}")
         if not (a.dtype == sc.dtype == dst.dtype == "f32") or dst.shape[0] != T.iconst(1):
             raise T.Unsupported(f"gemv_mma() on the CPU takes f32 activations and scales and one "
                                 f"slice of f32 sums, not {a.dtype}, {sc.dtype}, {dst.dtype} "
                                 f"{T.fmt(dst.shape[0])}")
-        row, first, rows, col0 = (self.expr(x) for x in s.idx)
+        row, first, rows, col0, _ = (self.expr(x) for x in s.idx)
         self.emit(f"// {s.dst}: A's row {row} times the dequantized weights (tilec_cpu.h)", depth)
         self.emit(f"tilec::gemv_dequant4<{str(q.dtype == 'i4').lower()}, {self.expr(dst.shape[1])}>("
                   f"{cname(a.name)} + ({row}) * {pdim(a.shape[-1])}, {cname(q.name)}, "

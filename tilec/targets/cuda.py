@@ -1503,21 +1503,23 @@ class CudaRenderer(CStyleRenderer):
         if sc.dtype not in SIXTEEN:
             raise T.Unsupported(f"gemv_mma() on CUDA takes f16 or bf16 activations and scales, "
                                 f"not {sc.dtype}")
-        row, first, rows, col0 = (self.expr(x) for x in s.idx)
+        row, first, rows, col0, m = (self.expr(x) for x in s.idx)
         bits = dequant_bias(sc.dtype, s.zero, q.dtype)
         if bits is None:
             raise T.Unsupported(f"gemv_mma(): zero={s.zero} is not exact in {sc.dtype} pairs")
-        self.emit(f"// {dst.name}: the warps' partial sums of A's row {row} times the dequantized "
+        which = f"A's row {row}" if s.mr == 1 else f"{m} rows of A from row {row}"
+        self.emit(f"// {dst.name}: the warps' partial sums of {which} times the dequantized "
                   "weights, on the matrix units", depth)
         # weights packed along K (q [N, K], scales [N, K / group]) take their own routine, which
         # also needs K and the scales' row length
         dims = (f"{pdim(q.shape[-2])}, {pdim(q.shape[-1])}, {pdim(sc.shape[-1])}" if s.kmajor
                 else pdim(q.shape[-1]))
         self.emit(f"tilec::gemv_dequant4_mma{'_kmajor' if s.kmajor else ''}<{kind(sc.dtype)}, "
-                  f"{str(q.dtype == 'i4').lower()}, {L.cols}, {L.rows}, {L.cols + L.pad}>("
-                  f"{cname(a.name)} + ({row}) * {pdim(a.shape[-1])}, {cname(q.name)}, "
-                  f"{cname(sc.name)}, {dims}, {first}, {rows}, {col0}, {s.group}, "
-                  f"0x{bits:04x}{bits:04x}u, {cname(dst.name)});", depth)
+                  f"{str(q.dtype == 'i4').lower()}, {L.cols}, {L.rows // s.mr}, {L.cols + L.pad}, "
+                  f"{s.mr}>({cname(a.name)} + ({row}) * {pdim(a.shape[-1])}, "
+                  f"{pdim(a.shape[-1])}, {m}, {cname(q.name)}, {cname(sc.name)}, {dims}, "
+                  f"{first}, {rows}, {col0}, {s.group}, 0x{bits:04x}{bits:04x}u, "
+                  f"{cname(dst.name)});", depth)
 
     def s_GemmLoad(self, s: T.GemmLoad, depth):
         g = s.gemm

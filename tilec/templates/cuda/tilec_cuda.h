@@ -1014,47 +1014,82 @@ TILEC_DEV void gemm_simt_rs(const A* a_frag, const typename KB::storage* Bs, Acc
     }
 }
 
-// ---- GEMV of 4-bit weights on the matrix units (M = 1, decode) ---------------------------------
-// dst[w * LD + j] (w = the calling warp, j < BN) = sum over warp w's rows r of
-// a[r] * H((q[r, col0 + j] - zero) * s[r / group, col0 + j]), each weight rounded to H as
-// dequant4x8 rounds it. The 16-row chunks (rows 16c .. 16c + 15) that hold rows first ..
-// first + rows - 1 go to the SLICES warps in contiguous runs of cdiv(chunks, SLICES), rows outside
-// that range masked (group is a multiple of 16, so a chunk lies in one group and a warp loads each
-// group's scales once). The product runs transposed, C^T = W^T a^T, as m16n8k16 mma: A = 16
-// columns x 16 rows of dequantized weights, straight from the loaded words into registers (no
-// shared memory), B = the 16 activations in column 0 (lanes 0-3; the other columns zero),
-// C = 16 columns x 8 (column 0 is the result). Lane (g, c) loads the words of rows 2c, 2c + 1,
-// 2c + 8, 2c + 9 of the chunk for columns 8g .. 8g + 7 of each 64-column group; tile t of a group
-// is columns 8g + 2t (mma row g) and 8g + 2t + 1 (row g + 8): a byte permute pairs byte t of two
-// rows' words, and one LOP3 each puts the low and the high nibble of both rows into an mma
-// register (the pair of rows along k that the A layout wants). About 3 instructions per weight
-// against 5 for the scalar GEMV. With N % 8 != 0 (words would straddle rows) the sums are
-// computed value by value; `a`, `q` and `s` may have any alignment (unaligned ones load element
-// by element). Columns past N read no memory and come out 0.
+// ---- GEMV of 4-bit weights on the matrix units (M <= 16, decode) --------------------------------
+// dst[(w * MR + i) * LD + j] (w = the calling warp, i < MR, j < BN) = sum over warp w's rows r of
+// a[i * lda + r] * H((q[r, col0 + j] - zero) * s[r / group, col0 + j]) for the m rows of A
+// given (i < m <= MR; rows i >= m come out 0), each weight rounded to H as dequant4x8 rounds it.
+// The 16-row chunks (rows 16c .. 16c + 15) that hold rows first .. first + rows - 1 go to the
+// SLICES warps in contiguous runs of cdiv(chunks, SLICES), rows outside that range masked (group
+// is a multiple of 16, so a chunk lies in one group and a warp loads each group's scales once).
+// The product runs transposed, C^T = W^T A^T, as m16n8k16 mma: A = 16 columns x 16 rows of
+// dequantized weights, straight from the loaded words into registers (no shared memory), B = the
+// 16 activations of up to 8 rows of A (row n of A in column n: lanes g = n; columns of absent
+// rows zero), C = 16 columns x 8 rows of A; MR = 16 takes a second mma on the same weights for
+// rows 8..15. So a decode batch of up to 8 rows costs what one row does: the weights are read
+// and dequantized once. Lane (g, c) loads the words of rows 2c, 2c + 1, 2c + 8, 2c + 9 of the
+// chunk for columns 8g .. 8g + 7 of each 64-column group; tile t of a group is columns 8g + 2t
+// (mma row g) and 8g + 2t + 1 (row g + 8): a byte permute pairs byte t of two rows' words, and
+// one LOP3 each puts the low and the high nibble of both rows into an mma register (the pair of
+// rows along k that the A layout wants). About 3 instructions per weight against 5 for the
+// scalar GEMV. With N % 8 != 0 (words would straddle rows) the sums are computed value by value;
+// `a`, `q` and `s` may have any alignment (unaligned ones load element by element). Columns past
+// N read no memory and come out 0.
 // One 16-row chunk of the GEMV as a lane holds it: its weight words (rows 2c, 2c + 1, 2c + 8,
-// 2c + 9 of columns 8g .. 8g + 7 of each 64-column group), its activations (B column 0: lanes
-// g = 0) and the scales of its quantization group (columns 8g .. 8g + 7, 16 bits each).
-template <int NG> struct Gemv4Chunk {
-    uint32_t w[NG][4], b[2], s[NG][4];
+// 2c + 9 of columns 8g .. 8g + 7 of each 64-column group), its activations (B: rows g and, for
+// NT = 2, g + 8 of A) and the scales of its quantization group (columns 8g .. 8g + 7, 16 bits
+// each).
+template <int NG, int NT> struct Gemv4Chunk {
+    uint32_t w[NG][4], b[NT][2], s[NG][4];
 };
+
+// The n8 tiles of A's rows a GEMV of MR rows takes (1 for MR <= 8, 2 for MR <= 16)
+template <int MR> struct GemvRows {
+    static_assert(MR >= 1 && MR <= 16, "a matrix-unit GEMV takes at most 16 rows of A");
+    static constexpr int NT = (MR + 7) / 8;
+};
+
+// Store a warp's sums: lane (g, c) holds, in acc[..][nt][e] of mma tile t of 64-column group gg,
+// A row 8 nt + 2c + (e & 1) at column 8g + 2t + (e >> 1) of the group.
+template <int MR, int NT, int NG, int LD>
+TILEC_DEV void gemv4_mma_store(float* dst, const float (&acc)[NG][4][NT][4], int p) {
+    const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, g = lane >> 2, c = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int i = nt * 8 + 2 * c + e;
+            if (i >= MR) continue;
+#pragma unroll
+            for (int gg = 0; gg < NG; ++gg)
+#pragma unroll
+                for (int t = 0; t < 4; ++t) {
+                    float* d = dst + (warp * MR + i) * LD + p + gg * 64 + 8 * g + 2 * t;
+                    d[0] = acc[gg][t][nt][e];
+                    d[1] = acc[gg][t][nt][e + 2];
+                }
+        }
+}
 
 // Load the chunk at row r0: rows outside beg .. end - 1 and columns past N are zeros, read from
 // nowhere; any alignment (element by element).
-template <class H, bool SIGNED, int NG>
-TILEC_DEV void gemv4_mma_load_guarded(Gemv4Chunk<NG>& ch, const typename H::storage* a,
-                                      const uint8_t* q, const typename H::storage* s, int64_t N,
-                                      int64_t group, int64_t r0, int64_t beg, int64_t end,
-                                      int64_t col0) {
+// `ar` is the lane's row g of A (row g + 8 is ld8 further), given[nt] whether row g + 8 nt is
+// one of the rows the GEMV takes (else its activations are zeros).
+template <class H, bool SIGNED, int NG, int NT>
+TILEC_DEV void gemv4_mma_load_guarded(Gemv4Chunk<NG, NT>& ch, const typename H::storage* ar,
+                                      int64_t ld8, const bool (&given)[NT], const uint8_t* q,
+                                      const typename H::storage* s, int64_t N, int64_t group,
+                                      int64_t r0, int64_t beg, int64_t end, int64_t col0) {
     const int lane = (int)threadIdx.x % 32, g = lane >> 2, c = lane & 3;
-    // B: activations r0 + 2c + {0, 1} and r0 + 2c + 8 + {0, 1} in column 0 (lanes g = 0)
-    ch.b[0] = ch.b[1] = 0u;
-    if (g == 0) {
+    // B: activations r0 + 2c + {0, 1} and r0 + 2c + 8 + {0, 1} of A's rows g (+ 8 nt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const typename H::storage* ai = ar + nt * ld8;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int64_t r = r0 + 2 * c + 8 * h;
-            const uint32_t lo = r >= beg && r < end ? (uint32_t)a[r] : 0u;
-            const uint32_t hi = r + 1 >= beg && r + 1 < end ? (uint32_t)a[r + 1] : 0u;
-            ch.b[h] = lo | (hi << 16);
+            const uint32_t lo = given[nt] && r >= beg && r < end ? (uint32_t)ai[r] : 0u;
+            const uint32_t hi = given[nt] && r + 1 >= beg && r + 1 < end ? (uint32_t)ai[r + 1] : 0u;
+            ch.b[nt][h] = lo | (hi << 16);
         }
     }
     const int64_t half = N >> 1;
@@ -1102,27 +1137,34 @@ TILEC_DEV uint32_t ld_weight_word(const uint8_t* p) {
 
 // A warp's whole chunks of whole, aligned columns, loaded in order: the lane's addresses of the
 // next chunk, advanced by one chunk at each load (no multiplications in the loop).
-template <class H, bool SIGNED, int NG> struct Gemv4Stream {
+template <class H, bool SIGNED, int NG, int NT> struct Gemv4Stream {
     const uint8_t* q;               // the lane's word of row r + 2c
-    const typename H::storage* a;   // activation r + 2c
+    const typename H::storage* a;   // activation r + 2c of A's row g
     const typename H::storage* s;   // the lane's scales of row r's quantization group
-    int64_t half, N;                // bytes per row of words; scales per row
+    int64_t half, N, ld8;           // bytes per row of words; scales per row; 8 rows of A
     int left, per_group;            // chunks left in the group, and in a group
-    TILEC_DEV Gemv4Stream(const typename H::storage* a_, const uint8_t* q_,
-                          const typename H::storage* s_, int64_t N_, int64_t r0, int64_t col0,
-                          int64_t group)
-        : half(N_ >> 1), N(N_), left((int)((group - r0 % group) >> 4)), per_group((int)(group >> 4)) {
+    bool given[NT];                 // the lane's rows g + 8 nt of A are given (else B is 0)
+    TILEC_DEV Gemv4Stream(const typename H::storage* ar, int64_t ld8_, const bool (&given_)[NT],
+                          const uint8_t* q_, const typename H::storage* s_, int64_t N_, int64_t r0,
+                          int64_t col0, int64_t group)
+        : half(N_ >> 1), N(N_), ld8(ld8_), left((int)((group - r0 % group) >> 4)),
+          per_group((int)(group >> 4)) {
         const int lane = (int)threadIdx.x % 32, g = lane >> 2, c = lane & 3;
         q = q_ + (r0 + 2 * c) * half + ((col0 + 8 * g) >> 1);
-        a = a_ + r0 + 2 * c;
+        a = ar + r0 + 2 * c;
         s = s_ + (r0 / group) * N + col0 + 8 * g;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) given[nt] = given_[nt];
     }
-    TILEC_DEV void load(Gemv4Chunk<NG>& ch) {
-        const int g = ((int)threadIdx.x % 32) >> 2;
-        ch.b[0] = ch.b[1] = 0u;
-        if (g == 0) {  // B column 0: activations r + 2c + {0, 1}, r + 2c + 8 + {0, 1}
-            ch.b[0] = *reinterpret_cast<const uint32_t*>(a);
-            ch.b[1] = *reinterpret_cast<const uint32_t*>(a + 8);
+    TILEC_DEV void load(Gemv4Chunk<NG, NT>& ch) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {  // B: activations r + 2c + {0, 1}, r + 2c + 8 + {0, 1}
+            ch.b[nt][0] = ch.b[nt][1] = 0u;
+            if (given[nt]) {
+                const typename H::storage* an = a + nt * ld8;
+                ch.b[nt][0] = *reinterpret_cast<const uint32_t*>(an);
+                ch.b[nt][1] = *reinterpret_cast<const uint32_t*>(an + 8);
+            }
         }
         if (left == 0) {  // the next quantization group (group is a multiple of 16 rows)
             s += N;
@@ -1146,11 +1188,11 @@ template <class H, bool SIGNED, int NG> struct Gemv4Stream {
     }
 };
 
-// acc += the chunk's weights (dequantized with its scales) times its activations. Only column 0
-// of each mma's C is the GEMV's (lanes 4g: rows g and g + 8 of the tile, acc[..][0] and [2]);
-// the other columns (B's columns 1..7 are zero) are never read.
-template <class H, int NG>
-TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][4], const Gemv4Chunk<NG>& ch, uint32_t bias) {
+// acc += the chunk's weights (dequantized with its scales) times its activations: C column n of
+// n8 tile nt is A's row 8 nt + n (columns of absent rows: B is zero there, their sums unused).
+template <class H, int NG, int NT>
+TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][NT][4], const Gemv4Chunk<NG, NT>& ch,
+                              uint32_t bias) {
 #pragma unroll
     for (int gg = 0; gg < NG; ++gg)
 #pragma unroll
@@ -1164,7 +1206,8 @@ TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][4], const Gemv4Chunk<NG>& ch, 
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 A[e] = dequant_pair<H>(e & 1 ? u[e >> 1] >> 4 : u[e >> 1], bias, sc[e & 1]);
-            Mma<H>::run(acc[gg][t], A, ch.b);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) Mma<H>::run(acc[gg][t][nt], A, ch.b[nt]);
         }
 }
 
@@ -1174,15 +1217,25 @@ TILEC_DEV void gemv4_mma_math(float (&acc)[NG][4][4], const Gemv4Chunk<NG>& ch, 
 #define TILEC_GEMV_DEPTH 2
 #endif
 
-template <class H, bool SIGNED, int BN, int SLICES, int LD>
-TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
-                                 const typename H::storage* s, int64_t N, int64_t first,
-                                 int64_t rows, int64_t col0, int64_t group, uint32_t bias,
-                                 float* dst) {
-    // passes of up to 128 columns (32 accumulator registers per lane)
-    constexpr int PASS = BN % 128 == 0 ? 128 : 64, NG = PASS / 64, D = TILEC_GEMV_DEPTH;
+template <class H, bool SIGNED, int BN, int SLICES, int LD, int MR = 1>
+TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, int64_t lda, int64_t m,
+                                 const uint8_t* q, const typename H::storage* s, int64_t N,
+                                 int64_t first, int64_t rows, int64_t col0, int64_t group,
+                                 uint32_t bias, float* dst) {
+    // passes of up to 128 columns (32 accumulator registers per lane and n8 tile; 64 columns
+    // where two n8 tiles take A's 16 rows)
+    constexpr int NT = GemvRows<MR>::NT;
+    constexpr int PASS = BN % 128 == 0 && NT == 1 ? 128 : 64, NG = PASS / 64, D = TILEC_GEMV_DEPTH;
     static_assert(BN % PASS == 0, "64-column groups");
     const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, g = lane >> 2;
+    // A's rows given (the rest come out 0); one row: m is 1 (a lane's B: row g of A, given for
+    // g = 0 alone, and no row stride: the registers of the one-row GEMV)
+    const int mr = MR == 1 ? 1 : m < MR ? (int)m : MR;
+    const typename H::storage* ar = a + (MR == 1 ? 0 : g * lda);
+    const int64_t ld8 = NT == 2 ? 8 * lda : 0;
+    bool given[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) given[nt] = g + 8 * nt < mr;
     const int64_t end = first + rows, c0 = first >> 4, chunks = rows > 0 ? ((end + 15) >> 4) - c0 : 0;
     const int64_t per = (chunks + SLICES - 1) / SLICES * 16;  // rows per warp, whole chunks
     const int64_t wb = c0 * 16 + warp * per, we = wb + per < end ? wb + per : end;
@@ -1191,31 +1244,35 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
         // tile pass only emits it under `if N % 8 == 0`)
         const float base = H::load((uint16_t)(Pair16<H>::magic & 0xffffu)) + (SIGNED ? 8.0f : 0.0f);
         const float z = H::load((uint16_t)bias) - base;  // bias = MAGIC + zero (+ 8 if signed)
-        for (int j = lane; j < BN; j += 32) {
-            const int64_t n = col0 + j;
-            float sum = 0.0f;
-            if (n < N) {
-                for (int64_t r = wb > first ? wb : first; r < we; ++r) {
-                    const int32_t v = SIGNED ? load_i4(q, r, n, N) : load_u4(q, r, n, N);
-                    const float w = H::load(H::store(((float)v - z) * H::load(s[(r / group) * N + n])));
-                    sum = fma_acc(H::load(a[r]), w, sum);
+        // (a row of A at a time: each weight is dequantized again for each row)
+        for (int i = 0; i < MR; ++i)
+            for (int j = lane; j < BN; j += 32) {
+                const int64_t n = col0 + j;
+                float sum = 0.0f;
+                if (n < N && i < mr) {
+                    for (int64_t r = wb > first ? wb : first; r < we; ++r) {
+                        const int32_t v = SIGNED ? load_i4(q, r, n, N) : load_u4(q, r, n, N);
+                        const float w = H::load(H::store(((float)v - z) * H::load(s[(r / group) * N + n])));
+                        sum = fma_acc(H::load(a[i * lda + r]), w, sum);
+                    }
                 }
+                dst[(warp * MR + i) * LD + j] = sum;
             }
-            dst[warp * LD + j] = sum;
-        }
         return;
     }
-    const bool aligned = (reinterpret_cast<uintptr_t>(a) & 3) == 0 &&
+    const bool aligned = (reinterpret_cast<uintptr_t>(a) & 3) == 0 && (mr == 1 || (lda & 1) == 0) &&
                          (reinterpret_cast<uintptr_t>(q) & 3) == 0 &&
                          (reinterpret_cast<uintptr_t>(s) & 15) == 0;
     for (int p = 0; p < BN; p += PASS) {
-        float acc[NG][4][4];
+        float acc[NG][4][NT][4];
 #pragma unroll
         for (int gg = 0; gg < NG; ++gg)
 #pragma unroll
             for (int t = 0; t < 4; ++t)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[gg][t][e] = 0.0f;
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[gg][t][nt][e] = 0.0f;
         // the warp's chunks wb, wb + 16, .. (the first may be cut by `first`, the last by `end`);
         // whole ones of whole, aligned columns take the loop without tests (a uniform test)
         const bool fast = aligned && col0 + p + PASS <= N;
@@ -1226,15 +1283,16 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
                 continue;
             }
             // chunks cut by first or end, columns cut by N, unaligned: one at a time, guarded
-            Gemv4Chunk<NG> ch;
-            gemv4_mma_load_guarded<H, SIGNED, NG>(ch, a, q, s, N, group, r0, first, end, col0 + p);
-            gemv4_mma_math<H, NG>(acc, ch, bias);
+            Gemv4Chunk<NG, NT> ch;
+            gemv4_mma_load_guarded<H, SIGNED, NG, NT>(ch, ar, ld8, given, q, s, N, group, r0,
+                                                      first, end, col0 + p);
+            gemv4_mma_math<H, NG, NT>(acc, ch, bias);
         }
         if (fe > fb) {
             // whole chunks: a ring of D chunks in flight, each loaded D chunks before its math
             const int n = (int)((fe - fb) >> 4);
-            Gemv4Stream<H, SIGNED, NG> stream(a, q, s, N, fb, col0 + p, group);
-            Gemv4Chunk<NG> ring[D];
+            Gemv4Stream<H, SIGNED, NG, NT> stream(ar, ld8, given, q, s, N, fb, col0 + p, group);
+            Gemv4Chunk<NG, NT> ring[D];
 #pragma unroll
             for (int j = 0; j < D; ++j)
                 if (j < n) stream.load(ring[j]);
@@ -1242,56 +1300,49 @@ TILEC_DEV void gemv_dequant4_mma(const typename H::storage* a, const uint8_t* q,
 #pragma unroll
                 for (int j = 0; j < D; ++j) {
                     if (i + j < n) {
-                        gemv4_mma_math<H, NG>(acc, ring[j], bias);
+                        gemv4_mma_math<H, NG, NT>(acc, ring[j], bias);
                         if (i + j + D < n) stream.load(ring[j]);
                     }
                 }
             }
         }
-        if (lane % 4 == 0) {  // column 0 of C: lanes 0, 4, .., 28 hold rows g, g + 8 of each tile
-#pragma unroll
-            for (int gg = 0; gg < NG; ++gg)
-#pragma unroll
-                for (int t = 0; t < 4; ++t) {
-                    float* d = dst + warp * LD + p + gg * 64 + 8 * g + 2 * t;
-                    d[0] = acc[gg][t][0];
-                    d[1] = acc[gg][t][2];
-                }
-        }
+        gemv4_mma_store<MR, NT, NG, LD>(dst, acc, p);
     }
 }
 
-// ---- GEMV of 4-bit weights packed along K, on the matrix units (M = 1, decode) ---------------
+// ---- GEMV of 4-bit weights packed along K, on the matrix units (M <= 16, decode) ------------
 // The layout GPTQ-style checkpoints store: q is [N, K] (each column's K weights contiguous, two
 // per byte, low nibble first) and s is [N, SK] (s[n, r / group]); the program reads them as
-// `dequant(q.T, s.T, ...)`. dst[w * LD + j] (w = the calling warp, j < BN) = the sum over warp
-// w's rows r of a[r] * H((q[col0 + j, r] - zero) * s[col0 + j, r / group]), each weight rounded
-// to H. The 128-row chunks (rows 128c .. 128c + 127) that hold rows first .. first + rows - 1 go to
+// `dequant(q.T, s.T, ...)`. dst[(w * MR + i) * LD + j] (w = the calling warp, i < MR, j < BN) =
+// the sum over warp w's rows r of a[i * lda + r] * H((q[col0 + j, r] - zero) * s[col0 + j,
+// r / group]) for the m rows of A given (i < m <= MR; rows i >= m come out 0), each weight
+// rounded to H. The 128-row chunks (rows 128c .. 128c + 127) that hold rows first .. first + rows - 1 go to
 // the SLICES warps in contiguous runs of cdiv(chunks, SLICES), rows outside that range masked.
 // Every load is 16 bytes of one column: lane (g, c) reads rows 32c .. 32c + 31 of a chunk for
 // columns g and g + 8 of each 16-column group, so the 4 lanes of a quad read 64 contiguous bytes
 // of a column and a warp's consecutive chunks continue them (no 32-byte pieces of far-apart rows,
-// which the row-major layout's GEMV is held by). The product runs transposed, C^T = W^T a^T, as
+// which the row-major layout's GEMV is held by). The product runs transposed, C^T = W^T A^T, as
 // m16n8k16 mma: A = 16 columns x 16 rows; a weight word holds 8 consecutive rows of one column,
 // its byte p the pair of rows (2p, 2p + 1) that the A layout wants along k (one byte permute and
 // one LOP3 put it in an mma register), so mma h of word w takes rows 8w + 4h .. 8w + 4h + 3 of
-// the lane's 32, and its B (the activations of those rows, lanes of every g alike: columns 1..7
-// of C are never read) is 8 bytes of A's row as they lie in memory. About 2.4 instructions per
-// weight. The routine needs K, group, first and first + rows to be multiples of 32 and `a`, `q`
+// the lane's 32, and its B (the activations of those rows: lane g those of A's row g, zeros for
+// rows past m; MR = 16 takes a second mma for rows 8..15) is 8 bytes of that row as they lie in
+// memory. About 2.4 instructions per weight, whatever the rows of A (up to 8). The routine needs K, group, first and first + rows to be multiples of 32 and `a`, `q`
 // 16-byte aligned (a lane's 32 rows are then all inside or all outside the range, and in one
-// quantization group); otherwise it sums value by value. Columns past N read no memory and come
-// out 0.
+// quantization group), and A's rows 16-byte aligned; otherwise it sums value by value. Columns
+// past N read no memory and come out 0.
 template <class H> struct Gemv4KStep {
     uint4 w[2];     // rows 32c .. 32c + 31 of the chunk, columns g and g + 8 of the group
     uint32_t s[2];  // their scales, in both halves (0 where the lane's rows or columns are out)
 };
 
-template <class H, bool SIGNED, int BN, int SLICES, int LD, bool GUARD = true>
-TILEC_DEV void gemv_dequant4_mma_kmajor(const typename H::storage* a, const uint8_t* q,
-                                        const typename H::storage* s, int64_t N, int64_t K,
-                                        int64_t SK, int64_t first, int64_t rows, int64_t col0,
-                                        int64_t group, uint32_t bias, float* dst) {
-    constexpr int NGRP = BN / 16, D = TILEC_GEMV_DEPTH;
+template <class H, bool SIGNED, int BN, int SLICES, int LD, int MR = 1, bool GUARD = true>
+TILEC_DEV void gemv_dequant4_mma_kmajor(const typename H::storage* a, int64_t lda, int64_t m,
+                                        const uint8_t* q, const typename H::storage* s, int64_t N,
+                                        int64_t K, int64_t SK, int64_t first, int64_t rows,
+                                        int64_t col0, int64_t group, uint32_t bias, float* dst) {
+    constexpr int NGRP = BN / 16, D = TILEC_GEMV_DEPTH, NT = GemvRows<MR>::NT;
+    const int mr = m < MR ? (int)m : MR;  // A's rows given (the rest come out 0)
     static_assert(BN % 16 == 0, "16-column groups");
     const int lane = (int)threadIdx.x % 32, warp = (int)threadIdx.x / 32, g = lane >> 2, c = lane & 3;
     const int64_t end = first + rows, c0 = first >> 7;
@@ -1301,24 +1352,26 @@ TILEC_DEV void gemv_dequant4_mma_kmajor(const typename H::storage* a, const uint
     const int64_t half = (K + 1) >> 1;  // bytes per column of q
     const bool fast = K % 32 == 0 && group % 32 == 0 && first % 32 == 0 && end % 32 == 0 &&
                       K < (int64_t(1) << 30) &&  // rows and row counters in 32 bits below
-                      (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
+                      (reinterpret_cast<uintptr_t>(a) & 15) == 0 && (mr == 1 || lda % 8 == 0) &&
                       (reinterpret_cast<uintptr_t>(q) & 15) == 0;
     if (!fast) {  // value by value (the rows of the warp's chunks)
         const float base = H::load((uint16_t)(Pair16<H>::magic & 0xffffu)) + (SIGNED ? 8.0f : 0.0f);
         const float z = H::load((uint16_t)bias) - base;  // bias = MAGIC + zero (+ 8 if signed)
         const int64_t rb = cb * 128 > first ? cb * 128 : first, re = ce * 128 < end ? ce * 128 : end;
-        for (int j = lane; j < BN; j += 32) {
-            const int64_t n = col0 + j;
-            float sum = 0.0f;
-            if (n < N) {
-                for (int64_t r = rb; r < re; ++r) {
-                    const int32_t v = SIGNED ? load_i4(q, n, r, K) : load_u4(q, n, r, K);
-                    const float w = H::load(H::store(((float)v - z) * H::load(s[n * SK + r / group])));
-                    sum = fma_acc(H::load(a[r]), w, sum);
+        // (a row of A at a time: each weight is dequantized again for each row)
+        for (int i = 0; i < MR; ++i)
+            for (int j = lane; j < BN; j += 32) {
+                const int64_t n = col0 + j;
+                float sum = 0.0f;
+                if (n < N && i < mr) {
+                    for (int64_t r = rb; r < re; ++r) {
+                        const int32_t v = SIGNED ? load_i4(q, n, r, K) : load_u4(q, n, r, K);
+                        const float w = H::load(H::store(((float)v - z) * H::load(s[n * SK + r / group])));
+                        sum = fma_acc(H::load(a[i * lda + r]), w, sum);
+                    }
                 }
+                dst[(warp * MR + i) * LD + j] = sum;
             }
-            dst[warp * LD + j] = sum;
-        }
         return;
     }
     // steps (column group gg, chunk ch), the chunks of one group in order (a column's 64-byte
@@ -1374,8 +1427,14 @@ TILEC_DEV void gemv_dequant4_mma_kmajor(const typename H::storage* a, const uint
         if (nch > 0 && pg < NGRP) load(ring[j]);
 #pragma unroll 1
     for (int gg = 0; gg < NGRP; ++gg) {
-        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const typename H::storage* an = a + r0;  // the lane's activations of the chunk
+        float acc[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+        // the lane's activations of the chunk: those of A's row g (+ 8 nt), if given
+        const typename H::storage* an = a + g * lda + r0;
+        bool given[NT];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) given[nt] = g + 8 * nt < mr;
         for (int ch = 0, r = r0; ch < nch; ++ch, r += 128, an += 128) {
             const Gemv4KStep<H> cur = ring[0];
 #pragma unroll
@@ -1385,9 +1444,14 @@ TILEC_DEV void gemv_dequant4_mma_kmajor(const typename H::storage* a, const uint
             const bool in = !GUARD || (r >= first32 && r < end32);
 #pragma unroll
             for (int w = 0; w < 4; ++w) {
-                const uint4 b4 = in ? *reinterpret_cast<const uint4*>(an + 8 * w)
-                                    : make_uint4(0u, 0u, 0u, 0u);
-                const uint32_t bw[4] = {b4.x, b4.y, b4.z, b4.w};
+                uint32_t bw[NT][4];
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const uint4 b4 = in && given[nt]
+                                         ? *reinterpret_cast<const uint4*>(an + nt * 8 * lda + 8 * w)
+                                         : make_uint4(0u, 0u, 0u, 0u);
+                    bw[nt][0] = b4.x; bw[nt][1] = b4.y; bw[nt][2] = b4.z; bw[nt][3] = b4.w;
+                }
                 uint32_t wd[2] = {w == 0 ? cur.w[0].x : w == 1 ? cur.w[0].y : w == 2 ? cur.w[0].z : cur.w[0].w,
                                   w == 0 ? cur.w[1].x : w == 1 ? cur.w[1].y : w == 2 ? cur.w[1].z : cur.w[1].w};
                 if (SIGNED) { wd[0] ^= 0x88888888u; wd[1] ^= 0x88888888u; }  // q + 8
@@ -1401,14 +1465,23 @@ TILEC_DEV void gemv_dequant4_mma_kmajor(const typename H::storage* a, const uint
                         A[e] = dequant_pair<H>(__byte_perm(wd[col], hi[col], p | ((p + 4) << 8)),
                                                bias, cur.s[col]);
                     }
-                    Mma<H>::run(acc, A, bw + 2 * h);
+#pragma unroll
+                    for (int nt = 0; nt < NT; ++nt) Mma<H>::run(acc[nt], A, bw[nt] + 2 * h);
                 }
             }
         }
-        if (c == 0) {  // column 0 of C: lanes 0, 4, .., 28 hold rows g and g + 8 of the group
-            dst[warp * LD + gg * 16 + g] = acc[0];
-            dst[warp * LD + gg * 16 + g + 8] = acc[2];
-        }
+        // C column 2c + e of n8 tile nt is A's row 8 nt + 2c + e: lane (g, c) holds it for
+        // columns g and g + 8 of the group
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int i = nt * 8 + 2 * c + e;
+                if (i < MR) {
+                    dst[(warp * MR + i) * LD + gg * 16 + g] = acc[nt][e];
+                    dst[(warp * MR + i) * LD + gg * 16 + g + 8] = acc[nt][e + 2];
+                }
+            }
     }
 }
 
