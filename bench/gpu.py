@@ -1064,13 +1064,17 @@ def w4a16_one(bench: Bench, M: int, K: int, N: int, kmajor: bool = False) -> Non
         print(f"  tilec streams {work.bytes / tc.time / 1e9:.0f} GB/s of weights + activations")
 
 
+# decode batches: one row of A, and a few (the GEMV of several rows reads the weights once)
+W4A16_ROWS = (1, 4, 8, 16)
+
+
 def case_w4a16(bench: Bench) -> None:
-    for M in (1, 16):
+    for M in W4A16_ROWS:
         w4a16_one(bench, M, 8192, 8192)
 
 
 def case_w4a16_kmajor(bench: Bench) -> None:
-    for M in (1, 16):
+    for M in W4A16_ROWS:
         w4a16_one(bench, M, 8192, 8192, kmajor=True)
 
 

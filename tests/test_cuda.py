@@ -1089,6 +1089,24 @@ def test_decode_gemv_groups_on_gpu():
 
 
 @pytest.mark.gpu
+def test_decode_gemv_of_several_rows_on_gpu():
+    """The matrix-unit GEMVs of several rows of A (decode batches of 2 to 16 rows, one block
+    taking up to 8 or 16 of them), in both weight layouts, at row counts that do and do not fill
+    the block's rows, K cut in the middle of the warps' chunks, whole and ragged column blocks,
+    split over K (K = 1216) and not; the routines' value-by-value paths too (K-major groups of
+    16 rows)."""
+    need_gpu()
+    for M in (2, 8, 11, 16):
+        for dims in (dict(M=M, K=1216, N=520), dict(M=M, K=64, N=64)):
+            check_text(GEMV_GROUPS, dims, name="gemv_groups.tile", target="cuda",
+                       options=GPU_OPTIONS)
+            check_text(GEMV_KMAJOR, dims, name="gemv_kmajor.tile", target="cuda",
+                       options=GPU_OPTIONS)
+        check_text(GEMV_KMAJOR_ANY, dict(M=M, K=200, N=40), name="gemv_kmajor_any.tile",
+                   target="cuda", options=GPU_OPTIONS)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("path", SAMPLE_FILES, ids=lambda p: p.stem)
 def test_cuda_dump_matches_reference_on_gpu(path):
     """Each kernel of the CUDA tiling's dump, built and run on its own, matches the Tile IR

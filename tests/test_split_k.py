@@ -56,12 +56,37 @@ def test_launcher_takes_the_split_for_decode_sizes_only():
                                                                "w4a16_k0_gemv_split_sum"]
     assert variant_names(text, dict(M=1, N=8192, K=8192)) == ["w4a16_k0_gemv"]
     assert variant_names(text, dict(M=1, N=4096, K=128)) == ["w4a16_k0_gemv"]
-    assert variant_names(text, dict(M=16, N=4096, K=4096)) == ["w4a16_k0_m16_split",
-                                                                "w4a16_k0_m16_split_sum"]
+    # up to 8 and 16 rows of A: the GEMV routine's blocks of 8 and 16 rows, split alike
+    assert variant_names(text, dict(M=16, N=4096, K=4096)) == ["w4a16_k0_gemv16_split",
+                                                                "w4a16_k0_gemv16_split_sum"]
+    assert variant_names(text, dict(M=3, N=4096, K=4096)) == ["w4a16_k0_gemv8_split",
+                                                               "w4a16_k0_gemv8_split_sum"]
     # short K: one block per tile already walks all of it; big grids fill the device alone
-    assert variant_names(text, dict(M=2, N=8192, K=512)) == ["w4a16_k0_m16"]
-    assert variant_names(text, dict(M=2, N=65536, K=8192)) == ["w4a16_k0_m16"]
+    assert variant_names(text, dict(M=2, N=8192, K=512)) == ["w4a16_k0_gemv8"]
+    assert variant_names(text, dict(M=9, N=65536, K=8192)) == ["w4a16_k0_gemv16"]
+    # N % 8 != 0 (weight words straddle rows): the 16-row tensor-core tile
+    assert variant_names(text, dict(M=2, N=8196, K=512)) == ["w4a16_k0_m16"]
+    assert variant_names(text, dict(M=2, N=65532, K=8192)) == ["w4a16_k0_m16"]
     assert variant_names(text, dict(M=17, N=128, K=8192)) == ["w4a16_k0"]
+
+
+def test_gemv_of_several_rows_takes_plain_rows_of_a_and_the_fewest_rows_that_hold_m():
+    """The GEMV variants of 8 and 16 rows of A run the target's routine, which reads A's rows
+    from memory: a prologue on A (computed values) leaves them out for the 16-row tile; a
+    constant M takes the variant of the fewest rows that hold it (and the tile, for N % 8 !=
+    0); weights packed along K take them at any N. The interpreter agrees on each variant."""
+    text = (SAMPLES / "w4a16.tile").read_text()
+    names = [k.name for k in compile_text(text.replace("A @ dequant", "relu(A) @ dequant"),
+                                          "k.tile", "cuda")[2].programs[0].kernels]
+    assert "w4a16_k0_gemv" in names and not any("gemv8" in n or "gemv16" in n for n in names)
+    const = text.replace("A: f16[M, K]", "A: f16[4, K]").replace("C: f16[M, N]", "C: f16[4, N]")
+    names = [k.name for k in compile_text(const, "k.tile", "cuda")[2].programs[0].kernels]
+    assert "w4a16_k0_gemv8" in names and "w4a16_k0_m16" in names and \
+        not any("gemv16" in n for n in names)
+    agree(const, "cuda", dict(N=264, K=1280))
+    kmajor = (SAMPLES / "w4a16_kmajor.tile").read_text()
+    assert variant_names(kmajor, dict(M=3, N=4100, K=4096))[0] == "w4a16_kmajor_k0_gemv8_split"
+    assert variant_names(kmajor, dict(M=12, N=30000, K=4096)) == ["w4a16_kmajor_k0_gemv16"]
 
 
 def test_gemv_needs_rows_of_b_in_memory_order():
@@ -224,9 +249,13 @@ def test_gemv_of_4bit_weights_runs_on_the_matrix_units_where_words_are_whole(dt)
                          for k in gemvs for st in k.body if isinstance(st, T.If))
     assert all(any(isinstance(st, T.GemvMma) for st in T.walk_stmts(k.body)) for k in gemvs)
     src = "\n".join(cuda_kernel_sources(text, "w.tile").values())
-    # (the target's gemv_mma block shape: 64 columns, 32 warps)
-    assert f"tilec::gemv_dequant4_mma<tilec::{dt.upper()}, false, 64, 32, 64, 1>" in src
-    for dims in (dict(M=1, N=264, K=1280), dict(M=1, N=512, K=384), dict(M=1, N=8, K=128)):
+    # (the target's gemv_mma block shape: 64 columns, 32 warps; blocks of 8 rows of A on 24
+    # warps, of 16 on 16)
+    for slices, rows in ((32, 1), (24, 8), (16, 16)):
+        assert f"tilec::gemv_dequant4_mma<tilec::{dt.upper()}, false, 64, {slices}, 64, {rows}>" \
+            in src
+    for dims in (dict(M=1, N=264, K=1280), dict(M=1, N=512, K=384), dict(M=1, N=8, K=128),
+                 dict(M=3, N=264, K=1280), dict(M=11, N=136, K=384), dict(M=16, N=8, K=128)):
         agree(text, "cuda", dims)
     agree(text.replace("u4[", "i4[").replace("zero=8", "zero=0"), "cuda", dict(M=1, N=136, K=256))
     _, _, m32 = compile_text(text.replace(dt, "f32"), "w.tile", "cuda")

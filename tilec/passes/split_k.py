@@ -369,6 +369,22 @@ def gemv_mma(target) -> bool:
     return bool(target.resources.gemv_mma) and knob != ()
 
 
+def gemv_rows(target, kmajor: bool = False) -> tuple:
+    """The target's GEMV variants of several rows of A on its GEMV routine: ((rows, threads,
+    blocks per SM), ...) for weights in memory order or, `kmajor`, packed along K; or
+    `TILEC_GEMV_ROWS` / `TILEC_GEMV_ROWS_KMAJOR`'s ("ROWSxTHREADSxBLOCKS_PER_SM,...", or off)."""
+    name = "TILEC_GEMV_ROWS_KMAJOR" if kmajor else "TILEC_GEMV_ROWS"
+    expect = "ROWSxTHREADSxBLOCKS_PER_SM,... (e.g. 8x1024x1,16x512x1) or off"
+    knob = _knob(name, expect, (1, 2, 3, 4), lambda x: tuple(int(v) for v in x.split("x")))
+    if knob is None:
+        return target.resources.gemv_mma_rows_kmajor if kmajor else target.resources.gemv_mma_rows
+    if any(len(v) != 3 or not 2 <= v[0] <= 16 or v[1] % 32 or not 32 <= v[1] <= 1024 or v[2] < 1
+           for v in knob):
+        raise error(f"{name}={os.environ[name]!r}: expected {expect}, rows 2 to 16, threads a "
+                    "multiple of 32 up to 1024")
+    return knob
+
+
 def gemv_config(target, on_mma: bool = False, kmajor: bool = False) -> tuple:
     """The target's GEMV (M = 1) variant: (columns per block, threads, block goal, least K rows per
     split, blocks per SM, rows per step), or `TILEC_GEMV`'s (a target without one stays so).

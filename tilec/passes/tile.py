@@ -432,7 +432,7 @@ class GroupLowering:
             # (slices as long as a whole split's: the last, shorter split masks the rest, and the
             # slice length stays a non-negative index for the division rule)
             body, acc = self.gemv_body(mm, trip, chunk if split else trip, first, k, row0, col0,
-                                       bn, threads, bidx, batch, mma_dt, gemv)
+                                       bn, threads, bidx, batch, mma_dt, gemv, bm)
             body = ([] if split is None else lets) + body
         else:
             a_dt = mma_dt or self.ops[a_id].type.dtype
@@ -463,6 +463,7 @@ class GroupLowering:
         i, j = self.names.fresh("i"), self.names.fresh("j")
         r, c = iadd(row0, T.Var(i)), iadd(col0, T.Var(j))
         guard = land(ilt(r, dim_to_expr(M)), ilt(c, dim_to_expr(N)))
+        gemv_rows = "one row of A" if bm == 1 else f"{bm} rows of A"  # (in the kernel's comment)
         swizzle = 0 if gemv else self.sched.swizzle or \
             (knob[3] if knob else self.target.resources.gemm_swizzle)
         if self.target.resources.async_copy:
@@ -475,7 +476,7 @@ class GroupLowering:
             if self.gemm_config is not None and self.gemm_config.wgmma:
                 return self.wgmma_kernel(grid, bvars, threads, body, swizzle)
             k = self.kernel(grid, bvars, threads, body,
-                            "GEMV (one row of A) with fused prologue/epilogue" if gemv else
+                            f"GEMV ({gemv_rows}) with fused prologue/epilogue" if gemv else
                             "GEMM with fused prologue/epilogue", swizzle)
             if scalar and not gemv:
                 k = replace(k, blocks_per_sm=split_k.simt_blocks(blocks))
@@ -493,7 +494,7 @@ class GroupLowering:
         at = tuple(bidx) + (part, r, c)
         body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel", (If(guard, (
             Store(ws.name, at, T.Load(acc, (T.Var(i), T.Var(j)), mm.type.dtype)),)),)))
-        what, unit = ("GEMV (one row of A)", "rows") if gemv else ("GEMM", "tiles")
+        what, unit = (f"GEMV ({gemv_rows})", "rows") if gemv else ("GEMM", "tiles")
         partial = replace(self.kernel(grid, bvars, threads, body,
                                       f"{what} split over K: partial products of {kc} K {unit} "
                                       "each", swizzle, extra=(ws,), writes_outputs=False),
@@ -621,15 +622,17 @@ class GroupLowering:
             for name, role in which.items()])
 
     def gemv_body(self, mm, trip, span, first, k: str, row0, col0, bn: int, threads: int, bidx,
-                  batch, mma_dt, unroll: int = 1) -> tuple:
+                  batch, mma_dt, unroll: int = 1, mr: int = 1) -> tuple:
         """The main loop of a GEMV (one row of A): each warp of the block walks its own slice of
         `span` rows (those below `trip`) from row `first` for the same `bn` columns, accumulating
         a * b in registers and reading B straight from memory (a vector of columns per thread
         and row: a warp reads whole rows); the warps' sums then meet in shared memory. With
         `unroll` > 1 a step gives each slice that many consecutive rows at once, unguarded (the
         loads are all in flight together; on the CPU the sums are read and written once per
-        step), and the rows left over follow, guarded. Returns (statements, the [1, bn] fragment
-        of the block's sums)."""
+        step), and the rows left over follow, guarded. `mr` > 1: the block takes `mr` rows of A
+        (those below M) through the target's GEMV routine (T.GemvMma), which reads and
+        dequantizes each weight once for all of them; NoVariant where it cannot take the
+        product. Returns (statements, the [mr, bn] fragment of the block's sums)."""
         a_id, b_id = mm.args
         dt = mm.type.dtype
         slices = threads // self.target.resources.warp
@@ -711,12 +714,16 @@ class GroupLowering:
                 For((left,), (iconst(unroll),), "range", (For(
                     (i, j), (iconst(slices), iconst(bn)), "parallel",
                     (If(land(ilt(tail, trip), col_ok), (add_rows([tail]),)),)),))]
+        form = self.gemv_mma_form(a_id, b_id, mma_dt, row0, batch) if dt == "f32" else None
+        if mr > 1:  # several rows of A: the routine's alone (a variant of the words it reads)
+            if form is None:
+                raise NoVariant()
+            return self.gemv_rows_body(form, mm, trip, first, row0, col0, bn, slices, mr)
         body = [
             *([T.Let(per, T.Binary("cdiv", span, iconst(slices), "i64"))] if unroll == 1 else []),
             Alloc(acc, "fragment", dt, (iconst(slices), iconst(bn))),
         ]
         scalar = [Fill(acc, T.Const(0, dt)), *loops]
-        form = self.gemv_mma_form(a_id, b_id, mma_dt, row0, batch) if dt == "f32" else None
         if slices == 1 and form is None:  # one slice (the CPU): its sums are the block's
             return body + scalar, acc
         scalar.append(For((i, j), (iconst(slices), iconst(bn)), "parallel",
@@ -738,6 +745,26 @@ class GroupLowering:
                                               T.Load(red, (T.Var(s), vj), dt), dt)),)),)),
         ]
         return body, tot
+
+    def gemv_rows_body(self, form, mm, trip, first, row0, col0, bn: int, slices: int,
+                       mr: int) -> tuple:
+        """The GEMV of `mr` rows of A from `row0` (those below M) by the target's routine: the
+        warps' partial sums [slices * mr, bn] in shared memory, then their sum per row of A.
+        Returns (statements, the [mr, bn] fragment of the block's sums)."""
+        dt = mm.type.dtype
+        red, tot = self.names.fresh("red"), self.names.fresh("tot")
+        i, j, s = self.names.fresh("i"), self.names.fresh("j"), self.names.fresh("s")
+        vi, vj = T.Var(i), T.Var(j)
+        given = T.Binary("min", iconst(mr), T.isub(dim_to_expr(mm.type.shape[-2]), row0), "i64")
+        return [
+            Alloc(red, "shared", dt, (iconst(slices * mr), iconst(bn))),
+            T.GemvMma(*form[:3], red, *form[3:5], (row0, first, trip, col0, given), form[5], mr),
+            Alloc(tot, "fragment", dt, (iconst(mr), iconst(bn))),
+            Fill(tot, T.Const(0, dt)),
+            For((s,), (iconst(slices),), "range", (For((i, j), (iconst(mr), iconst(bn)), "parallel", (
+                Store(tot, (vi, vj), T.Binary("add", T.Load(tot, (vi, vj), dt), T.Load(
+                    red, (iadd(imul(T.Var(s), iconst(mr)), vi), vj), dt), dt)),)),)),
+        ], tot
 
     def gemv_mma_form(self, a_id: int, b_id: int, mma_dt, row0, batch):
         """(A, q, scales, zero, group) when the target runs this GEMV on its matrix units
@@ -1768,14 +1795,24 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         # one block per row of A: B is read once per row (4-bit weights: from cache, when the
         # target says that beats its smallest tile up to some M)
         max_m = target.resources.gemv_mma_max_m if on_mma and split_k.gemv_mma(target) else 1
-        decode.insert(0, (max_m, GemmVariant((1, bn, 1), threads, 1, (blocks, rows, per_sm),
-                                             unroll)))
-    out = []
+        gemvs = [(max_m, GemmVariant((1, bn, 1), threads, 1, (blocks, rows, per_sm), unroll))]
+        if on_mma and split_k.gemv_mma(target):
+            # a few rows of A (decode batches) in one block: the target's routine reads and
+            # dequantizes each weight once for all of them (GroupLowering.gemv_rows_body)
+            gemvs += [(mr, GemmVariant((mr, bn, 1), t, 1, (blocks, rows, per), unroll))
+                      for mr, t, per in split_k.gemv_rows(target, kmajor) if mr > max_m]
+        decode = gemvs + decode
+    out, rows_taken = [], False
     for max_m, cfg in decode:
-        if M.op == "const" and M.args[0] > max_m:
-            continue
+        rows_of_a = cfg.gemv_unroll and cfg.tile[0] > 1  # (the routine alone: it may refuse)
+        if M.op == "const" and (M.args[0] > max_m or (rows_of_a and rows_taken)):
+            continue  # (a constant M takes the fewest rows of A that hold it)
+        rows_taken = rows_taken or rows_of_a
         small = Dim.bin("le", M, max_m)
-        name = "_gemv" if cfg.gemv_unroll else f"_m{max_m}"
+        if rows_of_a and not kmajor:  # (the routine's fast path needs whole words of weights)
+            small = Dim.bin("and", small, Dim.bin("eq", N % 8, 0))
+        name = ("_gemv" + (str(cfg.tile[0]) if rows_of_a else "")) if cfg.gemv_unroll else \
+            f"_m{max_m}"
         if cfg.split:
             bm, bn, bk = cfg.tile
             when = split_k.plan(N.cdiv(bn) * M.cdiv(bm) * numel(batch), K.cdiv(bk),
@@ -1784,7 +1821,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
             if when != Dim.const(0):
                 out.append((f"{name}_split", Dim.bin("and", small, when), cfg))
         out.append((name, small, replace(cfg, split=None)))
-        if M.op == "const":
+        if M.op == "const" and not rows_of_a:
             break
     out += hopper + padded
     large = target.resources.gemm_large_tile
@@ -1801,8 +1838,10 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         if when == Dim.const(0):
             continue
         kept.append((suffix, None if when == Dim.const(1) else when, cfg))
-        if (when is None or when == Dim.const(1)) and not (cfg and (cfg.wgmma or cfg.pad)):
-            break  # (the TMA and padded variants' conditions come with their kernels: tile_graph)
+        if (when is None or when == Dim.const(1)) and \
+                not (cfg and (cfg.wgmma or cfg.pad or (cfg.tile[0] > 1 and cfg.gemv_unroll))):
+            break  # (the TMA and padded variants' conditions come with their kernels: tile_graph;
+            # a GEMV of several rows of A may refuse the product)
     return kept
 
 

@@ -107,6 +107,13 @@ class Resources:
     # the largest M whose GEMM of 4-bit weights runs that GEMV, one block per row of A (each row
     # reads the weights again); other GEMVs take M = 1
     gemv_mma_max_m: int = 1
+    # GEMVs of more rows of A that the routine takes in one block (each weight read and
+    # dequantized once for all of them), a variant each: ((rows, threads, blocks per SM), ...),
+    # e.g. rows 8 for M <= 8 and 16 for M <= 16 (beyond gemv_mma_max_m; the columns per block,
+    # block goal and rows per split are gemv_mma's); () = none
+    gemv_mma_rows: tuple = ()
+    # the same for weights packed along K (gemv_mma_kmajor's routine)
+    gemv_mma_rows_kmajor: tuple = ()
     # the same for weights packed along K (q: [N, K] and scales [N, K / G] read as
     # `dequant(q.T, s.T, ...)`, the GPTQ-style layout): the target's routine for them, with the
     # same fields as gemv_mma; () = the scalar GEMV

@@ -2947,7 +2947,17 @@ CUDA = Target(
         # the split variant spills), split over K below 256 blocks. Measured at N=K=8192
         # (unsplit): 0.020 ms for 32 columns at 4 blocks per SM, against 0.025-0.030 for
         # 64-column blocks split to 512 or 1024 blocks (docs/PERFORMANCE.md, 2026-12-04)
-        gemv_mma_kmajor=(32, 256, 256, 128, 3)),
+        gemv_mma_kmajor=(32, 256, 256, 128, 3),
+        # M <= 8 and M <= 16 (decode batches) on the same routines, each weight read and
+        # dequantized once for all rows. Measured on an H100 at N = K = 8192 (docs/
+        # PERFORMANCE.md, 2026-12-07 17:43): 8 rows on 24 warps 0.022-0.023 ms at M = 4 and 8
+        # (32 warps: 0.021 ms at M = 8, but its split variant spills 48 bytes for sm_80),
+        # 16 rows (a second n8 tile: twice the accumulators) on 16 warps 0.029 ms at M = 16
+        # (8 warps, 2 blocks per SM: 0.049); packed along K, 8 warps, 2 blocks per SM (3 spill
+        # in the split variants): 0.023-0.024 and 0.030 ms. The 16-row tile took 0.078-0.080
+        # ms at M = 4-16, 0.121-0.124 packed along K
+        gemv_mma_rows=((8, 768, 1), (16, 512, 1)),
+        gemv_mma_rows_kmajor=((8, 256, 2), (16, 256, 2))),
     toolchain=Toolchain("NVCC", "nvcc", "CUDA compiler"),
     lowering=(
         # cp.async stages for pipelined K loops: needs the tile copies of the `tile` pass
