@@ -30,10 +30,12 @@ Cases (goals in brackets; a missed goal is reported, it does not fail the run):
   rmsnorm    X * rsqrt(mean(X^2, -1) + eps) * w, same size, vs F.rms_norm and torch.compile
   chain      silu(X * 0.5 + 1) * X, same size, vs eager and torch.compile
              [these three: >= 0.9x the copy ceiling, counting one read + one write of X; >= 1x torch.compile]
-  w4a16      bf16 A[M, 8192] @ dequant(u4 W[8192, 8192], one bf16 scale per 128 rows), M = 1 and 16,
-             the weights as u4[K, N]; w4a16_kmajor: the same packed along K (u4[N, K]),
+  w4a16      bf16 A[M, 8192] @ dequant(u4 W[8192, 8192], one bf16 scale per 128 rows), M = 1, 4,
+             8 and 16, the weights as u4[K, N]; w4a16_kmajor: the same packed along K (u4[N, K]),
              vs cuBLAS on the dense bf16 weights and tinygemm (torch._weight_int4pack_mm)
                                                         [M=1: >= 2.5x cuBLAS, >= 1x tinygemm]
+  w4a16_decode  the same at M = 1, 8, 16 through Llama-7B-sized weights (4096x4096, 4096x11008,
+             11008x4096), both layouts                                           [no goal]
   attention  softmax(Q K^T / sqrt(D)) V, f16, B4 H32 L=S=4096 D128, plain and causal, vs SDPA's flash backend
              (cuDNN's for information)                                          [>= 0.8x SDPA flash, both]
 
@@ -1026,7 +1028,8 @@ def tinygemm_weights(q: torch.Tensor, scales: torch.Tensor, A: torch.Tensor, ref
     return packed, sz
 
 
-def w4a16_one(bench: Bench, M: int, K: int, N: int, kmajor: bool = False) -> None:
+def w4a16_one(bench: Bench, M: int, K: int, N: int, kmajor: bool = False,
+              goal: bool = True) -> None:
     """kmajor: tilec reads the weights packed along K (u4 [N, K] and scales [N, K / 128], the
     GPTQ-style layout, kernel w4a16_kmajor) instead of u4 [K, N]; the peers are the same."""
     layout = "packed along K: Wq u4[N, K]" if kmajor else "Wq u4[K, N]"
@@ -1058,8 +1061,9 @@ def w4a16_one(bench: Bench, M: int, K: int, N: int, kmajor: bool = False) -> Non
     tiny = bench.peer("tinygemm (_weight_int4pack_mm)", tinygemm)
     goals = {"cuBLAS bf16 dense (A @ W)": (">=", 2.5), "tinygemm (_weight_int4pack_mm)": (">=", 1.0)}
     work = Work(flops=2 * M * N * K, bytes=wq.nbytes + scales.nbytes + A.nbytes + M * N * 2)
-    bench.compare(f"M={M} N=K={K}{' K-major' if kmajor else ''}{rot(n)}", work, [tc, cublas, tiny],
-                  goals if M == 1 else {}, ref)
+    size = f"N=K={K}" if N == K else f"K={K} N={N}"
+    bench.compare(f"M={M} {size}{' K-major' if kmajor else ''}{rot(n)}", work, [tc, cublas, tiny],
+                  goals if M == 1 and goal else {}, ref)
     if tc.time:
         print(f"  tilec streams {work.bytes / tc.time / 1e9:.0f} GB/s of weights + activations")
 
@@ -1076,6 +1080,16 @@ def case_w4a16(bench: Bench) -> None:
 def case_w4a16_kmajor(bench: Bench) -> None:
     for M in W4A16_ROWS:
         w4a16_one(bench, M, 8192, 8192, kmajor=True)
+
+
+def case_w4a16_decode(bench: Bench) -> None:
+    """W4A16 at Llama-7B decode shapes (the attention projections, the MLP's up and down), both
+    weight layouts: grids of fewer column blocks than the device has SMs, split over K (no
+    goal: informational)."""
+    for kmajor in (False, True):
+        for M in (1, 8, 16):
+            for K, N in ((4096, 4096), (4096, 11008), (11008, 4096)):
+                w4a16_one(bench, M, K, N, kmajor=kmajor, goal=False)
 
 
 def sdpa(q, k, v, causal: bool, backend_name: str) -> Callable[[], torch.Tensor]:
@@ -1299,7 +1313,8 @@ CASES = {"gemm": case_gemm, "gemm_at": case_gemm_at, "fp8": case_fp8, "tf32": ca
          "decode": case_decode,
          "softmax": case_softmax, "rmsnorm": case_rmsnorm,
          "chain": case_chain, "w4a16": case_w4a16,
-         "w4a16_kmajor": case_w4a16_kmajor, "attention": case_attention, "fusions": case_fusions,
+         "w4a16_kmajor": case_w4a16_kmajor, "w4a16_decode": case_w4a16_decode,
+         "attention": case_attention, "fusions": case_fusions,
          "columns": case_columns}
 
 
