@@ -89,6 +89,44 @@ def test_gemv_of_several_rows_takes_plain_rows_of_a_and_the_fewest_rows_that_hol
     assert variant_names(kmajor, dict(M=12, N=30000, K=4096)) == ["w4a16_kmajor_k0_gemv16"]
 
 
+ROUNDED_WEIGHTS = """
+kernel wf(A: f16[M, K], Wq: i4[K, N], s: f16[K // 32, N]) -> C: f32[M, N]:
+    C = A @ dequant(Wq, s, zero=0, group=32)
+
+kernel wx(A: f32[M, K], Wq: i4[K, N], s: f32[K // 32, N]) -> C: f32[M, N]:
+    C = A @ dequant(Wq, s, zero=0, group=32)
+
+kernel wm(A: f32[M, K], Wq: i4[K, N], s: f16[K // 32, N]) -> C: f32[M, N]:
+    C = A @ dequant(Wq, s, zero=0, group=32)
+"""
+
+
+def test_weights_rounded_to_16_bit_scales_are_checked_with_a_16_bit_tolerance():
+    """A @ dequant(q, s) with 16-bit A and s multiplies on the GPU targets' matrix units weights
+    rounded to s's dtype (as weight-only kernels do; the program's dequant is f32): an f32
+    output is then off by more than f32's tolerance and within f16's (the Tile IR interpreter
+    on the CUDA lowering, every kernel the launcher picks at two sizes), so `tilec run` and the
+    tests check such kernels with f16's; f32 scales or A (the exact f32 path) and the CPU keep
+    f32's."""
+    from test_tile_level import in_shape_of, tiled
+
+    from tilec.interp_tile import pick_slots, run_program
+    from tilec.runner import reduced_precision
+    m = driver.frontend(driver.Source("r.tile", ROUNDED_WEIGHTS))
+    got = {t: {g.name for g in m.graphs if reduced_precision(m, g, driver.get_target(t))}
+           for t in ("cpu", "cuda", "hip")}
+    assert got == {"cpu": set(), "cuda": {"wf"}, "hip": {"wf"}}
+    m0, mt = tiled(ROUNDED_WEIGHTS, "cuda")
+    g, prog = m0.graphs[0], mt.programs[0]
+    for d in (dict(M=1, N=136, K=320), dict(M=20, N=136, K=320)):
+        inputs = interp.random_inputs(g, d, 0)
+        ref = interp.run_graph(g, inputs, d)["C"]
+        kernels = [k for parts in pick_slots(prog, d) for k in parts]
+        out = in_shape_of(run_program(kernels, inputs, d, ["C"])["C"], ref)
+        err = interp.rel_error(out, ref)
+        assert interp.tolerance("f32", 320) < err <= interp.tolerance("f32", 320, reduced=True)
+
+
 def test_gemv_needs_rows_of_b_in_memory_order():
     """B read across its rows (W.T of a [N, K] weight) has no contiguous rows to stream: no GEMV
     variant (the split tensor-core variant takes M = 1)."""

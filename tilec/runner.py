@@ -13,7 +13,7 @@ from .diagnostics import TilecError, error
 from .ir import tile as T
 from .ir.graph import Graph
 from .ir.types import DTYPES, PACKED, Dim, is_float, is_int
-from .passes.tile import fp8_product
+from .passes.tile import fp8_product, rounded_weights
 
 DEFAULT_DIM = 100  # not a multiple of any default tile
 BATCH_DIM = 3
@@ -294,10 +294,12 @@ def reduced_precision(m, g: Graph, target) -> bool:
     """Whether kernel `g` of module `m` may compute its f32 products in less than f32 precision
     on `target`: it multiplies f32 in tf32 on a target whose matrix units take tf32 (its
     schedule for the target says `precision tf32`, or, a tile-level kernel, one of its gemms
-    says `precision=tf32`), or it multiplies fp8 matrices on a target with matrix units (Hopper's
-    accumulate fp8 products in less than f32 precision within each K tile)."""
+    says `precision=tf32`), it multiplies fp8 matrices on a target with matrix units (Hopper's
+    accumulate fp8 products in less than f32 precision within each K tile), or dequantized
+    weights with 16-bit scales on them (rounded to the scales' dtype: tile.rounded_weights)."""
     if target.resources.mma_dtypes and g.tile is None and any(
-            o.kind == "matmul" and fp8_product(g, o) for o in g.ops):
+            o.kind == "matmul" and (fp8_product(g, o) or rounded_weights(g, o, target))
+            for o in g.ops):
         return True
     if not target.resources.tf32:
         return False

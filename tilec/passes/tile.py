@@ -1634,6 +1634,23 @@ def fp8_product(g: Graph, mm) -> bool:
     return a == b and a in FP8
 
 
+def rounded_weights(g: Graph, mm, target) -> bool:
+    """Does matmul op `mm` multiply dequantized weights on the target's 16-bit matrix units: an
+    operand `dequant(q, s, ...)` with `s` of a 16-bit dtype they take, the other operand of that
+    dtype? Its weights then reach them rounded to `s`'s dtype, as weight-only kernels do
+    (GroupLowering.mma_dtype), where the program's dequant is f32 (runner.reduced_precision)."""
+    if not target.resources.mma_dtypes:
+        return False
+
+    def natural(oid):
+        op = _source(g, oid)
+        if op.kind == "dequant":
+            return g.op_map()[op.args[1]].type.dtype, True
+        return op.type.dtype, False
+    (a, qa), (b, qb) = (natural(x) for x in mm.args)
+    return a == b and a in target.resources.mma_dtypes and (qa or qb)
+
+
 def tf32_on_wgmma(target, sched) -> bool:
     """Do f32 products under schedule `sched` run in tf32 on the target's warp-specialized
     kernels (`precision tf32`, a target whose wgmma takes tf32)?"""
