@@ -463,7 +463,7 @@ class GroupLowering:
         i, j = self.names.fresh("i"), self.names.fresh("j")
         r, c = iadd(row0, T.Var(i)), iadd(col0, T.Var(j))
         guard = land(ilt(r, dim_to_expr(M)), ilt(c, dim_to_expr(N)))
-        gemv_rows = "one row of A" if bm == 1 else f"{bm} rows of A"  # (in the kernel's comment)
+        of_a = "one row of A" if bm == 1 else f"{bm} rows of A"  # (a GEMV's, in its comment)
         swizzle = 0 if gemv else self.sched.swizzle or \
             (knob[3] if knob else self.target.resources.gemm_swizzle)
         if self.target.resources.async_copy:
@@ -476,7 +476,7 @@ class GroupLowering:
             if self.gemm_config is not None and self.gemm_config.wgmma:
                 return self.wgmma_kernel(grid, bvars, threads, body, swizzle)
             k = self.kernel(grid, bvars, threads, body,
-                            f"GEMV ({gemv_rows}) with fused prologue/epilogue" if gemv else
+                            f"GEMV ({of_a}) with fused prologue/epilogue" if gemv else
                             "GEMM with fused prologue/epilogue", swizzle)
             if scalar and not gemv:
                 k = replace(k, blocks_per_sm=split_k.simt_blocks(blocks))
@@ -494,7 +494,7 @@ class GroupLowering:
         at = tuple(bidx) + (part, r, c)
         body.append(For((i, j), (iconst(bm), iconst(bn)), "parallel", (If(guard, (
             Store(ws.name, at, T.Load(acc, (T.Var(i), T.Var(j)), mm.type.dtype)),)),)))
-        what, unit = (f"GEMV ({gemv_rows})", "rows") if gemv else ("GEMM", "tiles")
+        what, unit = (f"GEMV ({of_a})", "rows") if gemv else ("GEMM", "tiles")
         partial = replace(self.kernel(grid, bvars, threads, body,
                                       f"{what} split over K: partial products of {kc} K {unit} "
                                       "each", swizzle, extra=(ws,), writes_outputs=False),
@@ -737,14 +737,8 @@ class GroupLowering:
                             form[5])
             words = T.Compare("eq", T.Binary("mod", dim_to_expr(N), iconst(8), "i64"), iconst(0))
             body.append(mma if form[5] else If(words, (mma,), tuple(scalar)))
-        body += [
-            Alloc(tot, "fragment", dt, (iconst(1), iconst(bn))),
-            Fill(tot, T.Const(0, dt)),
-            For((s,), (iconst(slices),), "range", (For((i, j), (iconst(1), iconst(bn)), "parallel", (
-                Store(tot, (vi, vj), T.Binary("add", T.Load(tot, (vi, vj), dt),
-                                              T.Load(red, (T.Var(s), vj), dt), dt)),)),)),
-        ]
-        return body, tot
+        return body + sum_slices(red, tot, slices, 1, bn, dt, (i, j, s)), tot
+
 
     def gemv_rows_body(self, form, mm, trip, first, row0, col0, bn: int, slices: int,
                        mr: int) -> tuple:
@@ -753,17 +747,12 @@ class GroupLowering:
         Returns (statements, the [mr, bn] fragment of the block's sums)."""
         dt = mm.type.dtype
         red, tot = self.names.fresh("red"), self.names.fresh("tot")
-        i, j, s = self.names.fresh("i"), self.names.fresh("j"), self.names.fresh("s")
-        vi, vj = T.Var(i), T.Var(j)
-        given = T.Binary("min", iconst(mr), T.isub(dim_to_expr(mm.type.shape[-2]), row0), "i64")
+        loop_vars = self.names.fresh("i"), self.names.fresh("j"), self.names.fresh("s")
+        given = T.imin(iconst(mr), T.isub(dim_to_expr(mm.type.shape[-2]), row0))
         return [
             Alloc(red, "shared", dt, (iconst(slices * mr), iconst(bn))),
             T.GemvMma(*form[:3], red, *form[3:5], (row0, first, trip, col0, given), form[5], mr),
-            Alloc(tot, "fragment", dt, (iconst(mr), iconst(bn))),
-            Fill(tot, T.Const(0, dt)),
-            For((s,), (iconst(slices),), "range", (For((i, j), (iconst(mr), iconst(bn)), "parallel", (
-                Store(tot, (vi, vj), T.Binary("add", T.Load(tot, (vi, vj), dt), T.Load(
-                    red, (iadd(imul(T.Var(s), iconst(mr)), vi), vj), dt), dt)),)),)),
+            *sum_slices(red, tot, slices, mr, bn, dt, loop_vars),
         ], tot
 
     def gemv_mma_form(self, a_id: int, b_id: int, mma_dt, row0, batch):
@@ -1453,6 +1442,12 @@ class GemmVariant:
     # ... reading fp8 and tf32 operands stored MN-major through transposed copies (wgmma_kernel)
     transpose: bool = False
 
+    @property
+    def gemv_rows(self) -> bool:
+        """A GEMV of several rows of A: the target's routine alone (GroupLowering.gemv_rows_body),
+        whose lowering may refuse the product (NoVariant)."""
+        return bool(self.gemv_unroll) and self.tile[0] > 1
+
 
 # the variant of the target's (or schedule's) GEMM kernel on padded copies of the operands whose
 # rows are off 16 bytes (its copies then 16 bytes at a time): pad_operands, GroupLowering.padded
@@ -1632,6 +1627,22 @@ def fp8_product(g: Graph, mm) -> bool:
     tensor cores' precision (runner.reduced_precision)?"""
     a, b = (_source(g, x).type.dtype for x in mm.args)
     return a == b and a in FP8
+
+
+def sum_slices(red: str, tot: str, slices: int, mr: int, bn: int, dt: str, loop_vars) -> list:
+    """A GEMV's fragment `tot` [mr, bn] = the sum of its warps' partial sums in shared `red` (row
+    w * mr + i: warp w's for row i of the block's rows of A), in warp order; `loop_vars` the
+    names (i, j, s) of its loops."""
+    i, j, s = loop_vars
+    vi, vj = T.Var(i), T.Var(j)
+    row = T.Var(s) if mr == 1 else iadd(imul(T.Var(s), iconst(mr)), vi)
+    return [
+        Alloc(tot, "fragment", dt, (iconst(mr), iconst(bn))),
+        Fill(tot, T.Const(0, dt)),
+        For((s,), (iconst(slices),), "range", (For((i, j), (iconst(mr), iconst(bn)), "parallel", (
+            Store(tot, (vi, vj), T.Binary("add", T.Load(tot, (vi, vj), dt),
+                                          T.Load(red, (row, vj), dt), dt)),)),)),
+    ]
 
 
 def rounded_weights(g: Graph, mm, target) -> bool:
@@ -1821,14 +1832,13 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
         decode = gemvs + decode
     out, rows_taken = [], False
     for max_m, cfg in decode:
-        rows_of_a = cfg.gemv_unroll and cfg.tile[0] > 1  # (the routine alone: it may refuse)
-        if M.op == "const" and (M.args[0] > max_m or (rows_of_a and rows_taken)):
+        if M.op == "const" and (M.args[0] > max_m or (cfg.gemv_rows and rows_taken)):
             continue  # (a constant M takes the fewest rows of A that hold it)
-        rows_taken = rows_taken or rows_of_a
+        rows_taken = rows_taken or cfg.gemv_rows
         small = Dim.bin("le", M, max_m)
-        if rows_of_a and not kmajor:  # (the routine's fast path needs whole words of weights)
+        if cfg.gemv_rows and not kmajor:  # (the routine's fast path needs whole words of weights)
             small = Dim.bin("and", small, Dim.bin("eq", N % 8, 0))
-        name = ("_gemv" + (str(cfg.tile[0]) if rows_of_a else "")) if cfg.gemv_unroll else \
+        name = f"_gemv{cfg.tile[0]}" if cfg.gemv_rows else "_gemv" if cfg.gemv_unroll else \
             f"_m{max_m}"
         if cfg.split:
             bm, bn, bk = cfg.tile
@@ -1838,7 +1848,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
             if when != Dim.const(0):
                 out.append((f"{name}_split", Dim.bin("and", small, when), cfg))
         out.append((name, small, replace(cfg, split=None)))
-        if M.op == "const" and not rows_of_a:
+        if M.op == "const" and not cfg.gemv_rows:
             break
     out += hopper + padded
     large = target.resources.gemm_large_tile
@@ -1856,7 +1866,7 @@ def gemm_variants(g: Graph, grp: Group, target, sched) -> list:
             continue
         kept.append((suffix, None if when == Dim.const(1) else when, cfg))
         if (when is None or when == Dim.const(1)) and \
-                not (cfg and (cfg.wgmma or cfg.pad or (cfg.tile[0] > 1 and cfg.gemv_unroll))):
+                not (cfg and (cfg.wgmma or cfg.pad or cfg.gemv_rows)):
             break  # (the TMA and padded variants' conditions come with their kernels: tile_graph;
             # a GEMV of several rows of A may refuse the product)
     return kept
