@@ -509,7 +509,9 @@ def test_gemv_mma_of_several_rows_of_a():
     w = interp.quantize((q - 8.0) * np.repeat(sc, 128, axis=0), "bf16")
     want = a[:, 16:].astype(np.float64) @ w[16:]
     assert np.allclose(got, want, rtol=1e-4, atol=1e-4) and not np.allclose(got, a @ w, atol=1e-4)
-    bad = [("mr=8)", "mr=17)", "takes at most 16 rows of A"),
+    bad = [("mr=8)", "mr=17)", r"takes mr= from 2 to 16 rows of A .one row: neither m= nor mr=., "
+            "not 17"),
+           ("mr=8)", "mr=1)", "takes mr= from 2 to 16 rows of A .* not 1$"),
            (", mr=8)", ")", r"takes m= \(A's rows\) with mr="),
            ("[32, 64]", "[30, 64]", "its 30 rows are no multiple of that")]
     for old, new, msg in bad:

@@ -424,7 +424,7 @@ class TileBuilder:
     def gemv_mma(self, c: ast.Call, kmajor: bool = False) -> T.GemvMma:
         """gemv_mma(dst, A, q, s, zero=Z, group=G, row=.., first=.., rows=.., col0=..[, m=..,
         mr=MR]): what the CUDA tiling of a 4-bit GEMV writes (ir/tile.py GemvMma says what it
-        computes; m of A's rows from `row`, at most the literal MR, which is 1 unless given);
+        computes; m of A's rows from `row`, at most the literal MR, 2 to 16; neither: one row);
         gemv_mma_kmajor(...) the same of weights packed along K (q [N, K], s [N, K / G])."""
         if len(c.args) != 4:
             raise error(f"{c.func}() takes the partial sums' buffer, A, the 4-bit weights and "
@@ -446,9 +446,10 @@ class TileBuilder:
             elif k_ in ("row", "first", "rows", "col0", "m"):
                 kw[k_] = self.index(v, f"'{k_}'").e
             elif k_ == "mr":
-                kw[k_] = self.int_literal(v, k_, minimum=1)
-                if kw[k_] > 16:
-                    raise error(f"{c.func}() takes at most 16 rows of A (mr=), not {kw[k_]}", loc)
+                kw[k_] = self.int_literal(v, k_)
+                if not 2 <= kw[k_] <= 16:
+                    raise error(f"{c.func}() takes mr= from 2 to 16 rows of A (one row: neither "
+                                f"m= nor mr=), not {kw[k_]}", loc)
             else:
                 raise error(f"{c.func}() takes zero=, group=, row=, first=, rows=, col0=, m= and "
                             f"mr=, not '{k_}='", loc)
